@@ -1,0 +1,232 @@
+"""Benchmarks by name: local files under the data directory, the Hugging Face hub as a fallback."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from beliefdrift.data.loaders import (
+    DataError,
+    MathProblem,
+    PathLike,
+    Record,
+    load_arc,
+    load_csqa,
+    load_demo,
+    load_gpqa_csv,
+    load_gsm8k,
+    load_mmlu_csv,
+    load_tinymmlu,
+    questions_from_records,
+    read_jsonl,
+)
+from beliefdrift.data.question import MCQuestion
+
+DATASETS = ("demo", "csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k")
+FORMATS = ("csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k")
+DATA_ENV = "BELIEFDRIFT_DATA"
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a hub-backed benchmark lives: split → (file under the data dir, hub split)."""
+
+    splits: dict[str, tuple[str, str]]
+    default: str
+    loader: Callable[[PathLike], list[Any]]
+    hub: tuple[str, str | None]  # (dataset id, config)
+
+
+_LAYOUTS = {
+    "csqa": _Layout(
+        {
+            "train": ("commonsense_qa/train_rand_split.jsonl", "train"),
+            "dev": ("commonsense_qa/dev_rand_split.jsonl", "validation"),
+        },
+        "dev",
+        load_csqa,
+        ("tau/commonsense_qa", None),
+    ),
+    "arc": _Layout(
+        {
+            "train": ("arc_challenge/ARC-Challenge-Train.jsonl", "train"),
+            "dev": ("arc_challenge/ARC-Challenge-Dev.jsonl", "validation"),
+        },
+        "dev",
+        load_arc,
+        ("allenai/ai2_arc", "ARC-Challenge"),
+    ),
+    "tinymmlu": _Layout(
+        {"test": ("tinymmlu/tiny_mmlu.jsonl", "test")},
+        "test",
+        load_tinymmlu,
+        ("tinyBenchmarks/tinyMMLU", None),
+    ),
+    "gsm8k": _Layout({"test": ("gsm8k/test.jsonl", "test")}, "test", load_gsm8k, ("openai/gsm8k", "main")),
+}
+
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+_MISSING_HINT = f"pass --data-dir or set {DATA_ENV} to the benchmark data directory"
+
+
+def load_dataset(
+    name: str,
+    split: str | None = None,
+    data_dir: PathLike | None = None,
+    n: int | None = None,
+    seed: int = 0,
+    fmt: str | None = None,
+) -> list[MCQuestion] | list[MathProblem]:
+    """Load benchmark `name` (one of `DATASETS`, or a path to a file) and keep `n` of its items.
+
+    `data_dir` defaults to the environment variable BELIEFDRIFT_DATA. `fmt` (one of `FORMATS`) only
+    applies to a file path; without it the format is told from the extension and the first record.
+    `seed` drives both the subsample and GPQA's option shuffle.
+    """
+    root = _data_root(data_dir)
+    if name == "demo":
+        items: list[Any] = load_demo()
+    elif name in _LAYOUTS:
+        items = _load_layout(name, split, root)
+    elif name == "mmlu":
+        items = [q for path in _mmlu_files(split, root) for q in load_mmlu_csv(path)]
+    elif name == "gpqa":
+        items = load_gpqa_csv(_gpqa_file(split, root), seed=seed)
+    elif Path(name).is_file():
+        items = load_file(name, fmt=fmt, seed=seed)
+    else:
+        known = ", ".join(DATASETS)
+        raise DataError(f"unknown dataset {name!r}: expected one of {known} or an existing file")
+    return subsample(items, n, seed)
+
+
+def subsample(items: Sequence[_T], n: int | None, seed: int = 0) -> list[_T]:
+    """`n` items drawn with `random.Random(seed).sample`, kept in their original order (all if n is
+    None or at least len(items))."""
+    if n is None or n >= len(items):
+        return list(items)
+    if n < 0:
+        raise ValueError(f"n must be non-negative, got {n}")
+    keep = sorted(random.Random(seed).sample(range(len(items)), n))
+    return [items[i] for i in keep]
+
+
+def load_file(path: PathLike, fmt: str | None = None, seed: int = 0) -> list[MCQuestion] | list[MathProblem]:
+    """Load one file in format `fmt` (one of `FORMATS`; default: `detect_format(path)`)."""
+    fmt = fmt or detect_format(path)
+    loaders: dict[str, Callable[[PathLike], list[Any]]] = {
+        "csqa": load_csqa,
+        "arc": load_arc,
+        "tinymmlu": load_tinymmlu,
+        "mmlu": load_mmlu_csv,
+        "gsm8k": load_gsm8k,
+    }
+    if fmt == "gpqa":
+        return load_gpqa_csv(path, seed=seed)
+    if fmt not in loaders:
+        raise DataError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    return loaders[fmt](path)
+
+
+def detect_format(path: PathLike) -> str:
+    """Tell a file's format from its extension and first record ("arc" covers the CSQA layout too)."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        with open(path, encoding="utf-8-sig") as f:
+            header = f.readline()
+        return "gpqa" if "Correct Answer" in header and "Question" in header else "mmlu"
+    if suffix == ".jsonl":
+        for _, record in read_jsonl(path):
+            if isinstance(record.get("question"), dict):
+                return "arc"
+            if "choices" in record:
+                return "tinymmlu"
+            if "####" in str(record.get("answer", "")):
+                return "gsm8k"
+            break
+    raise DataError(f"{path}: cannot tell the file format; pass a format, one of {', '.join(FORMATS)}")
+
+
+def _data_root(data_dir: PathLike | None) -> Path | None:
+    root = data_dir if data_dir is not None else os.environ.get(DATA_ENV)
+    return Path(root) if root else None
+
+
+def _load_layout(name: str, split: str | None, root: Path | None) -> list[Any]:
+    layout = _LAYOUTS[name]
+    split = split or layout.default
+    if split not in layout.splits:
+        raise DataError(f"{name}: unknown split {split!r}; expected one of {', '.join(layout.splits)}")
+    relative, hub_split = layout.splits[split]
+    if root is not None and (root / relative).is_file():
+        return layout.loader(root / relative)
+    repo, config = layout.hub
+    if any(os.environ.get(var, "").upper() in {"1", "ON", "YES", "TRUE"} for var in _OFFLINE_VARS):
+        why = "the Hugging Face hub is off (HF_HUB_OFFLINE)"
+    else:
+        try:
+            import datasets
+
+            rows = datasets.load_dataset(repo, config, split=hub_split)
+        except Exception as e:  # any hub failure (no network, gated, renamed) ends in the DataError below
+            reason = (str(e).splitlines() or [""])[0]
+            why = f"the Hugging Face hub fallback failed ({type(e).__name__}: {reason})"
+        else:
+            records = map(_labelled_layout, rows) if name in ("csqa", "arc") else rows
+            origin = "/".join(part for part in ("hf:" + repo, config, hub_split) if part)
+            return questions_from_records(records, name, origin)
+    wanted = root / relative if root is not None else f"<data dir>/{relative}"
+    raise DataError(f"{name}: {wanted} not found and {why}; {_MISSING_HINT}")
+
+
+def _labelled_layout(row: Record) -> Record:
+    """A hub CSQA/ARC row (flat `question`, `choices{label[], text[]}`) in the jsonl layout."""
+    choices = row["choices"]
+    return {
+        "id": row["id"],
+        "answerKey": row["answerKey"],
+        "question": {
+            "stem": row["question"],
+            "choices": [
+                {"label": lab, "text": txt}
+                for lab, txt in zip(choices["label"], choices["text"], strict=True)
+            ],
+        },
+    }
+
+
+def _local_root(name: str, root: Path | None) -> Path:
+    if root is None:
+        raise DataError(f"{name}: no data directory; {_MISSING_HINT}")
+    return root
+
+
+def _mmlu_files(split: str | None, root: Path | None) -> list[Path]:
+    """`mmlu/<split>.csv`, else every csv in `mmlu/<split>/`, else (no split) every csv under `mmlu/`."""
+    base = _local_root("mmlu", root) / "mmlu"
+    if split is None:
+        files, wanted = sorted(base.rglob("*.csv")), f"{base}/**/*.csv"
+    else:
+        single = base / f"{split}.csv"
+        files = [single] if single.is_file() else sorted((base / split).glob("*.csv"))
+        wanted = f"{single} or {base / split}/*.csv"
+    if not files:
+        raise DataError(f"mmlu: no {wanted} found (MMLU csvs are not fetched from the hub); {_MISSING_HINT}")
+    return files
+
+
+def _gpqa_file(split: str | None, root: Path | None) -> Path:
+    """`gpqa/gpqa_<split>.csv` (default split "diamond"); GPQA is never fetched from the hub."""
+    path = _local_root("gpqa", root) / "gpqa" / f"gpqa_{split or 'diamond'}.csv"
+    if not path.is_file():
+        raise DataError(
+            f"gpqa: {path} not found (GPQA is gated: download it yourself, or pass the csv path as the "
+            f"dataset name); {_MISSING_HINT}"
+        )
+    return path

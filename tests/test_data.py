@@ -1,0 +1,281 @@
+"""Benchmark loaders, the dataset registry and the bundled demo set."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from beliefdrift.data import (
+    DATASETS,
+    LETTERS,
+    DataError,
+    MathProblem,
+    MCQuestion,
+    detect_format,
+    load_arc,
+    load_csqa,
+    load_dataset,
+    load_demo,
+    load_gpqa_csv,
+    load_gsm8k,
+    load_mmlu_csv,
+    load_tinymmlu,
+    subsample,
+)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
+DATA = Path(
+    os.environ.get("BELIEFDRIFT_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data"
+)
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not found at {DATA}")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never wait on the hub in tests."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _check_well_formed(questions: list[MCQuestion]) -> None:
+    assert len({q.id for q in questions}) == len(questions)
+    for q in questions:
+        assert q.labels == LETTERS[: len(q.choices)]
+        assert q.answer in q.labels
+        assert q.stem and all(q.choices)
+
+
+# ---- the real benchmark files -------------------------------------------------------------------
+
+
+@needs_data
+@pytest.mark.parametrize(("split", "count"), [("train", 9741), ("dev", 1221)])
+def test_csqa_real(split: str, count: int) -> None:
+    questions = load_dataset("csqa", split, data_dir=DATA)
+    assert len(questions) == count
+    _check_well_formed(questions)
+    assert {q.labels for q in questions} == {tuple("ABCDE")}
+    first = questions[0]
+    assert first.source.endswith(f"{split}_rand_split.jsonl:1")
+
+
+@needs_data
+@pytest.mark.parametrize(("split", "count"), [("train", 1119), ("dev", 299)])
+def test_arc_real(split: str, count: int) -> None:
+    path = DATA / "arc_challenge" / f"ARC-Challenge-{split.title()}.jsonl"
+    questions = load_arc(path)
+    assert len(questions) == count
+    _check_well_formed(questions)
+    assert {3, 4, 5} <= {q.num_choices for q in questions}
+
+
+@needs_data
+def test_arc_digit_labels_point_at_same_text() -> None:
+    path = DATA / "arc_challenge" / "ARC-Challenge-Dev.jsonl"
+    raw = {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    digit_ids = [i for i, r in raw.items() if r["question"]["choices"][0]["label"] == "1"]
+    assert digit_ids  # the quirk is present in the file
+    by_id = {q.id: q for q in load_arc(path)}
+    for qid in digit_ids:
+        record, q = raw[qid], by_id[qid]
+        choices = record["question"]["choices"]
+        answer_text = next(c["text"] for c in choices if c["label"] == record["answerKey"])
+        assert q.choices[q.answer_index] == answer_text
+        assert q.labels == LETTERS[: len(choices)]
+
+
+@needs_data
+def test_tinymmlu_real() -> None:
+    questions = load_dataset("tinymmlu", data_dir=DATA)
+    assert len(questions) == 100
+    _check_well_formed(questions)
+    assert all(q.num_choices == 4 for q in questions)
+    assert questions[0].id == "tinymmlu-1"
+    assert questions[0].answer == "D"  # the first record has answer 3
+    assert len({q.answer for q in questions}) == 4
+
+
+@needs_data
+def test_gsm8k_real() -> None:
+    problems = load_dataset("gsm8k", data_dir=DATA)
+    assert len(problems) == 1319
+    assert all(isinstance(p, MathProblem) for p in problems)
+    assert problems[0].answer == 18
+    for p in problems:
+        final = p.solution.rpartition("####")[2].strip()
+        assert p.answer == int(final.replace(",", ""))
+    assert any("," in p.solution.rpartition("####")[2] for p in problems)
+    assert any(p.answer >= 1_000_000 for p in problems)
+    assert any(p.answer < 0 for p in problems)
+
+
+@needs_data
+def test_default_data_dir_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BELIEFDRIFT_DATA", str(DATA))
+    assert len(load_dataset("arc")) == 299
+
+
+@needs_data
+def test_path_as_name_detects_format() -> None:
+    assert detect_format(DATA / "tinymmlu" / "tiny_mmlu.jsonl") == "tinymmlu"
+    assert detect_format(DATA / "gsm8k" / "test.jsonl") == "gsm8k"
+    assert len(load_dataset(str(DATA / "commonsense_qa" / "dev_rand_split.jsonl"))) == 1221
+
+
+# ---- small fixtures: parsing and errors -----------------------------------------------------------
+
+
+def test_arc_fixture_relabels_mixed_labels() -> None:
+    questions = load_arc(FIXTURES / "arc_mixed.jsonl")
+    assert [(q.labels, q.answer, q.choices[q.answer_index]) for q in questions] == [
+        (tuple("ABCD"), "C", "oxygen"),
+        (tuple("ABC"), "B", "whale"),
+        (tuple("ABCDE"), "E", "balance"),
+    ]
+    assert [q.source.rsplit(":", 1)[1] for q in questions] == ["1", "3", "4"]  # blank line 2 skipped
+
+
+def test_gsm8k_fixture_integers() -> None:
+    problems = load_gsm8k(FIXTURES / "gsm8k_ok.jsonl")
+    assert [(p.id, p.answer) for p in problems] == [("gsm8k-1", 1000), ("gsm8k-2", -3), ("gsm8k-4", 42)]
+
+
+def test_mmlu_csv() -> None:
+    questions = load_mmlu_csv(FIXTURES / "mmlu" / "toy_science_test.csv")
+    assert [q.id for q in questions] == [f"toy_science_test-{i}" for i in (1, 2, 3)]
+    assert questions[1].stem == "What is H2O, commonly?"
+    assert questions[1].choices[questions[1].answer_index] == "water"
+    assert len(load_dataset("mmlu", data_dir=FIXTURES)) == 5
+    math = load_dataset("mmlu", "toy_math_test", data_dir=FIXTURES)
+    assert [q.source.rsplit(":", 1)[1] for q in math] == ["1", "3"]
+
+
+@pytest.mark.parametrize(
+    ("loader", "name", "line", "problem"),
+    [
+        (load_csqa, "bad_json.jsonl", 4, "bad JSON"),
+        (load_csqa, "missing_answer_key.jsonl", 2, "missing key 'answerKey'"),
+        (load_arc, "unknown_label.jsonl", 3, "unknown answer label 'F'"),
+        (load_csqa, "empty_choices.jsonl", 2, "empty choices list"),
+        (load_csqa, "one_choice.jsonl", 1, "need at least 2"),
+        (load_csqa, "duplicate_ids.jsonl", 3, "duplicate id 'q1' (first on line 1)"),
+        (load_csqa, "blank_stem.jsonl", 2, "blank stem"),
+        (load_tinymmlu, "tinymmlu_out_of_range.jsonl", 2, "answer index 4 out of range"),
+        (load_gsm8k, "gsm8k_no_marker.jsonl", 3, "no '#### <answer>'"),
+        (load_gsm8k, "gsm8k_not_integer.jsonl", 1, "not an integer"),
+        (load_gpqa_csv, "gpqa_missing_column.csv", 1, "missing column(s) 'Incorrect Answer 3'"),
+        (load_mmlu_csv, "mmlu_bad_answer.csv", 2, "unknown answer label 'Z'"),
+    ],
+)
+def test_malformed_files(loader, name: str, line: int, problem: str) -> None:
+    with pytest.raises(DataError, match=rf"{re.escape(name)}:{line}: .*{re.escape(problem)}"):
+        loader(FIXTURES / name)
+
+
+def test_gpqa_shuffle_reproducible_and_correct(tmp_path: Path) -> None:
+    path = FIXTURES / "gpqa" / "gpqa_diamond.csv"
+    correct = {"rec-001": "Na", "rec-002": "kinetic energy", "rec-003": "mitochondrion", "rec-004": "6"}
+    questions = load_gpqa_csv(path)
+    assert [q.id for q in questions] == list(correct)
+    assert questions[1].stem.endswith("besides momentum?")
+    for q in questions:
+        assert q.choices[q.answer_index] == correct[q.id]
+        assert q.num_choices == 4
+    assert load_gpqa_csv(path) == questions
+    assert load_dataset("gpqa", data_dir=FIXTURES) == questions
+    # independent of file order: reverse the data rows
+    header, *rows = path.read_text().split("\nrec-")
+    reversed_csv = tmp_path / "reversed.csv"
+    reversed_csv.write_text("\nrec-".join([header, *reversed([r.rstrip("\n") for r in rows])]) + "\n")
+    by_id = {q.id: q.choices for q in load_gpqa_csv(reversed_csv)}
+    assert by_id == {q.id: q.choices for q in questions}
+    # a different seed reorders some options
+    assert [q.choices for q in load_gpqa_csv(path, seed=1)] != [q.choices for q in questions]
+
+
+def test_gpqa_without_record_ids() -> None:
+    questions = load_gpqa_csv(FIXTURES / "gpqa_no_ids.csv")
+    assert [q.id for q in questions] == ["gpqa_no_ids-1", "gpqa_no_ids-2"]
+    assert questions[0].choices[questions[0].answer_index] == "6"
+
+
+# ---- registry -----------------------------------------------------------------------------------
+
+
+def test_datasets_names() -> None:
+    assert set(DATASETS) == {"demo", "csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k"}
+
+
+def test_missing_file_names_path_and_hint(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"commonsense_qa/dev_rand_split\.jsonl.*BELIEFDRIFT_DATA"):
+        load_dataset("csqa", data_dir=tmp_path)
+    with pytest.raises(DataError, match=r"gpqa_diamond\.csv.*--data-dir"):
+        load_dataset("gpqa", data_dir=tmp_path)
+    with pytest.raises(DataError, match="unknown split 'test'"):
+        load_dataset("csqa", "test", data_dir=tmp_path)
+    with pytest.raises(DataError, match="unknown dataset"):
+        load_dataset("nope", data_dir=tmp_path)
+
+
+def test_hub_fallback_converts_records(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    rows = [
+        {
+            "id": "h1",
+            "question": "Which is wet?",
+            "question_concept": "x",
+            "choices": {"label": ["1", "2"], "text": ["sand", "water"]},
+            "answerKey": "2",
+        }
+    ]
+    calls = []
+
+    def fake_load_dataset(repo: str, config: str | None, split: str) -> list[dict]:
+        calls.append((repo, config, split))
+        return rows
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    [q] = load_dataset("arc", data_dir=tmp_path)
+    assert calls == [("allenai/ai2_arc", "ARC-Challenge", "validation")]
+    assert (q.id, q.labels, q.answer) == ("h1", ("A", "B"), "B")
+    assert q.source == "hf:allenai/ai2_arc/ARC-Challenge/validation:1"
+
+    def failing_load_dataset(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("no network\nretrying...")
+
+    monkeypatch.setattr(datasets, "load_dataset", failing_load_dataset)
+    with pytest.raises(DataError, match=r"hub fallback failed \(ConnectionError: no network\)"):
+        load_dataset("gsm8k", data_dir=tmp_path)
+
+
+def test_subsample_deterministic_and_ordered() -> None:
+    items = list(range(200))
+    a = subsample(items, 10, seed=0)
+    assert a == subsample(items, 10, seed=0)
+    assert a == sorted(a)
+    assert a != subsample(items, 10, seed=1)
+    assert subsample(items, 500, seed=0) == items
+    demo = load_dataset("demo", n=8, seed=3)
+    order = [q.id for q in load_demo()]
+    assert [q.id for q in demo] == sorted((q.id for q in demo), key=order.index)
+    assert [q.id for q in load_dataset("demo", n=8, seed=3)] == [q.id for q in demo]
+
+
+# ---- demo set -----------------------------------------------------------------------------------
+
+
+def test_demo_set() -> None:
+    questions = load_demo()
+    assert len(questions) >= 40
+    _check_well_formed(questions)
+    assert all(4 <= q.num_choices <= 5 for q in questions)
+    positions = collections.Counter(q.answer for q in questions)
+    assert set(positions) == set("ABCDE")
+    assert max(positions.values()) - min(positions.values()) <= 3
+    assert all(len(set(q.choices)) == q.num_choices for q in questions)
