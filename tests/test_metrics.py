@@ -1,0 +1,465 @@
+"""Tests for beliefdrift.metrics (paper Appendix "Evaluation Metrics", DESIGN §11)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from beliefdrift.metrics import (
+    METRIC_NAMES,
+    Interval,
+    MetricWarning,
+    NLLResult,
+    _bin_index,
+    accuracy,
+    auroc,
+    bootstrap_ci,
+    brier,
+    ece,
+    nll,
+    reliability_bins,
+    summarize,
+)
+
+
+def _random_problem(seed: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Probabilities with a spread of confidences; targets drawn from a tempered version of them."""
+    rng = np.random.default_rng(seed)
+    alpha = rng.choice([0.3, 1.0, 3.0], size=n)
+    probs = np.stack([rng.dirichlet(np.full(k, a)) for a in alpha])
+    sharp = probs**1.5 / np.sum(probs**1.5, axis=1, keepdims=True)
+    targets = np.array([rng.choice(k, p=row) for row in sharp])
+    return probs, targets
+
+
+# ------------------------------------------------------------------------------------------------- ECE
+
+
+@pytest.mark.parametrize("k", [4, 5])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_ece_matches_torchmetrics_on_random_inputs(seed: int, k: int) -> None:
+    # torchmetrics bins with torch.bucketize(right=True) on float32 linspace edges, i.e. left-closed
+    # bins [(b-1)/B, b/B) plus an extra bin holding exactly 1.0; we use ((b-1)/B, b/B] with 1.0 in
+    # the last bin.  The conventions agree whenever no confidence lies on (or within float32 noise of)
+    # an edge and none equals 1.0, which holds for these continuous inputs (checked below).  The edge
+    # cases are tested by hand further down.
+    import torch
+    from torchmetrics.functional.classification import multiclass_calibration_error
+
+    probs, targets = _random_problem(seed, n=600, k=k)
+    conf = probs.max(axis=1)
+    assert np.all(conf < 1.0)
+    scaled = conf * 15
+    assert np.min(np.abs(scaled - np.round(scaled))) > 1e-4, "a confidence sits near a bin edge"
+
+    expected = multiclass_calibration_error(
+        torch.tensor(probs, dtype=torch.float64),
+        torch.tensor(targets),
+        num_classes=k,
+        n_bins=15,
+        norm="l1",
+    ).item()
+    got = ece(probs, targets, n_bins=15)
+    assert expected > 0.01  # a non-trivial value, so agreement means something
+    assert got == pytest.approx(expected, abs=1e-6)
+
+
+def test_ece_default_uses_15_bins() -> None:
+    probs, targets = _random_problem(7, n=300, k=4)
+    assert ece(probs, targets) == ece(probs, targets, n_bins=15)
+    assert ece(probs, targets) != ece(probs, targets, n_bins=10)
+
+
+def test_confidence_one_goes_to_last_bin() -> None:
+    probs = np.array([[1.0, 0.0, 0.0], [0.95, 0.05, 0.0]])
+    targets = np.array([1, 0])  # the confidence-1.0 prediction is wrong, the 0.95 one right
+    bins = reliability_bins(probs, targets, n_bins=15)
+    assert bins.count.tolist() == [0] * 14 + [2]
+    # Both share the last bin (14/15, 1]: acc 0.5, conf 0.975 -> ECE 0.475.
+    # (A separate bin for 1.0, as torchmetrics uses, would give 0.5*1 + 0.5*0.05 = 0.525.)
+    assert ece(probs, targets, n_bins=15) == pytest.approx(0.475, abs=1e-12)
+
+
+def test_confidence_on_edge_goes_to_lower_bin() -> None:
+    # 0.4 = 6/15 is the upper edge of bin (5/15, 6/15] (0-based index 5), 0.6 = 9/15 of index 8.
+    idx, edges = _bin_index(np.array([0.4, 0.6, 1 / 3, 2 / 3, np.nextafter(0.4, 1.0)]), 15)
+    assert idx.tolist() == [5, 8, 4, 9, 6]
+    assert edges[6] == 0.4 and edges[9] == 0.6
+    # and with 10 bins, 0.3 is the top of (0.2, 0.3]
+    assert _bin_index(np.array([0.3, 0.7]), 10)[0].tolist() == [2, 6]
+    # edges are k/B by true division (np.linspace(0, 1, 8)[5] is one ulp below 5/7)
+    assert _bin_index(np.array([5 / 7, 2 / 7]), 7)[0].tolist() == [4, 1]
+    # Through the public API: 0.6 (correct) and 0.62 (wrong) fall into different bins.
+    probs = np.array([[0.6, 0.4, 0.0], [0.62, 0.38, 0.0]])
+    targets = np.array([0, 1])
+    bins = reliability_bins(probs, targets, n_bins=15)
+    assert bins.count[8] == 1 and bins.count[9] == 1
+    # separate bins: 0.5*|1-0.6| + 0.5*|0-0.62| = 0.51  (one shared bin would give |0.5-0.61| = 0.11)
+    assert ece(probs, targets, n_bins=15) == pytest.approx(0.51, abs=1e-12)
+
+
+def test_confidence_a_hair_above_one_goes_to_last_bin() -> None:
+    # rows may sum to 1 within SUM_TOLERANCE, so the confidence can exceed 1 slightly
+    probs = np.array([[1.0 + 5e-5, 0.0], [0.5, 0.5]])
+    bins = reliability_bins(probs, np.array([0, 0]), n_bins=15)
+    assert bins.count.shape == (15,) and bins.count[-1] == 1
+
+
+def test_confidence_zero_goes_to_first_bin() -> None:
+    # Unreachable from a probability vector (max >= 1/K), but the binning rule covers it.
+    assert _bin_index(np.array([0.0, 1e-12, 1.0]), 15)[0].tolist() == [0, 0, 14]
+
+
+def test_ece_hand_computed_with_empty_bins() -> None:
+    # 5 bins: (0,.2] (.2,.4] (.4,.6] (.6,.8] (.8,1]
+    probs = np.array([[0.9, 0.1], [0.3, 0.7], [0.8, 0.2], [0.55, 0.45]])
+    targets = np.array([0, 0, 0, 0])
+    # conf .9 correct -> bin 4; conf .7 (pred 1) wrong -> bin 3; .8 correct -> bin 3; .55 correct -> bin 2
+    bins = reliability_bins(probs, targets, n_bins=5)
+    assert bins.count.tolist() == [0, 0, 1, 2, 1]
+    assert np.isnan(bins.confidence[:2]).all() and np.isnan(bins.accuracy[:2]).all()
+    np.testing.assert_allclose(bins.confidence[2:], [0.55, 0.75, 0.9])
+    np.testing.assert_allclose(bins.accuracy[2:], [1.0, 0.5, 1.0])
+    np.testing.assert_allclose(bins.edges, [0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    assert bins.n == 4 and bins.n_bins == 5
+    expected = 0.25 * 0.45 + 0.5 * 0.25 + 0.25 * 0.1  # = 0.2625
+    assert ece(probs, targets, n_bins=5) == pytest.approx(expected, abs=1e-12)
+
+
+def test_ece_perfectly_calibrated_is_zero() -> None:
+    # conf 0.75 in one bin, 3 of 4 correct.
+    probs = np.tile([0.75, 0.25], (4, 1))
+    targets = np.array([0, 0, 0, 1])
+    assert ece(probs, targets) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_reliability_bins_rejects_bad_n_bins() -> None:
+    probs, targets = _random_problem(0, 10, 3)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="n_bins"):
+            reliability_bins(probs, targets, n_bins=bad)
+
+
+# ----------------------------------------------------------------------------------------------- AUROC
+
+
+def _brute_auroc(scores: np.ndarray, labels: np.ndarray) -> float:
+    pos, neg = scores[labels], scores[~labels]
+    greater = (pos[:, None] > neg[None, :]).sum()
+    equal = (pos[:, None] == neg[None, :]).sum()
+    return float((greater + 0.5 * equal) / (pos.size * neg.size))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_auroc_matches_pairwise_count_with_ties(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, k = 200, 3
+    conf = rng.choice([0.4, 0.5, 0.6, 0.7, 0.9], size=n)  # few distinct scores -> many ties
+    probs = np.empty((n, k))
+    for i, c in enumerate(conf):
+        row = np.array([c, (1 - c) / 2, (1 - c) / 2])
+        probs[i] = row[rng.permutation(k)]
+    targets = rng.integers(0, k, size=n)
+    labels = probs.argmax(axis=1) == targets
+    assert 0 < labels.sum() < n
+    assert len(np.unique(probs.max(axis=1))) == 5
+    assert auroc(probs, targets) == pytest.approx(_brute_auroc(probs.max(axis=1), labels), abs=1e-12)
+
+
+def test_auroc_all_ties_is_one_half() -> None:
+    probs = np.tile([0.6, 0.4], (4, 1))
+    targets = np.array([0, 1, 0, 1])
+    assert auroc(probs, targets) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("targets", [[0, 0, 1], [1, 1, 0]], ids=["all-correct", "all-wrong"])
+def test_auroc_one_class_is_nan_with_warning(targets: list[int]) -> None:
+    probs = np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7]])
+    with pytest.warns(MetricWarning, match="only one class"):
+        value = auroc(probs, np.array(targets))
+    assert math.isnan(value)
+    assert issubclass(MetricWarning, UserWarning)
+
+
+# ------------------------------------------------------------------------------ NLL, Brier, accuracy
+
+
+def test_nll_zero_probability_on_true_label_is_clipped() -> None:
+    res = nll(np.array([[0.0, 1.0]]), np.array([0]))
+    assert isinstance(res, NLLResult)
+    assert res.clipped == 1
+    assert res.value == pytest.approx(-math.log(1e-6))
+    assert float(res) == res.value
+
+    res = nll(np.array([[0.0, 1.0], [0.5, 0.5], [0.2, 0.8]]), np.array([0, 0, 1]), eps=1e-3)
+    assert res.clipped == 1
+    assert res.value == pytest.approx((-math.log(1e-3) - math.log(0.5) - math.log(0.8)) / 3)
+
+
+def test_nll_probability_equal_to_eps_is_not_clipped() -> None:
+    res = nll(np.array([[0.25, 0.75]]), np.array([0]), eps=0.25)
+    assert res.clipped == 0
+    assert res.value == pytest.approx(-math.log(0.25))
+
+
+def test_nll_without_clipping() -> None:
+    res = nll(np.array([[0.25, 0.75], [0.5, 0.5]]), np.array([1, 0]))
+    assert res.clipped == 0
+    assert res.value == pytest.approx((-math.log(0.75) - math.log(0.5)) / 2)
+    with pytest.raises(ValueError, match="eps"):
+        nll(np.array([[0.5, 0.5]]), np.array([0]), eps=0.0)
+
+
+def test_brier_hand_computed() -> None:
+    probs = np.array([[0.7, 0.2, 0.1], [0.5, 0.5, 0.0]])
+    targets = np.array([0, 1])
+    # (0.09 + 0.04 + 0.01) = 0.14 and (0.25 + 0.25 + 0) = 0.5 -> mean 0.32
+    assert brier(probs, targets) == pytest.approx(0.32, abs=1e-12)
+    # perfect one-hot prediction scores 0, confidently wrong scores 2
+    assert brier(np.array([[0.0, 1.0]]), np.array([1])) == 0.0
+    assert brier(np.array([[0.0, 1.0]]), np.array([0])) == pytest.approx(2.0)
+
+
+def test_accuracy_ties_go_to_lowest_index() -> None:
+    probs = [
+        [0.5, 0.5],  # predicts 0
+        [0.5, 0.5],  # predicts 0
+        [0.2, 0.4, 0.4],  # predicts 1
+        [0.2, 0.4, 0.4],  # predicts 1
+        [0.25, 0.25, 0.25, 0.25],  # predicts 0
+    ]
+    targets = np.array([0, 1, 1, 2, 3])
+    assert accuracy(probs, targets) == pytest.approx(2 / 5)
+    assert accuracy(np.array([[0.5, 0.5]] * 2), np.array([0, 1])) == 0.5
+
+
+def test_ties_in_argmax_affect_ece_and_auroc_consistently() -> None:
+    # The tie rule defines correctness for every metric, not only accuracy.
+    probs = np.array([[0.5, 0.5], [0.5, 0.5], [0.9, 0.1]])
+    targets = np.array([1, 1, 0])  # the two tied rows predict 0 -> wrong
+    bins = reliability_bins(probs, targets, n_bins=10)
+    assert bins.accuracy[4] == 0.0 and bins.accuracy[8] == 1.0
+    assert auroc(probs, targets) == 1.0
+
+
+# ---------------------------------------------------------------------------------------------- ragged
+
+
+def _ragged_problem(seed: int, n: int) -> tuple[list[np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ks = rng.integers(2, 7, size=n)
+    rows = [rng.dirichlet(np.full(k, rng.choice([0.3, 1.0, 3.0]))) for k in ks]
+    targets = np.array([rng.integers(0, k) for k in ks])
+    return rows, targets
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ragged_matches_per_question_computation(seed: int) -> None:
+    rows, targets = _ragged_problem(seed, n=150)
+    assert len({r.size for r in rows}) > 1
+    conf = np.array([r.max() for r in rows])
+    correct = np.array([int(np.argmax(r)) == t for r, t in zip(rows, targets, strict=True)])
+
+    # mean-type metrics: the mean of the same metric on each question alone
+    per_q_acc = [accuracy([r], [t]) for r, t in zip(rows, targets, strict=True)]
+    per_q_bs = [brier([r], [t]) for r, t in zip(rows, targets, strict=True)]
+    per_q_nll = [nll([r], [t]).value for r, t in zip(rows, targets, strict=True)]
+    assert accuracy(rows, targets) == pytest.approx(np.mean(per_q_acc))
+    assert brier(rows, targets) == pytest.approx(np.mean(per_q_bs))
+    assert nll(rows, targets).value == pytest.approx(np.mean(per_q_nll))
+    # and from first principles
+    assert brier(rows, targets) == pytest.approx(
+        np.mean([np.sum((r - np.eye(r.size)[t]) ** 2) for r, t in zip(rows, targets, strict=True)])
+    )
+
+    # AUROC / ECE from the per-question (confidence, correctness) pairs
+    assert auroc(rows, targets) == pytest.approx(_brute_auroc(conf, correct))
+    b = np.clip(np.ceil(conf * 15).astype(int) - 1, 0, 14)
+    manual_ece = sum(
+        (b == j).sum() / len(rows) * abs(correct[b == j].mean() - conf[b == j].mean())
+        for j in range(15)
+        if (b == j).any()
+    )
+    assert ece(rows, targets) == pytest.approx(manual_ece)
+
+
+def test_ragged_list_with_equal_lengths_equals_array() -> None:
+    probs, targets = _random_problem(3, n=80, k=4)
+    as_list = [row for row in probs]
+    for fn in (accuracy, auroc, ece, brier):
+        assert fn(as_list, targets.tolist()) == fn(probs, targets)
+    assert nll(as_list, targets) == nll(probs, targets)
+
+
+def test_ragged_target_out_of_range_for_its_row() -> None:
+    with pytest.raises(ValueError, match=r"targets\[1\] = 2 .* 2 options"):
+        accuracy([np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.5])], [2, 2])
+
+
+# ------------------------------------------------------------------------------------------ validation
+
+
+@pytest.mark.parametrize(
+    ("probs", "targets", "match"),
+    [
+        (np.full((3, 2), 0.5), np.array([0, 1]), "shape mismatch"),
+        (np.full((2, 2), 0.5), np.array([0, 2]), "out of range"),
+        (np.full((2, 2), 0.5), np.array([0, -1]), "out of range"),
+        (np.array([[0.5, 0.4], [0.5, 0.5]]), np.array([0, 1]), "sums to 0.9"),
+        (np.array([[2.0, -1.0]]), np.array([0]), "negative"),
+        (np.array([[np.nan, 1.0]]), np.array([0]), "NaN"),
+        (np.array([[3.1, 0.2, -1.4]]), np.array([0]), "negative"),
+        (np.array([[1.5, 2.0]]), np.array([0]), "sums to"),
+        (np.full((2, 2, 2), 0.5), np.array([0, 1]), "2-D"),
+        (np.full((2, 2), 0.5), np.array([0.0, 1.0]), "integer"),
+        (np.full((2, 2), 0.5), np.array([[0, 1]]), "1-D"),
+        (np.zeros((0, 3)), np.array([], dtype=int), "at least one"),
+        ([np.array([0.5, 0.5]), np.array([])], np.array([0, 0]), "non-empty"),
+        ("abc", np.array([0]), "2-D array"),
+    ],
+)
+def test_invalid_inputs_raise(probs: object, targets: object, match: str) -> None:
+    for fn in (accuracy, auroc, ece, brier, nll, reliability_bins):
+        with pytest.raises(ValueError, match=match):
+            fn(probs, targets)
+
+
+def test_small_rounding_in_row_sums_is_accepted() -> None:
+    probs = np.array([[0.6, 0.4 + 5e-5], [0.3, 0.7 - 5e-5]])
+    assert accuracy(probs, np.array([0, 1])) == 1.0
+
+
+# ------------------------------------------------------------------------------------------- bootstrap
+
+
+def test_bootstrap_is_deterministic_in_seed() -> None:
+    probs, targets = _random_problem(0, n=120, k=4)
+    a = bootstrap_ci(brier, probs, targets, n_resamples=300, seed=11)
+    b = bootstrap_ci(brier, probs, targets, n_resamples=300, seed=11)
+    c = bootstrap_ci(brier, probs, targets, n_resamples=300, seed=12)
+    assert isinstance(a, Interval)
+    assert a == b
+    assert a.point == c.point and (a.low, a.high) != (c.low, c.high)
+
+
+def test_bootstrap_matches_manual_percentile_bootstrap() -> None:
+    probs, targets = _random_problem(5, n=50, k=3)
+    point, low, high = bootstrap_ci(accuracy, probs, targets, n_resamples=200, level=0.9, seed=3)
+    idx = np.random.default_rng(3).integers(0, 50, size=(200, 50))
+    stats = [np.mean(probs[i].argmax(axis=1) == targets[i]) for i in idx]
+    assert point == accuracy(probs, targets)
+    assert (low, high) == pytest.approx(tuple(np.percentile(stats, [5, 95])))
+
+
+@pytest.mark.parametrize("name", ["ACC", "AUC", "NLL", "BS"])
+def test_bootstrap_interval_contains_point(name: str) -> None:
+    fn = {"ACC": accuracy, "AUC": auroc, "NLL": nll, "BS": brier}[name]
+    for seed in range(3):
+        probs, targets = _random_problem(seed, n=300, k=4)
+        point, low, high = bootstrap_ci(fn, probs, targets, n_resamples=200, seed=seed)
+        assert low < point < high
+
+
+def test_bootstrap_width_shrinks_with_n() -> None:
+    small_p, small_t = _random_problem(1, n=100, k=4)
+    big_p, big_t = _random_problem(1, n=2500, k=4)
+    for fn in (accuracy, brier, nll, lambda p, t: ece(p, t)):
+        _, lo_s, hi_s = bootstrap_ci(fn, small_p, small_t, n_resamples=300)
+        _, lo_b, hi_b = bootstrap_ci(fn, big_p, big_t, n_resamples=300)
+        # width ~ 1/sqrt(N): expect about 5x narrower; demand at least 2.5x
+        assert (hi_b - lo_b) < (hi_s - lo_s) / 2.5
+
+
+def test_bootstrap_level_widens_interval() -> None:
+    probs, targets = _random_problem(2, n=200, k=4)
+    _, lo90, hi90 = bootstrap_ci(brier, probs, targets, n_resamples=500, level=0.9)
+    _, lo99, hi99 = bootstrap_ci(brier, probs, targets, n_resamples=500, level=0.99)
+    assert lo99 < lo90 and hi90 < hi99
+
+
+def test_bootstrap_auroc_ignores_nan_resamples_quietly() -> None:
+    # 6 questions, only one wrong: about a third of the resamples contain no wrong answer.
+    probs = np.array([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3], [0.6, 0.4], [0.95, 0.05], [0.55, 0.45]])
+    targets = np.array([0, 0, 0, 0, 0, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no MetricWarning (nor numpy RuntimeWarning) may escape
+        point, low, high = bootstrap_ci(auroc, probs, targets, n_resamples=500, seed=0)
+    assert point == pytest.approx(1.0)
+    assert math.isfinite(low) and math.isfinite(high)
+    assert 0.0 <= low <= high <= 1.0
+
+
+def test_bootstrap_all_nan_gives_nan_interval() -> None:
+    probs = np.array([[0.9, 0.1], [0.8, 0.2]])
+    targets = np.array([0, 0])  # all correct: AUROC undefined everywhere
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        point, low, high = bootstrap_ci(auroc, probs, targets, n_resamples=50)
+    assert math.isnan(point) and math.isnan(low) and math.isnan(high)
+    # one MetricWarning for the point estimate; no numpy "All-NaN slice" RuntimeWarning
+    assert [w.category for w in record] == [MetricWarning]
+
+
+def test_bootstrap_validates_arguments() -> None:
+    probs, targets = _random_problem(0, n=10, k=3)
+    with pytest.raises(ValueError, match="n_resamples"):
+        bootstrap_ci(accuracy, probs, targets, n_resamples=0)
+    with pytest.raises(ValueError, match="level"):
+        bootstrap_ci(accuracy, probs, targets, level=95)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        bootstrap_ci(accuracy, probs, targets[:-1])
+
+
+def test_bootstrap_ragged_input() -> None:
+    rows, targets = _ragged_problem(4, n=60)
+    point, low, high = bootstrap_ci(brier, rows, targets, n_resamples=200)
+    assert point == brier(rows, targets)
+    assert low < point < high
+
+
+# ------------------------------------------------------------------------------------------- summarize
+
+
+def test_summarize_reports_every_metric_with_interval() -> None:
+    probs, targets = _random_problem(9, n=150, k=5)
+    probs[0] = np.eye(5)[(targets[0] + 1) % 5]  # zero probability on the true label -> clipped once
+    out = summarize(probs, targets, n_resamples=200, seed=4)
+    assert set(METRIC_NAMES) == {"ACC", "AUC", "ECE", "NLL", "BS"}
+    assert set(out) == {*METRIC_NAMES, "n", "nll_clipped", "level", "n_resamples"}
+    assert out["n"] == 150 and out["nll_clipped"] == 1
+    assert out["level"] == 0.95 and out["n_resamples"] == 200
+    singles = {
+        "ACC": accuracy(probs, targets),
+        "AUC": auroc(probs, targets),
+        "ECE": ece(probs, targets),
+        "NLL": nll(probs, targets).value,
+        "BS": brier(probs, targets),
+    }
+    for name in METRIC_NAMES:
+        assert isinstance(out[name], Interval)
+        assert out[name].point == pytest.approx(singles[name])
+        assert out[name].low <= out[name].high
+    assert out["BS"] == bootstrap_ci(brier, probs, targets, n_resamples=200, seed=4)
+    assert out["NLL"] == bootstrap_ci(nll, probs, targets, n_resamples=200, seed=4)
+
+
+def test_summarize_passes_options_through() -> None:
+    probs, targets = _random_problem(10, n=100, k=4)
+    out = summarize(probs, targets, n_bins=5, eps=0.2, n_resamples=50)
+    assert out["ECE"].point == pytest.approx(ece(probs, targets, n_bins=5))
+    res = nll(probs, targets, eps=0.2)
+    assert out["NLL"].point == pytest.approx(res.value)
+    assert out["nll_clipped"] == res.clipped > 0
+
+
+def test_summarize_one_class_warns_once_and_reports_nan_auc() -> None:
+    probs = np.array([[0.9, 0.1], [0.7, 0.3], [0.2, 0.8]])
+    targets = np.array([0, 0, 1])
+    with pytest.warns(MetricWarning) as record:
+        out = summarize(probs, targets, n_resamples=30)
+    assert len([w for w in record if issubclass(w.category, MetricWarning)]) == 1
+    assert math.isnan(out["AUC"].point)
+    assert out["ACC"].point == 1.0
