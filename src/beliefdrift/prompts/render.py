@@ -1,0 +1,74 @@
+"""Prompt templates (the paper's Appendix C) rendered with the model's chat template.
+
+A template is a text file whose `{placeholders}` are filled by name; other braces are left alone. The
+rendered template is the user turn; the assistant turn is prefilled (`"Answer: "` for direct query, the
+seed answers or nothing for PPR). Models without a chat template get a plain-text layout.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from beliefdrift.data.question import MCQuestion
+
+DIRECT_TEMPLATE = "direct"
+PPR_TEMPLATES = ("ppr-llama", "ppr-olmo")
+DEFAULT_PPR_TEMPLATE = "ppr-llama"
+DIRECT_PREFILL = "Answer: "
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+def load_template(name: str) -> str:
+    """A bundled template by name (`direct`, `ppr-llama`, …) or any text file by path."""
+    path = Path(name)
+    if path.suffix == ".txt" and path.is_file():
+        return path.read_text()
+    bundled = resources.files("beliefdrift.prompts") / "templates" / f"{name}.txt"
+    if not bundled.is_file():
+        available = sorted(p.name.removesuffix(".txt") for p in (resources.files("beliefdrift.prompts") / "templates").iterdir())
+        raise FileNotFoundError(f"no prompt template {name!r}; bundled: {available}, or pass a .txt path")
+    return bundled.read_text()
+
+
+def fill(template: str, **values: object) -> str:
+    """Replace `{name}` placeholders; an unknown placeholder is an error, other braces stay as they are."""
+
+    def substitute(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key not in values:
+            raise KeyError(f"template placeholder {{{key}}} has no value (given: {sorted(values)})")
+        return str(values[key])
+
+    return _PLACEHOLDER.sub(substitute, template)
+
+
+def format_question(question: MCQuestion) -> str:
+    """The question as shown to the model: the stem, then one `L. text` line per option."""
+    options = "\n".join(f"{label}. {text}" for label, text in zip(question.labels, question.choices, strict=True))
+    return f"{question.stem}\n{options}"
+
+
+def question_prompt(template: str, question: MCQuestion, gen_len: int = 100) -> str:
+    """The user turn for an MCQ template."""
+    return fill(
+        load_template(template),
+        question=format_question(question),
+        choice_str=", ".join(question.labels),
+        num_choices=question.num_choices,
+        gen_len=gen_len,
+    )
+
+
+def chat_context(tokenizer: PreTrainedTokenizerBase, user_text: str, prefill: str = "") -> str:
+    """`user_text` as a user turn, then the opened assistant turn with `prefill` already written."""
+    if getattr(tokenizer, "chat_template", None):
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
+        )
+        return rendered + prefill
+    return f"{user_text}\n\n{prefill}"

@@ -1,0 +1,130 @@
+"""Direct query, answer seeding and prompted predictive resampling (PPR) trajectories.
+
+A PPR trajectory samples A_{n+1} ~ θ_n = p(· | A_{1:n}, x_Q) over the label tokens and feeds it back;
+J paths share one prefilled prompt. With SEED_m, path j first gets its own S^{(j)}_{1:m} drawn i.i.d.
+from the direct-query θ, written as the first m lines of its answer list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+from beliefdrift.backend import AnswerDist, AnswerTokens, LanguageModel, PathBatch
+from beliefdrift.backend.answer_tokens import resolve_answer_tokens, resolve_single_answer
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.prompts import (
+    DEFAULT_PPR_TEMPLATE,
+    DIRECT_PREFILL,
+    DIRECT_TEMPLATE,
+    chat_context,
+    question_prompt,
+)
+
+
+@dataclass(frozen=True)
+class Trajectories:
+    """J PPR paths of N generated answers each.
+
+    answers[j, n] is A_{n+1} (label index); thetas[j, n] is θ_n (so N+1 of them: θ_N follows the last
+    answer); valid_mass[j, n] the label mass of θ_n's full softmax; seeds[j] the m seed answers of path j,
+    which precede the generated ones in the context and are never counted as answers.
+    """
+
+    answers: torch.Tensor  # [J, N] long
+    thetas: torch.Tensor  # [J, N+1, K]
+    valid_mass: torch.Tensor  # [J, N+1]
+    seeds: torch.Tensor  # [J, m] long
+
+    @property
+    def num_paths(self) -> int:
+        return self.answers.shape[0]
+
+    @property
+    def num_steps(self) -> int:
+        return self.answers.shape[1]
+
+    @property
+    def num_labels(self) -> int:
+        return self.thetas.shape[-1]
+
+
+def make_generator(seed: int, *keys: object) -> torch.Generator:
+    """A CPU generator seeded from `seed` and `keys` (e.g. question id, method), so each unit of work
+    draws the same numbers whatever ran before it — runs can resume or shard without changing results."""
+    digest = hashlib.sha256(repr((seed, *keys)).encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+def direct_tokens(lm: LanguageModel, question: MCQuestion) -> AnswerTokens:
+    """The direct-query prompt with the assistant turn prefilled by "Answer: "."""
+    context = chat_context(lm.tokenizer, question_prompt(DIRECT_TEMPLATE, question), DIRECT_PREFILL)
+    return resolve_single_answer(lm.tokenizer, context, question.labels)
+
+
+def ppr_tokens(
+    lm: LanguageModel, question: MCQuestion, template: str = DEFAULT_PPR_TEMPLATE, gen_len: int = 100
+) -> AnswerTokens:
+    """The PPR prompt with an empty assistant turn, ready for a newline-separated answer list."""
+    context = chat_context(lm.tokenizer, question_prompt(template, question, gen_len=gen_len))
+    return resolve_answer_tokens(lm.tokenizer, context, question.labels)
+
+
+def direct_query(lm: LanguageModel, question: MCQuestion) -> AnswerDist:
+    """Exact direct-query θ over the labels (probs [K], valid_mass scalar)."""
+    batch = PathBatch.prefill(lm.model, direct_tokens(lm, question))
+    return AnswerDist(batch.dist.probs[0], batch.dist.valid_mass[0])
+
+
+def draw_seeds(probs: torch.Tensor, num_paths: int, m: int, generator: torch.Generator) -> torch.Tensor:
+    """Seed answers [J, m]: every entry i.i.d. from `probs` [K], an independent set per path."""
+    if m == 0:
+        return torch.empty(num_paths, 0, dtype=torch.long)
+    return torch.multinomial(probs.expand(num_paths, -1), m, replacement=True, generator=generator)
+
+
+def sample_answers(
+    batch: PathBatch, steps: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Advance every path of `batch` by `steps` sampled answers.
+
+    Returns answers [B, steps], θ [B, steps+1, K] (θ before each answer and after the last) and
+    valid_mass [B, steps+1].
+    """
+    thetas, masses, answers = [batch.dist.probs], [batch.dist.valid_mass], []
+    for _ in range(steps):
+        answer = torch.multinomial(batch.dist.probs, 1, generator=generator)
+        batch.advance(answer)
+        answers.append(answer[:, 0])
+        thetas.append(batch.dist.probs)
+        masses.append(batch.dist.valid_mass)
+    empty = torch.empty(batch.size, 0, dtype=torch.long)
+    return (torch.stack(answers, 1) if answers else empty), torch.stack(thetas, 1), torch.stack(masses, 1)
+
+
+def start_paths(
+    lm: LanguageModel, tokens: AnswerTokens, num_paths: int, seeds: torch.Tensor | None = None
+) -> PathBatch:
+    """Prefill the prompt once, fork it to `num_paths`, and write each path's seeds (one forward pass)."""
+    batch = PathBatch.prefill(lm.model, tokens).fork(num_paths)
+    if seeds is not None and seeds.shape[1] > 0:
+        batch.advance(seeds)
+    return batch
+
+
+def run_ppr(
+    lm: LanguageModel,
+    question: MCQuestion,
+    num_paths: int,
+    num_steps: int,
+    generator: torch.Generator,
+    num_seeds: int = 0,
+    template: str = DEFAULT_PPR_TEMPLATE,
+) -> Trajectories:
+    """PPR (+SEED_m when `num_seeds` > 0): J paths of N answers for one question."""
+    seeds = draw_seeds(direct_query(lm, question).probs, num_paths, num_seeds, generator)
+    batch = start_paths(lm, ppr_tokens(lm, question, template), num_paths, seeds)
+    answers, thetas, masses = sample_answers(batch, num_steps, generator)
+    return Trajectories(answers, thetas, masses, seeds)
