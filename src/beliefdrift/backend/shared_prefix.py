@@ -54,7 +54,9 @@ def shared_prefix_attention(
     Returns [B, T, H, D] like the other transformers attention functions.
     """
     if shared_prefix is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
     prefix_keys = shared_prefix.keys[module.layer_idx][0]  # [H_kv, P, D]
     prefix_values = shared_prefix.values[module.layer_idx][0]
     batch, heads, new, dim = query.shape

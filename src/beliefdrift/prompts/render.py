@@ -28,9 +28,10 @@ def load_template(name: str) -> str:
     path = Path(name)
     if path.suffix == ".txt" and path.is_file():
         return path.read_text()
-    bundled = resources.files("beliefdrift.prompts") / "templates" / f"{name}.txt"
+    folder = resources.files("beliefdrift.prompts") / "templates"
+    bundled = folder / f"{name}.txt"
     if not bundled.is_file():
-        available = sorted(p.name.removesuffix(".txt") for p in (resources.files("beliefdrift.prompts") / "templates").iterdir())
+        available = sorted(p.name.removesuffix(".txt") for p in folder.iterdir())
         raise FileNotFoundError(f"no prompt template {name!r}; bundled: {available}, or pass a .txt path")
     return bundled.read_text()
 
