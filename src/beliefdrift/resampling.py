@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -104,14 +105,37 @@ def sample_answers(
     return (torch.stack(answers, 1) if answers else empty), torch.stack(thetas, 1), torch.stack(masses, 1)
 
 
-def start_paths(
-    lm: LanguageModel, tokens: AnswerTokens, num_paths: int, seeds: torch.Tensor | None = None
-) -> PathBatch:
-    """Prefill the prompt once, fork it to `num_paths`, and write each path's seeds (one forward pass)."""
-    batch = PathBatch.prefill(lm.model, tokens).fork(num_paths)
-    if seeds is not None and seeds.shape[1] > 0:
-        batch.advance(seeds)
-    return batch
+class QuestionRunner:
+    """Everything sampled for one question, sharing work between methods: the direct-query θ and the PPR
+    prompt are each computed once (one prefill) and forked for every method that needs them."""
+
+    def __init__(self, lm: LanguageModel, question: MCQuestion, template: str = DEFAULT_PPR_TEMPLATE):
+        self.lm = lm
+        self.question = question
+        self.template = template
+
+    @cached_property
+    def direct(self) -> AnswerDist:
+        """Exact direct-query θ over the labels (probs [K], valid_mass scalar)."""
+        return direct_query(self.lm, self.question)
+
+    @cached_property
+    def ppr_prompt(self) -> PathBatch:
+        """The PPR prompt, prefilled once (a single path; fork it, never advance it)."""
+        return PathBatch.prefill(self.lm.model, ppr_tokens(self.lm, self.question, self.template))
+
+    def paths(self, num_paths: int, seeds: torch.Tensor | None = None) -> PathBatch:
+        """`num_paths` fresh PPR paths, path j's context ending with its seeds (one forward pass)."""
+        batch = self.ppr_prompt.fork(num_paths)
+        if seeds is not None and seeds.shape[1] > 0:
+            batch.advance(seeds)
+        return batch
+
+    def ppr(self, num_paths: int, num_steps: int, generator: torch.Generator, num_seeds: int = 0) -> Trajectories:
+        """PPR (+SEED_m when `num_seeds` > 0): J paths of N answers."""
+        seeds = draw_seeds(self.direct.probs, num_paths, num_seeds, generator)
+        answers, thetas, masses = sample_answers(self.paths(num_paths, seeds), num_steps, generator)
+        return Trajectories(answers, thetas, masses, seeds)
 
 
 def run_ppr(
@@ -123,8 +147,5 @@ def run_ppr(
     num_seeds: int = 0,
     template: str = DEFAULT_PPR_TEMPLATE,
 ) -> Trajectories:
-    """PPR (+SEED_m when `num_seeds` > 0): J paths of N answers for one question."""
-    seeds = draw_seeds(direct_query(lm, question).probs, num_paths, num_seeds, generator)
-    batch = start_paths(lm, ppr_tokens(lm, question, template), num_paths, seeds)
-    answers, thetas, masses = sample_answers(batch, num_steps, generator)
-    return Trajectories(answers, thetas, masses, seeds)
+    """PPR (+SEED_m) trajectories for one question (see `QuestionRunner` to share work between methods)."""
+    return QuestionRunner(lm, question, template).ppr(num_paths, num_steps, generator, num_seeds)

@@ -81,47 +81,35 @@ def resolve_answer_tokens(
     labels: tuple[str, ...] | list[str],
     delimiter: str = "\n",
 ) -> AnswerTokens:
-    """Ids for a list of answers after `context`: tokenize `context + L1 d L2 d … Lk d L1 d` and split
-    it into prompt, label and delimiter ids.
-
-    Raises `AnswerTokenError` naming the tokenizer and label when a label is not one token, the
-    delimiter tokenizes differently between positions, or a label changes token after a delimiter.
-    """
+    """Ids for a list of answers after `context`: each label must be one token right after the context,
+    and `context + L1 d L2 d … Lk d L1 d` must tokenize as exactly those label tokens with the same
+    delimiter tokens after each. Raises `AnswerTokenError` naming the tokenizer and label otherwise."""
     labels = list(labels)
     if not delimiter:
         raise ValueError("an answer list needs a non-empty delimiter")
-    sample = "".join(label + delimiter for label in [*labels, labels[0]])
-    full = _encode(tokenizer, context + sample)
-    shared = _split_context(full, _encode(tokenizer, context))
-    prompt_ids, rest = full[:shared], full[shared:]
-    steps = len(labels) + 1
-    if len(rest) % steps or len(rest) // steps < 2:
+    first = resolve_single_answer(tokenizer, context, labels)
+    prompt = list(first.prompt_ids)
+    delimiter_ids = _encode(tokenizer, context + labels[0] + delimiter)[len(prompt) + 1 :]
+    sequence = [*range(len(labels)), 0]
+    full = _encode(tokenizer, context + "".join(labels[i] + delimiter for i in sequence))
+    if not delimiter_ids or full[: len(prompt)] != prompt:
         raise AnswerTokenError(
-            f"{_tokenizer_name(tokenizer)}: the answer list {sample!r} does not split into one token per "
-            f"label plus a fixed delimiter (got tokens {[tokenizer.decode([t]) for t in rest]}); "
-            f"a label among {labels} is not a single token in context"
+            f"{_tokenizer_name(tokenizer)}: delimiter {delimiter!r} merges with label {labels[0]!r} or the context"
         )
-    width = len(rest) // steps
-    chunks = [rest[i * width : (i + 1) * width] for i in range(steps)]
-    label_ids = [chunk[0] for chunk in chunks[:-1]]
-    delimiter_ids = chunks[0][1:]
-    for label, chunk in zip([*labels, labels[0]], chunks, strict=True):
-        decoded = tokenizer.decode([chunk[0]]).strip()
-        if decoded != label:
+    position = len(prompt)
+    for i in sequence:
+        step = full[position : position + 1 + len(delimiter_ids)]
+        if step[:1] != [first.label_ids[i]]:
             raise AnswerTokenError(
-                f"{_tokenizer_name(tokenizer)}: label {label!r} is not a single token in context "
-                f"(first token decodes to {decoded!r})"
+                f"{_tokenizer_name(tokenizer)}: label {labels[i]!r} tokenizes differently after a delimiter "
+                f"{delimiter!r} than at the start of the answer list"
             )
-        if chunk[1:] != delimiter_ids:
+        if step[1:] != delimiter_ids:
             raise AnswerTokenError(
-                f"{_tokenizer_name(tokenizer)}: delimiter {delimiter!r} after label {label!r} tokenizes as "
-                f"{chunk[1:]} but as {delimiter_ids} after {labels[0]!r}"
+                f"{_tokenizer_name(tokenizer)}: delimiter {delimiter!r} after label {labels[i]!r} tokenizes as "
+                f"{[tokenizer.decode([t]) for t in step[1:]]}, not as after {labels[0]!r}"
             )
-    if chunks[-1][0] != label_ids[0]:
-        raise AnswerTokenError(
-            f"{_tokenizer_name(tokenizer)}: label {labels[0]!r} tokenizes differently at the start of the "
-            f"list and after a delimiter"
-        )
-    if len(set(label_ids)) != len(label_ids):
-        raise AnswerTokenError(f"{_tokenizer_name(tokenizer)}: labels {labels} share a token")
-    return AnswerTokens(tuple(prompt_ids), tuple(label_ids), tuple(delimiter_ids))
+        position += len(step)
+    if position != len(full):
+        raise AnswerTokenError(f"{_tokenizer_name(tokenizer)}: the answer list {labels} does not tokenize per label")
+    return AnswerTokens(first.prompt_ids, first.label_ids, tuple(delimiter_ids))

@@ -1,0 +1,53 @@
+"""Shared fixtures: a tiny random model (fast unit tests) and the real default model (integration)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from tiny_model import save_tiny_model
+
+from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
+from beliefdrift.data import MCQuestion
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tiny_model_dir: Path) -> LanguageModel:
+    return load_model(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="session")
+def default_lm() -> LanguageModel:
+    """The embedded default model (SmolLM2-135M-Instruct), converted once and cached."""
+    return load_model(DEFAULT_MODEL)
+
+
+@pytest.fixture
+def question() -> MCQuestion:
+    return MCQuestion(
+        id="q-sky",
+        stem="What color is the sky on a clear day?",
+        choices=("green", "blue", "red", "black"),
+        labels=("A", "B", "C", "D"),
+        answer="B",
+        source="test",
+    )
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """Benchmark files: $BELIEFDRIFT_DATA or ../shared/data beside the repository."""
+    path = Path(os.environ.get("BELIEFDRIFT_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+    if not path.is_dir():
+        pytest.skip(f"benchmark data not found at {path}")
+    return path

@@ -1,0 +1,172 @@
+"""The resampling engine: cached batched θ equals fresh forward passes; sampling follows θ; seeding; RNG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from tiny_model import byte_tokenizer
+
+from beliefdrift.backend import AnswerDist, AnswerTokenError, AnswerTokens, resolve_answer_tokens
+from beliefdrift.backend.answer_tokens import resolve_single_answer
+from beliefdrift.estimators import answer_frequencies, martingale_posterior_mean, rao_blackwell_mean
+from beliefdrift.prompts import chat_context
+from beliefdrift.resampling import (
+    QuestionRunner,
+    Trajectories,
+    direct_query,
+    direct_tokens,
+    draw_seeds,
+    make_generator,
+    ppr_tokens,
+    run_ppr,
+    sample_answers,
+)
+
+
+def fresh_dist(model, tokens: AnswerTokens, answers: list[int]) -> AnswerDist:
+    """θ from one uncached forward pass over prompt + the given answers (plain SDPA attention)."""
+    ids = list(tokens.prompt_ids) + [t for a in answers for t in tokens.answer_ids(a)]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]), attn_implementation="sdpa").logits[0, -1]
+    return AnswerDist.from_logits(logits, torch.tensor(tokens.label_ids))
+
+
+def assert_matches_fresh(lm, tokens: AnswerTokens, traj: Trajectories, paths, steps) -> None:
+    for j in paths:
+        for n in steps:
+            history = traj.seeds[j].tolist() + traj.answers[j, :n].tolist()
+            fresh = fresh_dist(lm.model, tokens, history)
+            torch.testing.assert_close(traj.thetas[j, n], fresh.probs, atol=1e-4, rtol=0)
+            torch.testing.assert_close(traj.valid_mass[j, n], fresh.valid_mass, atol=1e-4, rtol=0)
+
+
+def test_cached_batched_theta_equals_fresh_forward(tiny_lm, question):
+    traj = run_ppr(tiny_lm, question, num_paths=6, num_steps=8, generator=make_generator(0))
+    assert_matches_fresh(tiny_lm, ppr_tokens(tiny_lm, question), traj, paths=[0, 3, 5], steps=[0, 1, 4, 8])
+
+
+def test_seeded_paths_start_with_their_seeds(tiny_lm, question):
+    traj = run_ppr(tiny_lm, question, num_paths=5, num_steps=4, generator=make_generator(1), num_seeds=3)
+    assert traj.seeds.shape == (5, 3) and traj.answers.shape == (5, 4)
+    # θ_0 of path j is conditioned on exactly its own seeds, written as its first three answers.
+    assert_matches_fresh(tiny_lm, ppr_tokens(tiny_lm, question), traj, paths=range(5), steps=[0, 2])
+    assert len({tuple(s) for s in traj.seeds.tolist()}) > 1, "each path should draw its own seed set"
+
+
+def test_fork_and_select_copy_paths(tiny_lm, question):
+    tokens = ppr_tokens(tiny_lm, question)
+    batch = QuestionRunner(tiny_lm, question).paths(3, seeds=torch.tensor([[0, 1], [2, 2], [1, 0]]))
+    picked = batch.select([2, 2, 0])
+    picked.advance(torch.tensor([3, 1, 1]))
+    for got, history in zip(picked.dist.probs, [[1, 0, 3], [1, 0, 1], [0, 1, 1]], strict=True):
+        torch.testing.assert_close(got, fresh_dist(tiny_lm.model, tokens, history).probs, atol=1e-4, rtol=0)
+
+
+def test_direct_query_is_the_prefilled_answer_distribution(tiny_lm, question):
+    tokens = direct_tokens(tiny_lm, question)
+    assert tiny_lm.tokenizer.decode(tokens.prompt_ids).rstrip().endswith("Answer:")
+    expected = fresh_dist(tiny_lm.model, tokens, [])
+    got = direct_query(tiny_lm, question)
+    torch.testing.assert_close(got.probs, expected.probs, atol=1e-5, rtol=0)
+    assert 0 < got.valid_mass <= 1
+
+
+def test_sampling_frequencies_match_theta(tiny_lm, question):
+    batch = QuestionRunner(tiny_lm, question).paths(1, seeds=torch.tensor([[2, 0, 1]]))
+    theta = batch.dist.probs[0].double()
+    theta = theta / theta.sum()
+    draws = 6000
+    answers, _, _ = sample_answers(batch.fork(draws), 1, make_generator(7))
+    observed = np.bincount(answers[:, 0].numpy(), minlength=theta.numel())
+    assert stats.chisquare(observed, (theta * draws).numpy()).pvalue > 1e-3
+    # The same counts are far from a distribution that differs from θ by a few points.
+    shifted = (theta + torch.tensor([0.04, -0.04, 0.0, 0.0], dtype=torch.float64)).clamp_min(1e-3)
+    shifted = shifted / shifted.sum()
+    assert stats.chisquare(observed, (shifted * draws).numpy()).pvalue < 1e-3
+
+
+def test_seeds_follow_the_direct_distribution():
+    probs = torch.tensor([0.1, 0.6, 0.3], dtype=torch.float64)
+    seeds = draw_seeds(probs, 2000, 3, make_generator(3))
+    observed = np.bincount(seeds.flatten().numpy(), minlength=3)
+    assert stats.chisquare(observed, (probs * seeds.numel()).numpy()).pvalue > 1e-3
+    assert draw_seeds(probs, 4, 0, make_generator(3)).shape == (4, 0)
+
+
+def test_same_seed_same_trajectories_different_seed_different(tiny_lm, question):
+    first = run_ppr(tiny_lm, question, 4, 6, make_generator(11, question.id), num_seeds=2)
+    again = run_ppr(tiny_lm, question, 4, 6, make_generator(11, question.id), num_seeds=2)
+    other = run_ppr(tiny_lm, question, 4, 6, make_generator(12, question.id), num_seeds=2)
+    assert torch.equal(first.answers, again.answers) and torch.equal(first.seeds, again.seeds)
+    assert torch.equal(first.thetas, again.thetas)
+    assert not torch.equal(torch.cat([first.seeds, first.answers], 1), torch.cat([other.seeds, other.answers], 1))
+
+
+def test_generator_depends_on_every_key():
+    draw = lambda *keys: torch.rand(4, generator=make_generator(*keys))  # noqa: E731
+    assert torch.equal(draw(0, "q1", "ppr"), draw(0, "q1", "ppr"))
+    assert not torch.equal(draw(0, "q1", "ppr"), draw(0, "q2", "ppr"))
+    assert not torch.equal(draw(0, "q1", "ppr"), draw(1, "q1", "ppr"))
+
+
+def test_q_star_counts_generated_answers_only():
+    traj = Trajectories(
+        answers=torch.tensor([[1, 1, 2, 1], [2, 2, 2, 2]]),
+        thetas=torch.full((2, 5, 3), 1 / 3),
+        valid_mass=torch.ones(2, 5),
+        seeds=torch.zeros(2, 3, dtype=torch.long),
+    )
+    expected = torch.tensor([[0, 0.75, 0.25], [0, 0, 1]], dtype=torch.float64)
+    torch.testing.assert_close(answer_frequencies(traj), expected)
+    torch.testing.assert_close(martingale_posterior_mean(traj), expected.mean(0))
+
+
+def test_q_star_and_rao_blackwell_agree_in_expectation(tiny_lm, question):
+    traj = run_ppr(tiny_lm, question, num_paths=1500, num_steps=6, generator=make_generator(5))
+    per_path_freq = answer_frequencies(traj)
+    per_path_rb = traj.thetas[:, :6].double().mean(1)
+    diff = per_path_freq - per_path_rb
+    standard_error = diff.std(0) / np.sqrt(traj.num_paths)
+    assert torch.all((diff.mean(0)).abs() < 4 * standard_error + 1e-9)
+    torch.testing.assert_close(rao_blackwell_mean(traj), per_path_rb.mean(0))
+    # Rao-Blackwellization lowers the per-path variance.
+    assert torch.all(per_path_rb.var(0) <= per_path_freq.var(0))
+
+
+def test_multi_token_label_is_rejected_with_its_name():
+    tokenizer = byte_tokenizer()
+    with pytest.raises(AnswerTokenError, match=r"Tokenizer.*label 'Ab' is not a single token"):
+        resolve_answer_tokens(tokenizer, "<|im_start|>assistant\n", ["Ab", "C"])
+    with pytest.raises(AnswerTokenError, match="'Ab'"):
+        resolve_single_answer(tokenizer, "Answer: ", ["Ab", "C"])
+
+
+def test_answer_tokens_resolved_in_context():
+    tokenizer = byte_tokenizer()
+    tokens = resolve_answer_tokens(tokenizer, "hello\n", ["A", "B", "C"], delimiter="\n")
+    assert tokenizer.decode(tokens.prompt_ids) == "hello\n"
+    assert [tokenizer.decode([t]) for t in tokens.label_ids] == ["A", "B", "C"]
+    assert tokenizer.decode(tokens.delimiter_ids) == "\n"
+    two_token_delimiter = resolve_answer_tokens(tokenizer, "x", ["A", "B"], delimiter=";\n")
+    assert two_token_delimiter.step_length == 3
+
+
+def test_plain_text_fallback_without_chat_template():
+    tokenizer = byte_tokenizer(chat_template=None)
+    assert chat_context(tokenizer, "Question?", "Answer: ") == "Question?\n\nAnswer: "
+
+
+@pytest.mark.integration
+def test_default_model_cached_theta_equals_fresh_forward(default_lm, question):
+    traj = run_ppr(default_lm, question, num_paths=3, num_steps=4, generator=make_generator(0), num_seeds=2)
+    assert_matches_fresh(default_lm, ppr_tokens(default_lm, question), traj, paths=[0, 2], steps=[0, 1, 4])
+    assert traj.valid_mass.mean() > 0.3, "the default model should mostly follow the answer-list format"
+
+
+@pytest.mark.integration
+def test_default_model_direct_query(default_lm, question):
+    dist = direct_query(default_lm, question)
+    assert dist.probs.shape == (4,) and abs(float(dist.probs.sum()) - 1) < 1e-5
+    assert dist.valid_mass > 0.1
