@@ -1,0 +1,5 @@
+import sys
+
+from beliefdrift.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of the `beliefdrift` CLI, one module each (each exposes `add_parser`)."""

@@ -1,0 +1,34 @@
+"""Options shared by several commands: model, data, output and run size."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", default=DEFAULT_MODEL, help="registry name, hub id, local directory or .gguf file")
+    group.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    group.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                       help="auto = bf16 where bf16 matmuls are fast (AMX/AVX512-BF16 CPUs, CUDA), else float32")
+    group.add_argument("--template", default=DEFAULT_PPR_TEMPLATE,
+                       help="PPR prompt: ppr-llama, ppr-olmo, or a .txt template path")
+
+
+def add_sampling_args(parser: argparse.ArgumentParser, paths: int, steps: int) -> None:
+    group = parser.add_argument_group("sampling")
+    group.add_argument("--paths", "-J", type=int, default=paths, help="PPR paths per question (J)")
+    group.add_argument("--steps", "-N", type=int, default=steps, help="answers generated per path (N)")
+    group.add_argument("--seed", type=int, default=0, help="run seed (each question × method derives its own)")
+
+
+def add_output_args(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--out", type=Path, default=Path(default), help="output directory")
+
+
+def model_from_args(args: argparse.Namespace) -> LanguageModel:
+    return load_model(args.model, device=args.device, dtype=args.dtype)

@@ -1,0 +1,96 @@
+"""The answer-distribution methods of the paper's tables, by name: `direct`, `ppr`, `ppr-seed<m>` and
+`am-ppr` / `am-ppr-seed<m>` (the SC-tuned model, read off its first step)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from beliefdrift.backend import LanguageModel
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.estimators import first_step_estimate, martingale_posterior_mean, rao_blackwell_mean
+from beliefdrift.resampling import QuestionRunner, Trajectories, make_generator
+
+_METHOD = re.compile(r"^(?P<kind>direct|ppr|am-ppr)(?:-seed(?P<m>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Method:
+    """A way to turn a model and a question into a distribution over the answer labels."""
+
+    name: str
+    kind: str  # "direct" | "ppr" | "am-ppr"
+    num_seeds: int = 0
+
+    @property
+    def resamples(self) -> bool:
+        return self.kind != "direct"
+
+    @property
+    def needs_adapter(self) -> bool:
+        return self.kind == "am-ppr"
+
+    @property
+    def title(self) -> str:
+        """The row label used in the paper's tables, e.g. "PPR + SEED_5"."""
+        if self.kind == "direct":
+            return "Direct-Query"
+        return f"{self.kind.upper()} + " + (f"SEED_{self.num_seeds}" if self.num_seeds else "NoSEED")
+
+
+def parse_method(name: str) -> Method:
+    """`direct`, `ppr`, `ppr-seed5`, `am-ppr-seed1`, … → `Method`; anything else is a ValueError."""
+    match = _METHOD.match(name.strip().lower())
+    if not match or (match["kind"] == "direct" and match["m"]):
+        raise ValueError(f"unknown method {name!r}; expected direct, ppr, ppr-seed<m>, am-ppr or am-ppr-seed<m>")
+    return Method(name=match.group(0), kind=match["kind"], num_seeds=int(match["m"] or 0))
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """One method's answer distribution for one question.
+
+    `probs` is the method's estimate (direct θ, PPR q*, AM-PPR θ̂_1); `alternatives` holds the other
+    estimators computed from the same paths (q*_RB for PPR); `valid_mass` is the mean label mass.
+    """
+
+    method: Method
+    probs: torch.Tensor
+    valid_mass: float
+    alternatives: dict[str, torch.Tensor]
+    trajectories: Trajectories | None = None
+
+
+def run_method(
+    runner: QuestionRunner, method: Method, num_paths: int, num_steps: int, generator: torch.Generator
+) -> MethodResult:
+    """Apply `method` to the runner's question (for AM-PPR the runner must hold the tuned model)."""
+    if method.kind == "direct":
+        dist = runner.direct
+        return MethodResult(method, dist.probs.double(), float(dist.valid_mass), {})
+    steps = 0 if method.kind == "am-ppr" else num_steps
+    traj = runner.ppr(num_paths, steps, generator, num_seeds=method.num_seeds)
+    if method.kind == "am-ppr":
+        return MethodResult(method, first_step_estimate(traj), float(traj.valid_mass.mean()), {}, traj)
+    alternatives = {"q_star_rb": rao_blackwell_mean(traj), "theta_1": first_step_estimate(traj)}
+    return MethodResult(method, martingale_posterior_mean(traj), float(traj.valid_mass.mean()), alternatives, traj)
+
+
+def run_methods(
+    lm: LanguageModel,
+    question: MCQuestion,
+    methods: list[Method],
+    num_paths: int,
+    num_steps: int,
+    seed: int,
+    template: str,
+) -> list[MethodResult]:
+    """All `methods` on one question, sharing its prefills; each method draws from its own generator
+    (seeded by run seed, question id and method name), so results do not depend on what else ran."""
+    runner = QuestionRunner(lm, question, template)
+    return [
+        run_method(runner, method, num_paths, num_steps, make_generator(seed, question.id, method.name))
+        for method in methods
+    ]

@@ -1,0 +1,47 @@
+"""Figures in the paper's style (matplotlib, written as PNG and PDF)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from beliefdrift.diagnostics.marginal import MarginalDrift  # noqa: E402
+
+
+def save_figure(fig: plt.Figure, path: Path) -> list[Path]:
+    """Write `path` as .png and .pdf; return both paths."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for suffix in (".png", ".pdf"):
+        target = path.with_suffix(suffix)
+        fig.savefig(target, dpi=150, bbox_inches="tight")
+        written.append(target)
+    plt.close(fig)
+    return written
+
+
+def plot_marginal_drift(
+    panels: Sequence[tuple[str, MarginalDrift]], labels: Sequence[str], path: Path, title: str = ""
+) -> list[Path]:
+    """One panel per prompt variant: mean θ_n per option against n, shaded ±1 std across paths."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), sharey=True, squeeze=False)
+    for ax, (name, drift) in zip(axes[0], panels, strict=True):
+        steps = range(drift.mean.shape[0])
+        for k, label in enumerate(labels):
+            mean, std = drift.mean[:, k].numpy(), drift.std[:, k].numpy()
+            ax.plot(steps, mean, label=label, lw=1.6)
+            ax.fill_between(steps, (mean - std).clip(0, 1), (mean + std).clip(0, 1), alpha=0.15)
+        ax.set_title(name)
+        ax.set_xlabel("n (answers generated)")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(r"$\mathbb{E}[\theta_n]$")
+    axes[0][-1].legend(title="option", fontsize=8, loc="upper right")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save_figure(fig, path)
