@@ -133,7 +133,9 @@ class QuestionRunner:
 
     def ppr(self, num_paths: int, num_steps: int, generator: torch.Generator, num_seeds: int = 0) -> Trajectories:
         """PPR (+SEED_m when `num_seeds` > 0): J paths of N answers."""
-        seeds = draw_seeds(self.direct.probs, num_paths, num_seeds, generator)
+        seeds = torch.empty(num_paths, 0, dtype=torch.long)
+        if num_seeds:  # the direct-query prefill is only paid for when seeds are drawn
+            seeds = draw_seeds(self.direct.probs, num_paths, num_seeds, generator)
         answers, thetas, masses = sample_answers(self.paths(num_paths, seeds), num_steps, generator)
         return Trajectories(answers, thetas, masses, seeds)
 
