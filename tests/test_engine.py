@@ -11,8 +11,10 @@ from tiny_model import byte_tokenizer
 from beliefdrift.backend import AnswerDist, AnswerTokenError, AnswerTokens, resolve_answer_tokens
 from beliefdrift.backend.answer_tokens import resolve_single_answer
 from beliefdrift.estimators import answer_frequencies, martingale_posterior_mean, rao_blackwell_mean
+from beliefdrift.methods import parse_method, run_methods
 from beliefdrift.prompts import chat_context
 from beliefdrift.resampling import (
+    PPRRequest,
     QuestionRunner,
     Trajectories,
     direct_query,
@@ -170,3 +172,22 @@ def test_default_model_direct_query(default_lm, question):
     dist = direct_query(default_lm, question)
     assert dist.probs.shape == (4,) and abs(float(dist.probs.sum()) - 1) < 1e-5
     assert dist.valid_mass > 0.1
+
+
+def test_variants_advanced_together_match_fresh_forward(tiny_lm, question):
+    runner = QuestionRunner(tiny_lm, question)
+    requests = [PPRRequest(3, 5, make_generator(0, "ppr")), PPRRequest(2, 3, make_generator(0, "s1"), num_seeds=1),
+                PPRRequest(3, 5, make_generator(0, "s4"), num_seeds=4)]
+    no_seed, one_seed, four_seeds = runner.ppr_many(requests)
+    assert no_seed.seeds.shape == (3, 0) and one_seed.answers.shape == (2, 3) and four_seeds.seeds.shape == (3, 4)
+    tokens = ppr_tokens(tiny_lm, question)
+    for traj in (no_seed, one_seed, four_seeds):
+        assert_matches_fresh(tiny_lm, tokens, traj, paths=range(traj.num_paths), steps=[0, 1, traj.num_steps])
+
+
+def test_method_result_does_not_depend_on_other_methods(tiny_lm, question):
+    alone = run_methods(tiny_lm, question, [parse_method("ppr-seed2")], 4, 5, seed=3, template="ppr-llama")[0]
+    together = run_methods(tiny_lm, question, [parse_method(m) for m in ("direct", "ppr", "ppr-seed2")], 4, 5, 3,
+                           "ppr-llama")[2]
+    assert torch.equal(alone.trajectories.answers, together.trajectories.answers)
+    torch.testing.assert_close(alone.probs, together.probs)

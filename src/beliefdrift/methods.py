@@ -11,7 +11,7 @@ import torch
 from beliefdrift.backend import LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.estimators import first_step_estimate, martingale_posterior_mean, rao_blackwell_mean
-from beliefdrift.resampling import QuestionRunner, Trajectories, make_generator
+from beliefdrift.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator
 
 _METHOD = re.compile(r"^(?P<kind>direct|ppr|am-ppr)(?:-seed(?P<m>\d+))?$")
 
@@ -63,19 +63,27 @@ class MethodResult:
     trajectories: Trajectories | None = None
 
 
+def _result(method: Method, traj: Trajectories) -> MethodResult:
+    """The method's estimate from its trajectories: θ̂_1 for AM-PPR, q* (and q*_RB, θ̂_1) for PPR."""
+    valid_mass = float(traj.valid_mass.mean())
+    if method.kind == "am-ppr":
+        return MethodResult(method, first_step_estimate(traj), valid_mass, {}, traj)
+    alternatives = {"q_star_rb": rao_blackwell_mean(traj), "theta_1": first_step_estimate(traj)}
+    return MethodResult(method, martingale_posterior_mean(traj), valid_mass, alternatives, traj)
+
+
+def _request(method: Method, num_paths: int, num_steps: int, generator: torch.Generator) -> PPRRequest:
+    """AM-PPR only needs θ_0 of each (seeded) path: no answers are generated."""
+    return PPRRequest(num_paths, 0 if method.kind == "am-ppr" else num_steps, generator, method.num_seeds)
+
+
 def run_method(
     runner: QuestionRunner, method: Method, num_paths: int, num_steps: int, generator: torch.Generator
 ) -> MethodResult:
     """Apply `method` to the runner's question (for AM-PPR the runner must hold the tuned model)."""
     if method.kind == "direct":
-        dist = runner.direct
-        return MethodResult(method, dist.probs.double(), float(dist.valid_mass), {})
-    steps = 0 if method.kind == "am-ppr" else num_steps
-    traj = runner.ppr(num_paths, steps, generator, num_seeds=method.num_seeds)
-    if method.kind == "am-ppr":
-        return MethodResult(method, first_step_estimate(traj), float(traj.valid_mass.mean()), {}, traj)
-    alternatives = {"q_star_rb": rao_blackwell_mean(traj), "theta_1": first_step_estimate(traj)}
-    return MethodResult(method, martingale_posterior_mean(traj), float(traj.valid_mass.mean()), alternatives, traj)
+        return MethodResult(method, runner.direct.probs.double(), float(runner.direct.valid_mass), {})
+    return _result(method, runner.ppr_many([_request(method, num_paths, num_steps, generator)])[0])
 
 
 def run_methods(
@@ -87,10 +95,16 @@ def run_methods(
     seed: int,
     template: str,
 ) -> list[MethodResult]:
-    """All `methods` on one question, sharing its prefills; each method draws from its own generator
-    (seeded by run seed, question id and method name), so results do not depend on what else ran."""
+    """All `methods` on one question with one model: one prefill per prompt, and the paths of every
+    resampling method advance together. Each method draws from its own generator (run seed, question id,
+    method name), so its result does not depend on which other methods ran."""
     runner = QuestionRunner(lm, question, template)
+    resampling = [m for m in methods if m.resamples]
+    requests = [_request(m, num_paths, num_steps, make_generator(seed, question.id, m.name)) for m in resampling]
+    trajectories = dict(zip((m.name for m in resampling), runner.ppr_many(requests), strict=True)) if requests else {}
     return [
-        run_method(runner, method, num_paths, num_steps, make_generator(seed, question.id, method.name))
-        for method in methods
+        _result(m, trajectories[m.name])
+        if m.resamples
+        else MethodResult(m, runner.direct.probs.double(), float(runner.direct.valid_mass), {})
+        for m in methods
     ]

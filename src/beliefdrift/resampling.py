@@ -8,6 +8,7 @@ from the direct-query θ, written as the first m lines of its answer list.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -87,22 +88,36 @@ def draw_seeds(probs: torch.Tensor, num_paths: int, m: int, generator: torch.Gen
 
 
 def sample_answers(
-    batch: PathBatch, steps: int, generator: torch.Generator
+    batch: PathBatch, steps: int, generator: torch.Generator | Sequence[tuple[int, torch.Generator]]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Advance every path of `batch` by `steps` sampled answers.
 
+    `generator` is one generator for the whole batch, or (block size, generator) pairs for consecutive
+    blocks of paths that must draw their own streams (e.g. one block per method).
     Returns answers [B, steps], θ [B, steps+1, K] (θ before each answer and after the last) and
     valid_mass [B, steps+1].
     """
+    streams = [(batch.size, generator)] if isinstance(generator, torch.Generator) else list(generator)
     thetas, masses, answers = [batch.dist.probs], [batch.dist.valid_mass], []
     for _ in range(steps):
-        answer = torch.multinomial(batch.dist.probs, 1, generator=generator)
+        blocks = batch.dist.probs.split([size for size, _ in streams])
+        answer = torch.cat([torch.multinomial(p, 1, generator=g) for p, (_, g) in zip(blocks, streams, strict=True)])
         batch.advance(answer)
         answers.append(answer[:, 0])
         thetas.append(batch.dist.probs)
         masses.append(batch.dist.valid_mass)
     empty = torch.empty(batch.size, 0, dtype=torch.long)
     return (torch.stack(answers, 1) if answers else empty), torch.stack(thetas, 1), torch.stack(masses, 1)
+
+
+@dataclass(frozen=True)
+class PPRRequest:
+    """One set of PPR paths to sample for a question: J paths, N answers, m seeds, its own RNG stream."""
+
+    num_paths: int
+    num_steps: int
+    generator: torch.Generator
+    num_seeds: int = 0
 
 
 class QuestionRunner:
@@ -133,11 +148,27 @@ class QuestionRunner:
 
     def ppr(self, num_paths: int, num_steps: int, generator: torch.Generator, num_seeds: int = 0) -> Trajectories:
         """PPR (+SEED_m when `num_seeds` > 0): J paths of N answers."""
-        seeds = torch.empty(num_paths, 0, dtype=torch.long)
-        if num_seeds:  # the direct-query prefill is only paid for when seeds are drawn
-            seeds = draw_seeds(self.direct.probs, num_paths, num_seeds, generator)
-        answers, thetas, masses = sample_answers(self.paths(num_paths, seeds), num_steps, generator)
-        return Trajectories(answers, thetas, masses, seeds)
+        return self.ppr_many([PPRRequest(num_paths, num_steps, generator, num_seeds)])[0]
+
+    def ppr_many(self, requests: Sequence[PPRRequest]) -> list[Trajectories]:
+        """Several PPR variants at once: their paths advance together, one forward pass per step (paths
+        with fewer seeds are left-padded); each request draws from its own generator, seeds first."""
+        seeds = [
+            draw_seeds(self.direct.probs, r.num_paths, r.num_seeds, r.generator)
+            if r.num_seeds  # the direct-query prefill is only paid for when seeds are drawn
+            else torch.empty(r.num_paths, 0, dtype=torch.long)
+            for r in requests
+        ]
+        batch = PathBatch.concat([self.paths(r.num_paths, s) for r, s in zip(requests, seeds, strict=True)])
+        steps = max(r.num_steps for r in requests)
+        answers, thetas, masses = sample_answers(batch, steps, [(r.num_paths, r.generator) for r in requests])
+        blocks = [r.num_paths for r in requests]
+        return [
+            Trajectories(a[:, : r.num_steps], t[:, : r.num_steps + 1], v[:, : r.num_steps + 1], s)
+            for r, s, a, t, v in zip(
+                requests, seeds, answers.split(blocks), thetas.split(blocks), masses.split(blocks), strict=True
+            )
+        ]
 
 
 def run_ppr(

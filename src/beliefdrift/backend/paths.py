@@ -37,7 +37,8 @@ class PathBatch:
     """B answer paths for one prompt: the prompt's KV cache is stored once and shared, each path caches
     only the answers appended after it. `dist` holds every path's current θ (on the CPU).
 
-    Every path has the same length, so no padding or attention mask is needed.
+    Suffix caches have one common length; a path with a shorter history (e.g. fewer seed answers, after
+    `concat`) has `padding[b]` leading slots that its attention skips and its positions discount.
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class PathBatch:
         suffix: DynamicCache,
         suffix_length: int,
         dist: AnswerDist,
+        padding: torch.Tensor | None = None,
     ):
         self.model = model
         self.tokens = tokens
@@ -55,6 +57,7 @@ class PathBatch:
         self.suffix = suffix
         self.suffix_length = suffix_length
         self.dist = dist
+        self.padding = torch.zeros(dist.probs.shape[0], dtype=torch.long) if padding is None else padding
         device = next(model.parameters()).device
         self._label_ids = torch.tensor(tokens.label_ids, device=device)
         self._answer_ids = torch.tensor([tokens.answer_ids(i) for i in range(len(tokens.label_ids))], device=device)
@@ -84,7 +87,35 @@ class PathBatch:
             rows = [(layer.keys[index.to(device)], layer.values[index.to(device)]) for layer in self.suffix.layers]
             suffix = DynamicCache(rows, config=self.model.config)
         dist = AnswerDist(self.dist.probs[index], self.dist.valid_mass[index])
-        return PathBatch(self.model, self.tokens, self.prefix, suffix, self.suffix_length, dist)
+        return PathBatch(self.model, self.tokens, self.prefix, suffix, self.suffix_length, dist, self.padding[index])
+
+    @staticmethod
+    def concat(batches: list[PathBatch]) -> PathBatch:
+        """One batch holding every path of `batches` (same prompt), shorter suffixes left-padded."""
+        first = batches[0]
+        if any(b.prefix is not first.prefix for b in batches):
+            raise ValueError("only paths forked from the same prefilled prompt can be concatenated")
+        length = max(b.suffix_length for b in batches)
+        padding = torch.cat([b.padding + (length - b.suffix_length) for b in batches])
+        dist = AnswerDist(torch.cat([b.dist.probs for b in batches]), torch.cat([b.dist.valid_mass for b in batches]))
+        suffix = DynamicCache(config=first.model.config)
+        if length:
+            layers = range(len(first.prefix.keys))
+            rows = [
+                tuple(torch.cat([b._padded(layer, part, length) for b in batches]) for part in (0, 1))
+                for layer in layers
+            ]
+            suffix = DynamicCache(rows, config=first.model.config)
+        return PathBatch(first.model, first.tokens, first.prefix, suffix, length, dist, padding)
+
+    def _padded(self, layer: int, part: int, length: int) -> torch.Tensor:
+        """This batch's suffix keys (part 0) or values (part 1) of `layer`, left-padded with zeros to `length`."""
+        like = self.prefix.keys[layer]
+        gap = like.new_zeros(self.size, like.shape[1], length - self.suffix_length, like.shape[3])
+        if not self.suffix_length:
+            return gap
+        cached = self.suffix.layers[layer]
+        return torch.cat([gap, cached.keys if part == 0 else cached.values], 2)
 
     def fork(self, copies: int) -> PathBatch:
         """`copies` paths per existing path (path i becomes paths i·copies … i·copies + copies − 1)."""
@@ -95,13 +126,15 @@ class PathBatch:
         """Append answers [B, m] (label indices) to every path in one forward pass; return the new θ."""
         answers = answers.reshape(self.size, -1).to(self._answer_ids.device)
         input_ids = self._answer_ids[answers].reshape(self.size, -1)
-        start = self.prefix.length + self.suffix_length
-        positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device).expand(self.size, -1)
+        device = input_ids.device
+        start = self.prefix.length + self.suffix_length - self.padding.to(device)
+        positions = start[:, None] + torch.arange(input_ids.shape[1], device=device)
         logits = self.model(
             input_ids=input_ids,
             position_ids=positions,
             past_key_values=self.suffix,
             shared_prefix=self.prefix,
+            suffix_padding=self.padding if bool(self.padding.any()) else None,
             use_cache=True,
             logits_to_keep=1,
         ).logits

@@ -46,11 +46,13 @@ def shared_prefix_attention(
     scaling: float | None = None,
     dropout: float = 0.0,
     shared_prefix: SharedPrefix | None = None,
+    suffix_padding: torch.Tensor | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """softmax([q·K_prompt ‖ q·K_suffix] · scale + causal mask on the suffix) · [V_prompt ‖ V_suffix].
 
-    query [B, H, T, D]; key/value [B, H_kv, S, D] are the paths' suffixes (the T new tokens last).
+    query [B, H, T, D]; key/value [B, H_kv, S, D] are the paths' suffixes (the T new tokens last);
+    `suffix_padding[b]` leading suffix slots of path b are padding, hidden from its queries.
     Returns [B, T, H, D] like the other transformers attention functions.
     """
     if shared_prefix is None:
@@ -69,7 +71,11 @@ def shared_prefix_attention(
     prefix_scores = (flat @ prefix_keys.transpose(1, 2)).reshape(kv_heads, batch, group * new, -1).transpose(0, 1)
     suffix_scores = grouped @ key.transpose(2, 3)  # [B, H_kv, g·T, S]
     causal = torch.ones(new, suffix, dtype=torch.bool, device=query.device).tril(suffix - new)
-    suffix_scores = suffix_scores.masked_fill(~causal.repeat(group, 1), float("-inf"))
+    visible = causal.repeat(group, 1)  # [g·T, S]
+    if suffix_padding is not None:
+        slots = torch.arange(suffix, device=query.device)
+        visible = visible & (slots >= suffix_padding.to(query.device)[:, None])[:, None, None, :]
+    suffix_scores = suffix_scores.masked_fill(~visible, float("-inf"))
     weights = torch.softmax(torch.cat([prefix_scores, suffix_scores], -1).float() * scale, -1).to(query.dtype)
     if dropout and module.training:
         weights = torch.nn.functional.dropout(weights, p=dropout)
