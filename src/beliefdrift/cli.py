@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ["demo"]
+COMMANDS = ["demo", "drift", "emd", "evaluate", "report"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except (FileNotFoundError, ValueError) as err:  # bad input: say what, not a traceback
+    except (OSError, ValueError) as err:  # bad input or missing files: say what, not a traceback
         print(f"beliefdrift {args.command}: error: {err}", file=sys.stderr)
         return 2
 
