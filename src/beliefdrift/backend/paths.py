@@ -75,7 +75,8 @@ class PathBatch:
         cache = DynamicCache(config=model.config)
         input_ids = torch.tensor([tokens.prompt_ids], device=device)
         logits = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
-        dist = AnswerDist.from_logits(logits[:, -1], torch.tensor(tokens.label_ids, device=device)).cpu()
+        label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)  # long even when empty
+        dist = AnswerDist.from_logits(logits[:, -1], label_ids).cpu()
         return cls(model, tokens, SharedPrefix.from_cache(cache), DynamicCache(config=model.config), 0, dist)
 
     def select(self, index: torch.Tensor | list[int]) -> PathBatch:
