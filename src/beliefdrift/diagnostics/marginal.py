@@ -31,3 +31,9 @@ def average_drift(drifts: list[MarginalDrift]) -> MarginalDrift:
     return MarginalDrift(
         torch.stack([d.mean for d in drifts]).mean(0), torch.stack([d.std for d in drifts]).mean(0)
     )
+
+
+def marginal_shift(drift: MarginalDrift) -> torch.Tensor:
+    """‖E[θ_n] − E[θ_0]‖_1 for n = 0 … N: a label-free drift curve (0 for a martingale up to sampling noise),
+    comparable and averageable across questions with different options."""
+    return (drift.mean - drift.mean[0]).abs().sum(-1)

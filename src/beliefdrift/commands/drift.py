@@ -1,0 +1,221 @@
+"""`beliefdrift drift`: marginal drift of θ_n and a c.i.d. check for PPR-type methods (paper Figure 1).
+
+For each question × method: J PPR paths of N answers; E[θ_n] ± std across paths against n, the label-free shift
+‖E[θ_n] − E[θ_0]‖_1, and the first-half vs second-half answer-frequency difference (c.i.d. check). Writes one record
+file per question × method (resumable), records.csv, summary.md/json and the marginal-drift figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from beliefdrift.backend import LanguageModel
+from beliefdrift.commands.common import add_model_args, add_output_args, add_sampling_args, model_from_args
+from beliefdrift.commands.records import RecordWriter, write_atomic
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.data.registry import DATASETS, load_dataset
+from beliefdrift.diagnostics.cid import cid_check
+from beliefdrift.diagnostics.marginal import MarginalDrift, average_drift, marginal_drift, marginal_shift
+from beliefdrift.methods import Method, parse_method
+from beliefdrift.report.diagnostic_plots import plot_curves
+from beliefdrift.report.plots import plot_marginal_drift
+from beliefdrift.resampling import QuestionRunner, make_generator
+
+BASE_METHODS = ("ppr", "ppr-seed5")
+ADAPTER_METHODS = ("am-ppr", "am-ppr-seed5")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("drift", help="marginal drift of θ_n and a c.i.d. check", description=__doc__)
+    add_run_args(parser, paths=16, steps=20, out="beliefdrift-out/drift")
+    parser.add_argument("--plot-questions", type=int, default=1, help="per-question drift figures to draw")
+    parser.set_defaults(func=run)
+
+
+def add_run_args(parser: argparse.ArgumentParser, paths: int, steps: int, out: str) -> None:
+    """Model, questions, methods, sampling and output options shared by `drift` and `emd`."""
+    add_model_args(parser)
+    add_sampling_args(parser, paths=paths, steps=steps)
+    add_output_args(parser, out)
+    group = parser.add_argument_group("questions and methods")
+    group.add_argument("--dataset", default="demo", help=f"one of {', '.join(DATASETS)} or a file path")
+    group.add_argument("--split", default=None, help="dataset split (default: the dataset's evaluation split)")
+    group.add_argument("--n", type=int, default=None, help="number of questions (deterministic subsample by --seed)")
+    group.add_argument("--data-dir", type=Path, default=None, help="benchmark directory (default $BELIEFDRIFT_DATA)")
+    group.add_argument("--methods", default=None,
+                       help=f"comma list of PPR-type methods (default {','.join(BASE_METHODS)}, "
+                            f"plus {','.join(ADAPTER_METHODS)} with --adapter)")
+    group.add_argument("--adapter", type=Path, default=None, help="peft LoRA directory of the SC-tuned model (AM-PPR)")
+
+
+def methods_from_args(args: argparse.Namespace) -> list[Method]:
+    names = args.methods.split(",") if args.methods else [*BASE_METHODS, *(ADAPTER_METHODS if args.adapter else ())]
+    methods = [parse_method(name) for name in names]
+    for method in methods:
+        if not method.resamples:
+            raise ValueError(f"{method.name}: drift diagnostics need a resampling method (ppr…, am-ppr…)")
+        if method.needs_adapter and args.adapter is None:
+            raise ValueError(f"{method.name} needs --adapter (a LoRA directory of the SC-tuned model)")
+    return methods
+
+
+def questions_from_args(args: argparse.Namespace) -> list[MCQuestion]:
+    questions = load_dataset(args.dataset, split=args.split, data_dir=args.data_dir, n=args.n, seed=args.seed)
+    if not questions or not isinstance(questions[0], MCQuestion):
+        raise ValueError(f"{args.dataset}: drift diagnostics need multiple-choice questions")
+    return questions
+
+
+def load_adapter(lm: LanguageModel, path: Path) -> LanguageModel:
+    """`lm` with a peft LoRA adapter loaded on top (the base weights are shared, not copied)."""
+    from peft import PeftModel
+
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"adapter directory not found: {path}")
+    return LanguageModel(PeftModel.from_pretrained(lm.model, str(path)).eval(), lm.tokenizer, f"{lm.name}+{path}")
+
+
+class Models:
+    """The base model and, with an adapter, the tuned one; `use(method)` gives the model a method runs on."""
+
+    def __init__(self, args: argparse.Namespace):
+        print(f"loading {args.model} ...", flush=True)
+        self.base = model_from_args(args)
+        self.tuned = load_adapter(self.base, args.adapter) if args.adapter else None
+
+    @contextmanager
+    def use(self, method: Method) -> Iterator[LanguageModel]:
+        if method.needs_adapter:
+            yield self.tuned
+        elif self.tuned is None:
+            yield self.base
+        else:  # loading the adapter patched the base modules: switch it off for the base methods
+            with self.tuned.model.disable_adapter():
+                yield self.tuned
+
+
+def run_config(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The settings that determine a question × method record (what a resumed run must share)."""
+    keys = ("command", "model", "dtype", "template", "dataset", "split", "seed", "adapter", "paths", "steps", *names)
+    return {key: str(getattr(args, key)) if isinstance(getattr(args, key), Path) else getattr(args, key)
+            for key in keys}
+
+
+def for_each_unit(
+    args: argparse.Namespace,
+    writer: RecordWriter,
+    compute: Callable[[QuestionRunner, Method], dict[str, Any]],
+    desc: str,
+) -> tuple[list[MCQuestion], list[Method]]:
+    """Write `compute(runner, method)` (a dict of quantities) for every question × method not written yet."""
+    questions, methods = questions_from_args(args), methods_from_args(args)
+    todo = [(q, m) for q in questions for m in methods if not writer.done(q.id, m.name)]
+    print(f"{len(questions)} questions × {len(methods)} methods ({len(questions) * len(methods) - len(todo)} done)",
+          flush=True)
+    models = Models(args) if todo else None
+    current, runners = None, {}
+    for question, method in tqdm(todo, desc=desc, unit="question×method"):
+        if question is not current:  # one question's prefills at a time (base and tuned model)
+            current, runners = question, {}
+        with models.use(method) as lm:
+            runner = runners.setdefault(method.needs_adapter, QuestionRunner(lm, question, args.template))
+            writer.write(question.id, method.name, compute(runner, method))
+    return questions, methods
+
+
+def trajectory_quantities(runner: QuestionRunner, method: Method, paths: int, steps: int, seed: int) -> dict[str, Any]:
+    """Marginal drift and c.i.d. check of J × N PPR paths (the generator of `run_methods`, so the same paths)."""
+    traj = runner.ppr(paths, steps, make_generator(seed, runner.question.id, method.name), method.num_seeds)
+    drift = marginal_drift(traj)
+    cid = cid_check(traj.answers, traj.num_labels, make_generator(seed, runner.question.id, method.name, "cid"))
+    return {
+        "marginal_mean": drift.mean.tolist(),
+        "marginal_std": drift.std.tolist(),
+        "marginal_shift": marginal_shift(drift).tolist(),
+        "valid_mass": float(traj.valid_mass.mean()),
+        "cid_difference": cid.difference.tolist(),
+        "cid_low": cid.low.tolist(),
+        "cid_high": cid.high.tolist(),
+        "cid_l1": cid.l1,
+        "cid_consistent": cid.consistent,
+    }
+
+
+def mean_std(values: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (sample) std over questions of per-question numbers or equal-length curves."""
+    stacked = torch.tensor(values, dtype=torch.float64)
+    return stacked.mean(0), (stacked.std(0, correction=1) if len(values) > 1 else torch.zeros_like(stacked[0]))
+
+
+def cid_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    mean, std = mean_std([r["cid_l1"] for r in records])
+    return {"cid_l1_mean": float(mean), "cid_l1_std": float(std),
+            "cid_rejected": sum(not r["cid_consistent"] for r in records), "questions": len(records)}
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def run(args: argparse.Namespace) -> int:
+    writer = RecordWriter(args.out, run_config(args))
+    questions, methods = for_each_unit(
+        args, writer, lambda runner, m: trajectory_quantities(runner, m, args.paths, args.steps, args.seed), "drift"
+    )
+    records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
+    writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
+
+    summary, rows = {}, []
+    for method in methods:
+        shift_mean, shift_std = mean_std([r["marginal_shift"] for r in records[method.name]])
+        summary[method.name] = {"marginal_shift_mean": shift_mean.tolist(), "marginal_shift_std": shift_std.tolist(),
+                                **cid_summary(records[method.name])}
+        s = summary[method.name]
+        rows.append([method.title, str(len(questions)), f"{shift_mean[-1]:.3f} ± {shift_std[-1]:.3f}",
+                     f"{s['cid_l1_mean']:.3f} ± {s['cid_l1_std']:.3f}", f"{s['cid_rejected']}/{len(questions)}"])
+    table = markdown_table(["method", "questions", "‖E[θ_N] − E[θ_0]‖₁", "c.i.d. ‖D̄‖₁", "c.i.d. rejected"], rows)
+    print(table)
+    write_atomic(args.out / "summary.md", table + "\n")
+    write_atomic(args.out / "summary.json", to_json(summary))
+
+    written = plot_curves([(m.title, summary[m.name]["marginal_shift_mean"], summary[m.name]["marginal_shift_std"])
+                           for m in methods], "n (answers generated)", r"$\|E[\theta_n] - E[\theta_0]\|_1$",
+                          args.out / "marginal_shift", title=f"{args.dataset}: mean ± std over questions")
+    written += plot_average_drift(questions, methods, records, args.out / "marginal_drift", args.dataset)
+    for question in questions[: args.plot_questions]:
+        i = questions.index(question)
+        panels = [(m.title, _drift(records[m.name][i])) for m in methods]
+        written += plot_marginal_drift(panels, question.labels, args.out / f"marginal_drift_{question.id}",
+                                       title=f"{question.id}: {question.stem[:70]}")
+    print(f"wrote {args.out}/summary.md, records.csv and {len(written)} figure files")
+    return 0
+
+
+def _drift(record: dict[str, Any]) -> MarginalDrift:
+    return MarginalDrift(torch.tensor(record["marginal_mean"]), torch.tensor(record["marginal_std"]))
+
+
+def plot_average_drift(
+    questions: list[MCQuestion], methods: list[Method], records: dict[str, list[dict]], path: Path, dataset: str
+) -> list[Path]:
+    """E[θ_n] per option index averaged over the questions with the most common number of options."""
+    count, _ = Counter(q.num_choices for q in questions).most_common(1)[0]
+    keep = [i for i, q in enumerate(questions) if q.num_choices == count]
+    panels = [(m.title, average_drift([_drift(records[m.name][i]) for i in keep])) for m in methods]
+    labels = next(questions[i].labels for i in keep)
+    return plot_marginal_drift(panels, labels, path, title=f"{dataset}: mean over {len(keep)} questions "
+                                                            f"({count} options, by option position)")
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, indent=2) + "\n"

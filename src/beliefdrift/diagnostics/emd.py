@@ -1,0 +1,219 @@
+"""Expected martingale drift (paper §5.1): how far the k-step predictive moves from the 1-step one.
+
+    EMD‾     = mean over k ∈ {2..K}, prefixes a_{1:n} (one of the top-5 for each n ∈ 𝒩) and questions of
+               d(p^(k)_n, p^(1)_n);
+    EMD_k(b) = mean over questions of d(p^(k)_b, p^(1)_b) at a prefix a_{1:b} sampled from the process (burn-in b),
+
+with d ∈ {L1 = Σ|p − q|, KL(p^(k) ‖ p^(1))}. A martingale has p^(k) = p^(1) for every k, so both are 0.
+
+Seeded methods (SEED_m): every prefix evaluation draws its own seed set S_{1:m} from the direct-query θ with the
+run's generator, and the context is prompt + S_{1:m} + a_{1:n} (the prefix follows the seeds; the top-K prefixes
+are searched under that seed set). Burn-in prefixes likewise start after a fresh seed set per sampled path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from beliefdrift.backend import LanguageModel, PathBatch
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET, KStep, kstep_predictives
+from beliefdrift.diagnostics.prefixes import burn_in_prefixes, pick_prefix, top_prefixes
+from beliefdrift.methods import Method
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
+from beliefdrift.resampling import QuestionRunner, draw_seeds, make_generator
+
+KL_FLOOR = 1e-12  # p^(1) is clipped below at this value inside KL (θ can underflow to 0 in float32)
+
+
+def l1_distance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Σ_a |p(a) − q(a)| over the last dimension."""
+    return (p - q).abs().sum(-1)
+
+
+def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(p ‖ q) = Σ_a p(a) log(p(a) / q(a)) over the last dimension (0 log 0 = 0; q clipped at `KL_FLOOR`)."""
+    p, q = p.double(), q.double().clamp_min(KL_FLOOR)
+    return torch.where(p > 0, p * (p.clamp_min(KL_FLOOR) / q).log(), torch.zeros_like(p)).sum(-1)
+
+
+DISTANCES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"l1": l1_distance, "kl": kl_divergence}
+
+
+def kstep_drift(probs: torch.Tensor, distance: str) -> torch.Tensor:
+    """d(p^(k), p^(1)) for k = 2 … K from predictives probs [..., K, |𝒜|] (p^(k) at index k − 1): [..., K − 1]."""
+    return DISTANCES[distance](probs[..., 1:, :], probs[..., :1, :])
+
+
+@dataclass(frozen=True)
+class EMDConfig:
+    """Settings of one EMD evaluation (paper defaults: K = 10, 𝒩 = {0,2,4,6,8}, top-5, k = 10)."""
+
+    horizon: int = 10  # K: EMD‾ averages k = 2 … K
+    prefix_lengths: tuple[int, ...] = (0, 2, 4, 6, 8)  # 𝒩
+    top_k: int = 5  # prefixes considered per length
+    num_rollouts: int = 32  # J continuations per Monte Carlo estimate
+    burn_in: int = 10  # EMD_k(b) for b = 0 … burn_in
+    k: int = 10  # horizon of EMD_k(b)
+    burn_in_paths: int = 1  # sampled burn-in prefixes per question (EMD_k(b) averages them)
+    exact_budget: int = EXACT_BUDGET  # exact enumeration when |𝒜|^{K−1} ≤ this
+    batch_budget: int = BATCH_BUDGET  # most paths per forward pass
+    max_expansions: int = 256  # search budget for proving the top-K prefixes exact
+
+    def __post_init__(self) -> None:
+        if self.horizon < 2 or self.k < 2:
+            raise ValueError(f"EMD needs horizons ≥ 2 (got K={self.horizon}, k={self.k})")
+        if min(self.prefix_lengths, default=0) < 0 or self.burn_in < 0 or min(self.num_rollouts, self.top_k) < 1:
+            raise ValueError(f"invalid EMD settings: {self}")
+
+
+@dataclass(frozen=True)
+class QuestionEMD:
+    """Everything one question × method contributes to the EMD diagnostics.
+
+    kstep[i] = p^(k)_n (k = 1 … K) at the chosen prefix of length prefix_lengths[i]; burn_in_first[b] / burn_in_kth[b]
+    = p^(1)_b / p^(k)_b at each sampled burn-in prefix of length b ([B+1, P, |𝒜|]).
+    """
+
+    prefix_lengths: tuple[int, ...]
+    prefixes: list[tuple[int, ...]]
+    seeds: list[list[int]]  # the seed set of each prefix evaluation (empty without seeding)
+    kstep: torch.Tensor  # [|𝒩|, K, |𝒜|]
+    exact: bool  # every p^(k) above enumerated exactly (not Monte Carlo)
+    prefixes_exact: bool  # every chosen prefix came from a proven top-K list
+    burn_in_first: torch.Tensor  # [B+1, P, |𝒜|]
+    burn_in_kth: torch.Tensor  # [B+1, P, |𝒜|]
+
+    def drift(self, distance: str) -> torch.Tensor:
+        """d(p^(k)_n, p^(1)_n) per prefix length and k = 2 … K: [|𝒩|, K − 1]."""
+        return kstep_drift(self.kstep, distance)
+
+    def emd_bar(self, distance: str) -> float:
+        """This question's EMD‾: the mean of `drift` over prefixes and k."""
+        return float(self.drift(distance).mean())
+
+    def burn_in(self, distance: str) -> torch.Tensor:
+        """This question's EMD_k(b), b = 0 … B (mean over its burn-in paths): [B+1]."""
+        return DISTANCES[distance](self.burn_in_kth, self.burn_in_first).mean(1)
+
+    def summary(self, distances: Sequence[str] = tuple(DISTANCES)) -> dict[str, float | list[float]]:
+        """Per-question quantities aggregated over questions: emd_bar_<d> and emd_k_b_<d> (a curve over b)."""
+        out: dict[str, float | list[float]] = {}
+        for distance in distances:
+            out[f"emd_bar_{distance}"] = self.emd_bar(distance)
+            out[f"emd_k_b_{distance}"] = self.burn_in(distance).tolist()
+        return out
+
+
+def _root(
+    runner: QuestionRunner, num_seeds: int, paths: int, generator: torch.Generator
+) -> tuple[PathBatch, list[list[int]]]:
+    """`paths` fresh PPR paths, each after its own seed set drawn from the direct-query θ (if seeding)."""
+    if not num_seeds:
+        return runner.paths(paths), [[] for _ in range(paths)]
+    seeds = draw_seeds(runner.direct.probs, paths, num_seeds, generator)
+    return runner.paths(paths, seeds), seeds.tolist()
+
+
+def question_emd(
+    runner: QuestionRunner, num_seeds: int, config: EMDConfig, generator: torch.Generator
+) -> QuestionEMD:
+    """EMD‾ and EMD_k(b) ingredients for the runner's question under PPR (+SEED_`num_seeds`).
+
+    For each n ∈ 𝒩: draw a seed set, find the top-K prefixes of length n, pick one with `generator`, estimate
+    p^(k)_n for k ≤ K. Then sample `burn_in_paths` paths and estimate p^(1)_b, p^(k)_b at every b ≤ B.
+    """
+    prefixes, seed_sets, ksteps, proven = [], [], [], []
+    for length in config.prefix_lengths:
+        root, seeds = _root(runner, num_seeds, 1, generator)
+        top = top_prefixes(root, length, config.top_k, max_expansions=config.max_expansions,
+                           budget=config.batch_budget)
+        prefix = pick_prefix(top, generator)
+        batch = root.select([0])
+        if length:
+            batch.advance(torch.tensor([prefix.answers]))
+        ksteps.append(_predictives(batch, config.horizon, config, generator))
+        prefixes.append(prefix.answers)
+        seed_sets += seeds
+        proven.append(top.exact)
+
+    root, _ = _root(runner, num_seeds, config.burn_in_paths, generator)
+    first, kth = [], []
+    for _, batch, _ in burn_in_prefixes(root, config.burn_in, generator):
+        predictive = _predictives(batch, config.k, config, generator)
+        first.append(predictive.p(1))
+        kth.append(predictive.p(config.k))
+    return QuestionEMD(
+        prefix_lengths=tuple(config.prefix_lengths),
+        prefixes=prefixes,
+        seeds=seed_sets,
+        kstep=torch.cat([ks.probs for ks in ksteps]),
+        exact=all(ks.exact for ks in ksteps),
+        prefixes_exact=all(proven),
+        burn_in_first=torch.stack(first),
+        burn_in_kth=torch.stack(kth),
+    )
+
+
+def _predictives(batch: PathBatch, horizon: int, config: EMDConfig, generator: torch.Generator) -> KStep:
+    return kstep_predictives(batch, horizon, config.num_rollouts, generator, config.exact_budget, config.batch_budget)
+
+
+def emd_generator(seed: int, question: MCQuestion, method: Method) -> torch.Generator:
+    """The generator of one question × method EMD evaluation (independent of what else runs)."""
+    return make_generator(seed, question.id, method.name, "emd")
+
+
+@dataclass(frozen=True)
+class EMDRow:
+    """One method's EMD over questions: EMD‾ mean ± std and the EMD_k(b) curve mean ± std (b = 0 … B)."""
+
+    method: str
+    distance: str
+    questions: int
+    emd_bar: float
+    emd_bar_std: float
+    burn_in: list[float]
+    burn_in_std: list[float]
+
+
+def _mean_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    std = values.std(0, correction=1) if values.shape[0] > 1 else torch.zeros_like(values[0])
+    return values.mean(0), std
+
+
+def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: str) -> EMDRow:
+    """Mean ± std over questions of per-question `QuestionEMD.summary` dicts (as computed or as read back)."""
+    if not summaries:
+        raise ValueError(f"no EMD results for {method}")
+    bar_mean, bar_std = _mean_std(torch.tensor([s[f"emd_bar_{distance}"] for s in summaries], dtype=torch.float64))
+    curve_mean, curve_std = _mean_std(torch.tensor([s[f"emd_k_b_{distance}"] for s in summaries], dtype=torch.float64))
+    return EMDRow(method, distance, len(summaries), float(bar_mean), float(bar_std), curve_mean.tolist(),
+                  curve_std.tolist())
+
+
+def emd_summary(
+    lm: LanguageModel,
+    questions: Sequence[MCQuestion],
+    methods: Sequence[Method],
+    config: EMDConfig | None = None,
+    seed: int = 0,
+    template: str = DEFAULT_PPR_TEMPLATE,
+    distance: str = "l1",
+) -> list[EMDRow]:
+    """EMD‾ and EMD_k(b) of each (PPR-type) method over `questions`, one row per method — the small EMD section of
+    a report. AM-PPR methods use `lm` as given (load the adapter into it first)."""
+    config = config or EMDConfig()
+    if any(not method.resamples for method in methods):
+        raise ValueError("EMD needs a resampling method (ppr, ppr-seed<m>, am-ppr…), not direct")
+    per_method: dict[str, list[dict[str, Any]]] = {method.title: [] for method in methods}
+    for question in questions:
+        runner = QuestionRunner(lm, question, template)
+        for method in methods:
+            result = question_emd(runner, method.num_seeds, config, emd_generator(seed, question, method))
+            per_method[method.title].append(result.summary([distance]))
+    return [aggregate_emd(title, summaries, distance) for title, summaries in per_method.items()]

@@ -1,0 +1,155 @@
+"""k-step predictives p^(k)_n(a) = P(A_{n+k} = a | a_{1:n}) = E[θ_{n+k-1}(a) | a_{1:n}], for k = 1 … K.
+
+p^(1)_n = θ_n needs no rollouts. Two estimators of the rest:
+
+- Monte Carlo: J continuations of depth K−1 sampled from the process give every k ≤ K at once,
+  p̂^(k) = (1/J) Σ_j θ(· | a_{1:n}, A^{(j)}_{n+1:n+k-1}).
+- Exact enumeration: p^(k) = Σ_{c ∈ 𝒜^{k-1}} Π_i θ(c_i | a_{1:n}, c_{<i}) · θ(· | a_{1:n}, c), expanded level by level
+  on the shared cache (every node forks into |𝒜| children, one forward pass per level, chunked to a row budget).
+
+Both are written against `AnswerProcess`, the part of the `PathBatch` interface they need, so a stub process with a
+known θ can stand in for a model in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from beliefdrift.backend import AnswerDist
+from beliefdrift.resampling import sample_answers
+
+EXACT_BUDGET = 4096  # largest number of deepest-level nodes (per prefix) enumerated exactly
+BATCH_BUDGET = 1024  # most paths advanced in one forward pass
+
+
+class AnswerProcess(Protocol):
+    """A batch of answer histories that can be forked and extended (implemented by `PathBatch`)."""
+
+    dist: AnswerDist  # θ of every path: probs [B, |𝒜|]
+
+    @property
+    def size(self) -> int: ...
+
+    def select(self, index: torch.Tensor | list[int]) -> AnswerProcess: ...
+
+    def advance(self, answers: torch.Tensor) -> AnswerDist: ...
+
+
+@dataclass(frozen=True)
+class KStep:
+    """probs[b, k−1] = p^(k) for prefix b of the batch, k = 1 … K; `exact` says how they were computed."""
+
+    probs: torch.Tensor  # [B, K, |𝒜|] float64
+    exact: bool
+
+    @property
+    def horizon(self) -> int:
+        return self.probs.shape[1]
+
+    def p(self, k: int) -> torch.Tensor:
+        """p^(k) for every prefix [B, |𝒜|]."""
+        return self.probs[:, k - 1]
+
+
+@dataclass(frozen=True)
+class Level:
+    """Nodes at depth `depth` of the continuation tree below each prefix (one chunk of them).
+
+    owner[i] is node i's prefix in the batch, answers[i] its continuation c (length `depth`), weight[i] =
+    Π θ(c_t | a_{1:n}, c_{<t}) its probability and probs[i] = θ(· | a_{1:n}, c).
+    """
+
+    depth: int
+    owner: torch.Tensor  # [nodes] long
+    answers: torch.Tensor  # [nodes, depth] long
+    weight: torch.Tensor  # [nodes] float64
+    probs: torch.Tensor  # [nodes, |𝒜|] float64
+
+
+def enumerate_continuations(batch: AnswerProcess, depth: int, budget: int = BATCH_BUDGET) -> Iterator[Level]:
+    """Every continuation of up to `depth` answers after each path of `batch`, level by level.
+
+    A level is one forward pass over all its nodes while they fit in `budget` rows; beyond that the tree is
+    expanded a chunk of parents at a time (depth first over chunks), so memory stays bounded.
+    """
+    size = batch.size
+    yield from _expand(
+        batch,
+        Level(
+            0,
+            torch.arange(size),
+            torch.empty(size, 0, dtype=torch.long),
+            torch.ones(size, dtype=torch.float64),
+            batch.dist.probs.double(),
+        ),
+        depth,
+        budget,
+    )
+
+
+def _expand(batch: AnswerProcess, level: Level, depth: int, budget: int) -> Iterator[Level]:
+    yield level
+    if level.depth == depth:
+        return
+    labels = level.probs.shape[1]
+    step = max(1, budget // labels)
+    for start in range(0, batch.size, step):
+        parents = torch.arange(start, min(start + step, batch.size))
+        index = parents.repeat_interleave(labels)
+        answers = torch.arange(labels).repeat(len(parents))
+        children = batch.select(index)
+        children.advance(answers[:, None])
+        child = Level(
+            level.depth + 1,
+            level.owner[index],
+            torch.cat([level.answers[index], answers[:, None]], 1),
+            (level.weight[parents, None] * level.probs[parents]).reshape(-1),
+            children.dist.probs.double(),
+        )
+        yield from _expand(children, child, depth, budget)
+
+
+def kstep_exact(batch: AnswerProcess, horizon: int, budget: int = BATCH_BUDGET) -> KStep:
+    """Exact p^(k), k = 1 … `horizon`, for every path of `batch`: Σ over the |𝒜|^{k−1} continuations of
+    weight · θ. Costs Σ_{l<horizon} B·|𝒜|^l rows; the batch itself is not advanced."""
+    probs = torch.zeros(batch.size, horizon, batch.dist.probs.shape[1], dtype=torch.float64)
+    for level in enumerate_continuations(batch, horizon - 1, budget):
+        probs[:, level.depth].index_add_(0, level.owner, level.weight[:, None] * level.probs)
+    return KStep(probs, exact=True)
+
+
+def kstep_monte_carlo(
+    batch: AnswerProcess, horizon: int, num_rollouts: int, generator: torch.Generator, budget: int = BATCH_BUDGET
+) -> KStep:
+    """Monte Carlo p̂^(k), k = 1 … `horizon`: J = `num_rollouts` continuations of depth horizon − 1 per path,
+    p̂^(k) the mean θ after k − 1 of them (p̂^(1) = θ exactly). Chunked to `budget` rows per forward pass."""
+    rows = torch.arange(batch.size).repeat_interleave(num_rollouts)
+    total = torch.zeros(batch.size, horizon, batch.dist.probs.shape[1], dtype=torch.float64)
+    for start in range(0, len(rows), budget):
+        owner = rows[start : start + budget]
+        _, thetas, _ = sample_answers(batch.select(owner), horizon - 1, generator)  # type: ignore[arg-type]
+        total.index_add_(0, owner, thetas.double())
+    return KStep(total / num_rollouts, exact=False)
+
+
+def exact_is_affordable(num_labels: int, horizon: int, exact_budget: int = EXACT_BUDGET) -> bool:
+    """Whether the deepest level of exact enumeration, |𝒜|^{K−1} nodes per prefix, fits `exact_budget`."""
+    return num_labels ** (horizon - 1) <= exact_budget
+
+
+def kstep_predictives(
+    batch: AnswerProcess,
+    horizon: int,
+    num_rollouts: int,
+    generator: torch.Generator,
+    exact_budget: int = EXACT_BUDGET,
+    budget: int = BATCH_BUDGET,
+) -> KStep:
+    """p^(k), k = 1 … `horizon`: exact when |𝒜|^{horizon−1} ≤ `exact_budget`, else Monte Carlo with J rollouts."""
+    if exact_is_affordable(batch.dist.probs.shape[1], horizon, exact_budget):
+        return kstep_exact(batch, horizon, budget)
+    return kstep_monte_carlo(batch, horizon, num_rollouts, generator, budget)

@@ -1,0 +1,164 @@
+"""EMD: distances, hand-computed drift, zero drift for history-blind models, the c.i.d. statistic, the record
+files and the `drift` / `emd` commands end to end on the tiny model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+import torch
+from process_stubs import HistoryProcess, count_drift, history_blind, polya, runner_for
+
+from beliefdrift.cli import main
+from beliefdrift.commands.records import RecordWriter
+from beliefdrift.diagnostics.cid import cid_check, half_differences
+from beliefdrift.diagnostics.emd import (
+    EMDConfig,
+    aggregate_emd,
+    emd_summary,
+    kl_divergence,
+    kstep_drift,
+    l1_distance,
+    question_emd,
+)
+from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
+from beliefdrift.methods import parse_method
+from beliefdrift.resampling import make_generator
+
+SMALL = EMDConfig(horizon=3, prefix_lengths=(0, 2), top_k=3, num_rollouts=6, burn_in=2, k=3)
+
+pytest_plugins = ["process_stubs"]  # drifting_lm, short_template
+
+
+def test_distances_by_hand():
+    p, q = torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.25, 0.25, 0.5])
+    assert float(l1_distance(p, q)) == pytest.approx(1.0)
+    assert float(kl_divergence(p, q)) == pytest.approx(math.log(2))  # 0·log 0 counts 0
+    assert float(kl_divergence(q, q)) == 0.0
+
+
+def test_emd_of_a_known_drift():
+    # θ(A) = 0.3 + 0.2·#A: p^(1)(A) = .3, p^(2)(A) = .36, p^(3)(A) = .432 (test_kstep).
+    drift = kstep_drift(kstep_exact(HistoryProcess(count_drift), horizon=3).probs, "l1")[0]
+    torch.testing.assert_close(drift, torch.tensor([0.12, 0.264], dtype=torch.float64))
+    kl = kstep_drift(kstep_exact(HistoryProcess(count_drift), horizon=2).probs, "kl")[0, 0]
+    assert float(kl) == pytest.approx(0.36 * math.log(0.36 / 0.3) + 0.64 * math.log(0.64 / 0.7))
+
+
+@pytest.mark.parametrize("theta", [lambda h: [0.2, 0.5, 0.3], polya], ids=["constant", "polya"])
+def test_emd_is_zero_for_martingales(theta):
+    process = HistoryProcess(theta, [(), (1, 2)])
+    assert kstep_drift(kstep_exact(process, horizon=4).probs, "l1").abs().max() < 1e-12
+    if theta is not polya:  # every Monte Carlo continuation sees the same θ
+        mc = kstep_monte_carlo(process, 4, num_rollouts=5, generator=make_generator(0))
+        assert kstep_drift(mc.probs, "kl").abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("num_seeds", [0, 2])
+def test_emd_is_zero_for_a_history_blind_model(tiny_model_dir, short_template, num_seeds):
+    runner = runner_for(history_blind(tiny_model_dir), short_template)
+    result = question_emd(runner, num_seeds, SMALL, make_generator(0))
+    assert result.kstep.shape == (2, 3, 4) and [len(p) for p in result.prefixes] == [0, 2]
+    assert [len(s) for s in result.seeds] == [num_seeds, num_seeds]
+    for distance in ("l1", "kl"):
+        assert result.emd_bar(distance) < 1e-6
+        assert result.burn_in(distance).abs().max() < 1e-6
+
+
+def test_emd_of_a_drifting_model_is_positive_and_reproducible(drifting_lm, short_template):
+    runner = runner_for(drifting_lm, short_template)
+    first = question_emd(runner, 1, SMALL, make_generator(5))
+    again = question_emd(runner, 1, SMALL, make_generator(5))
+    assert first.exact and first.prefixes_exact  # 4^2 continuations: enumerated
+    assert first.emd_bar("l1") > 0.05
+    assert first.prefixes == again.prefixes and first.seeds == again.seeds
+    torch.testing.assert_close(first.burn_in_kth, again.burn_in_kth)
+    summary = first.summary()
+    assert summary["emd_bar_kl"] == pytest.approx(first.emd_bar("kl")) and len(summary["emd_k_b_l1"]) == 3
+
+
+def test_aggregate_and_emd_summary(drifting_lm, short_template):
+    row = aggregate_emd("m", [{"emd_bar_l1": 0.1, "emd_k_b_l1": [1.0, 0.0]},
+                              {"emd_bar_l1": 0.3, "emd_k_b_l1": [3.0, 0.0]}], "l1")
+    assert row.emd_bar == pytest.approx(0.2) and row.emd_bar_std == pytest.approx(math.sqrt(0.02))
+    assert row.burn_in == pytest.approx([2.0, 0.0]) and row.questions == 2
+    question = runner_for(drifting_lm, short_template).question
+    rows = emd_summary(drifting_lm, [question], [parse_method("ppr"), parse_method("ppr-seed1")], SMALL,
+                       template=short_template)
+    assert [r.method for r in rows] == ["PPR + NoSEED", "PPR + SEED_1"] and all(r.emd_bar > 0 for r in rows)
+    with pytest.raises(ValueError, match="resampling"):
+        emd_summary(drifting_lm, [question], [parse_method("direct")], SMALL)
+
+
+def test_cid_statistic_by_hand():
+    answers = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 1], [1, 1, 0, 0]])
+    # halves: (1,0)−(0,1) = (1,−1); (.5,.5)−(.5,.5) = 0; (0,1)−(1,0) = (−1,1)
+    torch.testing.assert_close(half_differences(answers, 2),
+                               torch.tensor([[1.0, -1.0], [0.0, 0.0], [-1.0, 1.0]], dtype=torch.float64))
+    check = cid_check(answers, 2, make_generator(0))
+    torch.testing.assert_close(check.difference, torch.zeros(2, dtype=torch.float64))
+    assert check.l1 == 0.0 and check.consistent and (check.low <= 0).all() and (check.high >= 0).all()
+    # Odd N drops the middle answer; a path that always switches from A to B is flagged.
+    drifting = torch.tensor([[0, 0, 1, 1, 1]] * 6)
+    torch.testing.assert_close(half_differences(drifting, 2)[0], torch.tensor([1.0, -1.0], dtype=torch.float64))
+    flagged = cid_check(drifting, 2, make_generator(0))
+    assert flagged.l1 == pytest.approx(2.0) and not flagged.consistent
+
+
+def test_record_writer_resumes_and_checks_settings(tmp_path):
+    writer = RecordWriter(tmp_path, {"K": 10, "lengths": (0, 2)})
+    assert not writer.done("q/1", "ppr")
+    writer.write("q/1", "ppr", {"emd_bar_l1": 0.5, "curve": [1.0, 2.0], "ok": True})
+    resumed = RecordWriter(tmp_path, {"K": 10, "lengths": (0, 2)})  # tuples compare equal after a JSON round trip
+    assert resumed.done("q/1", "ppr") and resumed.read("q/1", "ppr")["curve"] == [1.0, 2.0]
+    assert not list(tmp_path.rglob("*.tmp"))
+    csv_text = resumed.write_scalars([("q/1", "ppr")]).read_text().splitlines()
+    assert csv_text == ["question_id,method,quantity,value", "q/1,ppr,emd_bar_l1,0.5", "q/1,ppr,ok,True"]
+    with pytest.raises(ValueError, match="K"):
+        RecordWriter(tmp_path, {"K": 5, "lengths": (0, 2)})
+
+
+def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_path, capsys):
+    common = ["--model", str(tiny_model_dir), "--template", short_template, "--dataset", "demo", "--n", "1",
+              "-J", "4", "-N", "4", "--methods", "ppr,ppr-seed2"]
+    emd_args = ["emd", *common, "--K", "3", "--prefix-lengths", "0,1", "--burn-in", "2", "--k", "3",
+                "--distance", "kl", "--out", str(tmp_path / "emd")]
+    assert main(emd_args) == 0
+    out = tmp_path / "emd"
+    for name in ("summary.md", "summary.json", "records.csv", "emd_bar_kl.png", "emd_bar_kl.pdf", "emd_k_b_kl.png"):
+        assert (out / name).exists(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"ppr", "ppr-seed2"} and summary["ppr"]["kl"]["questions"] == 1
+    records = sorted((out / "records").rglob("*.json"))
+    assert len(records) == 2
+    before = [r.read_text() for r in records]
+    capsys.readouterr()
+    assert main(emd_args) == 0  # resumes: nothing recomputed
+    assert "(2 done)" in capsys.readouterr().out and [r.read_text() for r in records] == before
+    assert main([*emd_args, "--K", "4"]) == 2  # different settings in the same directory
+
+    assert main(["drift", *common, "--plot-questions", "0", "--out", str(tmp_path / "drift")]) == 0
+    drift_out = tmp_path / "drift"
+    assert (drift_out / "marginal_drift.png").exists() and (drift_out / "marginal_shift.pdf").exists()
+    record = json.loads(next((drift_out / "records" / "ppr").glob("*.json")).read_text())
+    quantities = {r["quantity"]: r["value"] for r in record}
+    assert len(quantities["marginal_mean"]) == 5 and quantities["marginal_shift"][0] == 0.0
+
+
+def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, short_template, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from beliefdrift.backend import load_model
+    from beliefdrift.commands.drift import Models
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # random: changes θ
+    get_peft_model(load_model(str(tiny_model_dir)).model, lora).save_pretrained(tmp_path / "adapter")
+    args = argparse.Namespace(model=str(tiny_model_dir), device="cpu", dtype="float32", adapter=tmp_path / "adapter")
+    models = Models(args)
+    base = runner_for(load_model(str(tiny_model_dir)), short_template).paths(1).dist.probs
+    for name, tuned in [("ppr-seed1", False), ("am-ppr", True), ("ppr", False)]:
+        with models.use(parse_method(name)) as lm:
+            theta = runner_for(lm, short_template).paths(1).dist.probs
+        assert torch.allclose(theta, base, atol=1e-6) is not tuned, name
