@@ -1,0 +1,72 @@
+"""`beliefdrift report RUN_DIR [RUN_DIR …]`: the paper's tables and reliability diagrams from run stores.
+
+Writes tables.md, tables.tex (Table 1: ACC/AUC, Table 2: ECE/NLL/BS; one column group per run),
+metrics.csv (every method and estimator with intervals, n, excluded, nll_clipped) and one reliability
+diagram per method. Questions failing quality control are excluded per method and counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from beliefdrift.evaluation import QualityControl, score_rows
+from beliefdrift.report.reliability import reliability_figures
+from beliefdrift.report.tables import RunScores, dataset_title, markdown_tables, write_tables
+from beliefdrift.store import STORE_FILE, RunStore, StoreError
+
+
+def add_report_args(parser: argparse.ArgumentParser) -> None:
+    """Quality-control thresholds and the bootstrap size."""
+    group = parser.add_argument_group("report")
+    qc = QualityControl()
+    group.add_argument("--qc-path-mass", type=float, default=qc.path_mass,
+                       help=f"a path is off-format when its mean valid_mass is below this (default {qc.path_mass})")
+    group.add_argument("--qc-max-fraction", type=float, default=qc.max_fraction,
+                       help="exclude a question when more than this fraction of its paths is off-format "
+                            f"(default {qc.max_fraction})")
+    group.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% intervals")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("report", help="tables and reliability diagrams from evaluation runs",
+                                   description=__doc__)
+    parser.add_argument("runs", nargs="+", type=Path, help="run directories (each holding run.sqlite)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default: the run directory; beliefdrift-out/report for several)")
+    add_report_args(parser)
+    parser.set_defaults(func=run)
+
+
+def load_run(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> RunScores:
+    """A run directory's scores, headed by its dataset's name."""
+    with RunStore.open(Path(run_dir) / STORE_FILE, create=False) as store:
+        config, rows = store.config(), store.rows()
+    if not rows:
+        raise StoreError(f"{run_dir}: the run store holds no results yet")
+    return RunScores(dataset_title(str(config.get("dataset", run_dir))), score_rows(rows, qc, n_resamples),
+                     str(config.get("model", "")))
+
+
+def write_report(
+    run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000
+) -> tuple[str, list[Path]]:
+    """Score every run, write tables and reliability diagrams into `out`; return (Markdown tables, files)."""
+    qc = qc or QualityControl()
+    runs = [load_run(run_dir, qc, n_resamples) for run_dir in run_dirs]
+    labels = [run.label for run in runs]
+    runs = [run if labels.count(run.label) == 1 else RunScores(f"{run.label} ({Path(run_dir).name})", run.scores,
+                                                               run.model)
+            for run, run_dir in zip(runs, run_dirs, strict=True)]
+    files = write_tables(runs, out) + reliability_figures(runs, out)
+    return markdown_tables(runs), files
+
+
+def run(args: argparse.Namespace) -> int:
+    out = args.out or (args.runs[0] if len(args.runs) == 1 else Path("beliefdrift-out/report"))
+    qc = QualityControl(args.qc_path_mass, args.qc_max_fraction)
+    markdown, files = write_report(args.runs, out, qc, args.bootstrap)
+    print(markdown)
+    print(f"wrote {len(files)} files to {out} (tables.md, tables.tex, metrics.csv, reliability diagrams)")
+    return 0

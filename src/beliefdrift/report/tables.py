@@ -1,0 +1,195 @@
+"""The paper's result tables from scored runs: Markdown, LaTeX (booktabs) and a CSV with every number.
+
+Table 1: ACC / AUC in percent per method, Table 2: ECE / NLL / BS, one column group per run (dataset),
+rows in the paper's order (PPR + NoSEED, PPR + SEED_m…, AM-PPR…, Direct-Query). Every cell carries its
+95% bootstrap interval, e.g. `62.3 [55.1, 69.0]`; Table 1 also gives the questions scored and those
+excluded by quality control. Alternative estimators (q*_RB, θ̂_1) appear in the CSV only.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.evaluation import MethodScore, QualityControl, score_results, table_order
+from beliefdrift.methods import Method, MethodResult
+from beliefdrift.metrics import METRIC_NAMES
+
+DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
+                  "gpqa": "GPQA"}
+PERCENT = ("ACC", "AUC")
+#: (name, metrics, caption, with the questions-scored column)
+TABLES = (
+    ("Table 1", ("ACC", "AUC"), "Accuracy and AUC (%)", True),
+    ("Table 2", ("ECE", "NLL", "BS"), "ECE, NLL and Brier score", False),
+)
+COUNT_HEADER = "n (excl.)"
+MISSING = "–"
+
+
+@dataclass(frozen=True)
+class RunScores:
+    """One column group: a run's method scores under a heading (usually the dataset's name)."""
+
+    label: str
+    scores: Sequence[MethodScore]
+    model: str = ""
+
+    def main(self) -> dict[str, MethodScore]:
+        """The methods' own estimates by method name (alternative estimators left out)."""
+        return {s.method.name: s for s in self.scores if s.estimator is None}
+
+
+def dataset_title(dataset: str) -> str:
+    return DATASET_TITLES.get(dataset, Path(dataset).stem)
+
+
+def format_value(metric: str, value: float) -> str:
+    """ACC/AUC in percent with one decimal, the others with four (as in the paper)."""
+    if math.isnan(value):
+        return "n/a"
+    return f"{100 * value:.1f}" if metric in PERCENT else f"{value:.4f}"
+
+
+def format_cell(score: MethodScore | None, metric: str, latex: bool = False) -> str:
+    """`point [low, high]`; `–` when the method is absent or QC excluded every question."""
+    if score is None or score.summary is None:
+        return MISSING if not latex else "--"
+    point, low, high = score.summary[metric]
+    text = format_value(metric, point)
+    if math.isnan(point) or math.isnan(low) or math.isnan(high):
+        return text
+    interval = f"[{format_value(metric, low)}, {format_value(metric, high)}]"
+    return f"{text} {{\\scriptsize {interval}}}" if latex else f"{text} {interval}"
+
+
+def format_count(score: MethodScore | None) -> str:
+    return MISSING if score is None else f"{score.n} ({score.excluded})"
+
+
+def method_rows(runs: Sequence[RunScores]) -> list[Method]:
+    """Every method present in any run, in table order."""
+    methods = {s.method.name: s.method for run in runs for s in run.scores}
+    return sorted(methods.values(), key=table_order)
+
+
+def markdown_tables(runs: Sequence[RunScores]) -> str:
+    """Tables 1 and 2 as Markdown (columns `<dataset> <metric>`)."""
+    blocks = []
+    for name, metrics, caption, counted in TABLES:
+        header = ["Method"] + [f"{run.label} {c}" for run in runs for c in (*metrics, *[COUNT_HEADER] * counted)]
+        lines = [f"**{name}.** {caption} with 95% bootstrap intervals"
+                 + ("; n = questions scored (excl. = removed by quality control)." if counted else "."),
+                 "", "| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
+        for method in method_rows(runs):
+            cells = [method.title]
+            for run in runs:
+                score = run.main().get(method.name)
+                cells += [format_cell(score, m) for m in metrics] + ([format_count(score)] if counted else [])
+            lines.append("| " + " | ".join(cells) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def latex_escape(text: str) -> str:
+    return "".join("\\" + c if c in "&%$#_{}" else c for c in text)
+
+
+def latex_method(method: Method) -> str:
+    """The paper's row label, e.g. `PPR + $\\texttt{SEED}_5$`."""
+    if method.kind == "direct":
+        return r"\texttt{Direct-Query}"
+    seeds = rf"$\texttt{{SEED}}_{{{method.num_seeds}}}$" if method.num_seeds else r"\texttt{NoSEED}"
+    return f"{method.kind.upper()} + {seeds}"
+
+
+def latex_tables(runs: Sequence[RunScores]) -> str:
+    """Tables 1 and 2 as LaTeX (needs \\usepackage{booktabs, multirow}), laid out like the paper's."""
+    datasets = ", ".join(latex_escape(run.label) for run in runs)
+    models = ", ".join(sorted({latex_escape(Path(run.model).name) for run in runs if run.model}))
+    blocks = []
+    for number, (_, metrics, caption, counted) in enumerate(TABLES, start=1):
+        columns = [*metrics, *[COUNT_HEADER] * counted]
+        width = len(columns)
+        groups = " &\n".join(rf"\multicolumn{{{width}}}{{c}}{{\textbf{{{latex_escape(run.label)}}}}}"
+                             for run in runs)
+        rules = "".join(rf"\cmidrule(lr){{{2 + i * width}-{1 + (i + 1) * width}}}" for i in range(len(runs)))
+        heads = " & ".join(rf"\textbf{{{latex_escape(c)}}}" for _ in runs for c in columns)
+        lines = [
+            r"\begin{table*}[t]",
+            rf"\caption{{{latex_escape(caption)} on {datasets}" + (f" inferred by {models}" if models else "")
+            + r" (95\% bootstrap intervals)}",
+            rf"\label{{tab:beliefdrift-{number}}}",
+            r"\centering",
+            r"\small",
+            r"\begin{tabular}{l " + " ".join("c" * width for _ in runs) + "}",
+            r"\toprule",
+            r"\multicolumn{1}{c}{\multirow{2}{*}{\textbf{Method}}} &",
+            groups + r" \\",
+            rules,
+            f" & {heads} \\\\",
+        ]
+        previous = None
+        for method in method_rows(runs):
+            if method.kind != previous:
+                lines.append(r"\midrule")
+                previous = method.kind
+            cells = [latex_method(method)]
+            for run in runs:
+                score = run.main().get(method.name)
+                cells += [format_cell(score, m, latex=True) for m in metrics]
+                cells += [format_count(score).replace(MISSING, "--")] * counted
+            lines.append(" & ".join(cells) + r" \\")
+        lines += [r"\bottomrule", r"\end{tabular}", r"\end{table*}"]
+        blocks.append("\n".join(lines))
+    return "% requires \\usepackage{booktabs,multirow}\n" + "\n\n".join(blocks) + "\n"
+
+
+CSV_COLUMNS = ["dataset", "model", "method", "estimator", "title", "n", "excluded", "total", "nll_clipped",
+               *(f"{m}{suffix}" for m in METRIC_NAMES for suffix in ("", "_low", "_high"))]
+
+
+def csv_table(runs: Sequence[RunScores]) -> str:
+    """Every method and estimator of every run: metrics (as fractions) with interval bounds and counts."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for run in runs:
+        for score in run.scores:
+            row = {"dataset": run.label, "model": run.model, "method": score.method.name,
+                   "estimator": score.estimator_name, "title": score.title, "n": score.n,
+                   "excluded": score.excluded, "total": score.total}
+            if score.summary is not None:
+                row["nll_clipped"] = score.summary["nll_clipped"]
+                for metric in METRIC_NAMES:
+                    for suffix, value in zip(("", "_low", "_high"), score.summary[metric], strict=True):
+                        row[metric + suffix] = repr(float(value))
+            writer.writerow(row)
+    return buffer.getvalue()
+
+
+def write_tables(runs: Sequence[RunScores], out: Path) -> list[Path]:
+    """Write tables.md, tables.tex and metrics.csv into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for filename, text in (("tables.md", markdown_tables(runs)), ("tables.tex", latex_tables(runs)),
+                           ("metrics.csv", csv_table(runs))):
+        (out / filename).write_text(text)
+        written.append(out / filename)
+    return written
+
+
+def metric_table(
+    results: Mapping[str, Sequence[MethodResult]],
+    questions: Sequence[MCQuestion],
+    label: str = "Demo",
+    qc: QualityControl | None = None,
+    n_resamples: int = 1000,
+) -> str:
+    """Markdown Tables 1 and 2 for in-memory results ({method name: one MethodResult per question})."""
+    return markdown_tables([RunScores(label, score_results(results, questions, qc, n_resamples))])

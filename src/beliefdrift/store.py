@@ -1,0 +1,252 @@
+"""The run store: one SQLite file per evaluation run (`<out>/run.sqlite`), resumable and multi-process safe.
+
+One row per (question, method) holds the method's estimate, the question's target and the per-path arrays
+(answers, seeds, θ_n, valid_mass) as `.npy` blobs. A question's rows are written in one transaction, so a
+run killed at any moment loses at most the question in flight; re-running skips what is stored. The
+`config` table pins the settings that determine the results, and a run directory is never reused with
+different ones. WAL journaling plus a busy timeout let several ranks write to one file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STORE_FILE = "run.sqlite"
+APPLICATION_ID = 0x62646674  # "bdft": marks a SQLite file as a beliefdrift run store
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 120.0
+
+SCHEMA = """
+CREATE TABLE config (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL                -- JSON
+);
+CREATE TABLE results (
+    question_id     TEXT    NOT NULL,
+    method          TEXT    NOT NULL,  -- e.g. "ppr-seed5"
+    position        INTEGER NOT NULL,  -- index of the question in the run's question list
+    target          INTEGER NOT NULL,  -- index of the correct label
+    num_labels      INTEGER NOT NULL,
+    probs           BLOB    NOT NULL,  -- .npy float64 [K]: the method's estimate
+    valid_mass_mean REAL    NOT NULL,  -- mean label mass over paths and steps
+    valid_mass      BLOB    NOT NULL,  -- .npy [J, N+1] label mass of each θ_n (direct: [1, 1])
+    answers         BLOB,              -- .npy int64 [J, N] generated answers (NULL for direct)
+    seeds           BLOB,              -- .npy int64 [J, m] seed answers (NULL for direct)
+    thetas          BLOB,              -- .npy float32 [J, N+1, K] θ_0 … θ_N (NULL for direct)
+    seconds         REAL    NOT NULL,  -- wall time of the batched run this row came from (a question's
+                                       -- methods on one model run together)
+    PRIMARY KEY (question_id, method)
+);
+CREATE TABLE alternatives (
+    question_id TEXT NOT NULL,
+    method      TEXT NOT NULL,
+    estimator   TEXT NOT NULL,         -- e.g. "q_star_rb"
+    probs       BLOB NOT NULL,         -- .npy float64 [K]
+    PRIMARY KEY (question_id, method, estimator),
+    FOREIGN KEY (question_id, method) REFERENCES results (question_id, method)
+);
+"""
+
+
+class StoreError(ValueError):
+    """The run store cannot be used: not a run store, corrupt, or created with another configuration."""
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One method's result on one question, as stored."""
+
+    question_id: str
+    method: str
+    position: int
+    target: int
+    num_labels: int
+    probs: np.ndarray
+    valid_mass: np.ndarray
+    answers: np.ndarray | None = None
+    seeds: np.ndarray | None = None
+    thetas: np.ndarray | None = None
+    seconds: float = 0.0
+    alternatives: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def valid_mass_mean(self) -> float:
+        return float(np.mean(self.valid_mass))
+
+    @property
+    def path_valid_mass(self) -> np.ndarray:
+        """Mean label mass of each path [J] (direct query: one path)."""
+        return self.valid_mass.mean(axis=1)
+
+
+def to_blob(array: np.ndarray | None) -> bytes | None:
+    """An array as `.npy` bytes (dtype and shape included, bit-exact)."""
+    if array is None:
+        return None
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def from_blob(blob: bytes | None) -> np.ndarray | None:
+    return None if blob is None else np.load(io.BytesIO(blob), allow_pickle=False)
+
+
+def config_differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{key: (stored, requested)} for every key whose value differs (missing counts as None)."""
+    return {
+        key: (stored.get(key), requested.get(key))
+        for key in sorted(set(stored) | set(requested))
+        if stored.get(key) != requested.get(key)
+    }
+
+
+class RunStore:
+    """A run's SQLite file. Open with `RunStore.open(path)`; use one instance per process."""
+
+    def __init__(self, path: Path, connection: sqlite3.Connection):
+        self.path = path
+        self._db = connection
+
+    @classmethod
+    def open(cls, path: str | Path, create: bool = True) -> RunStore:
+        """Open (and with `create`, initialise) the store at `path`; StoreError if it is not a usable store."""
+        path = Path(path)
+        if not create and not path.is_file():
+            raise StoreError(f"no run store at {path} (run `beliefdrift evaluate --out {path.parent}` first)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as err:
+            raise StoreError(f"{path}: cannot open the run store ({err})") from err
+        store = cls(path, db)
+        try:
+            store._initialise(create)
+        except sqlite3.DatabaseError as err:
+            db.close()
+            raise StoreError(f"{path}: not a readable beliefdrift run store ({err}); "
+                             "remove it or choose another --out directory") from err
+        except StoreError:
+            db.close()
+            raise
+        return store
+
+    def _initialise(self, create: bool) -> None:
+        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        with self._transaction():
+            app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
+            tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if app_id == 0 and tables == 0 and create:
+                for statement in SCHEMA.split(";\n"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif app_id != APPLICATION_ID:
+                raise StoreError(f"{self.path} is a SQLite file but not a beliefdrift run store; "
+                                 "remove it or choose another --out directory")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version != SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: run store schema version {version}, this beliefdrift reads "
+                                 f"version {SCHEMA_VERSION}")
+        if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            self._db.execute("PRAGMA journal_mode = WAL")  # persistent: set once, by the creating process
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE … COMMIT (rolled back on error): takes the write lock up front, so concurrent
+        writers queue on the busy timeout instead of failing halfway."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------------------------------- config
+
+    def config(self) -> dict[str, Any]:
+        return {key: json.loads(value) for key, value in self._db.execute("SELECT key, value FROM config")}
+
+    def ensure_config(self, config: Mapping[str, Any]) -> None:
+        """Write `config` into an empty store, or check it equals the stored one (StoreError naming the
+        differing keys otherwise). Atomic, so concurrent callers agree."""
+        requested = json.loads(json.dumps(dict(config)))  # compare as stored (tuples become lists)
+        with self._transaction():
+            stored = self.config()
+            if not stored:
+                self._db.executemany("INSERT INTO config (key, value) VALUES (?, ?)",
+                                     [(key, json.dumps(value)) for key, value in requested.items()])
+                return
+        diff = config_differences(stored, requested)
+        if diff:
+            details = "; ".join(f"{key}: stored {old!r}, requested {new!r}" for key, (old, new) in diff.items())
+            raise StoreError(f"{self.path} holds a run with a different configuration ({details}); "
+                             "re-run with the stored settings to resume it, or choose another --out directory")
+
+    # ---------------------------------------------------------------------------------------- results
+
+    def add(self, rows: Iterable[ResultRow]) -> None:
+        """Insert rows (one question's methods) in one transaction; a stored (question, method) is an error."""
+        rows = list(rows)
+        try:
+            with self._transaction():
+                self._db.executemany(
+                    "INSERT INTO results (question_id, method, position, target, num_labels, probs, "
+                    "valid_mass_mean, valid_mass, answers, seeds, thetas, seconds) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(r.question_id, r.method, r.position, r.target, r.num_labels, to_blob(r.probs),
+                      r.valid_mass_mean, to_blob(r.valid_mass), to_blob(r.answers), to_blob(r.seeds),
+                      to_blob(r.thetas), r.seconds) for r in rows],
+                )
+                self._db.executemany(
+                    "INSERT INTO alternatives (question_id, method, estimator, probs) VALUES (?, ?, ?, ?)",
+                    [(r.question_id, r.method, name, to_blob(probs))
+                     for r in rows for name, probs in sorted(r.alternatives.items())],
+                )
+        except sqlite3.IntegrityError as err:
+            keys = ", ".join(f"{r.question_id}/{r.method}" for r in rows)
+            raise StoreError(f"{self.path}: result already stored ({keys}): {err}") from err
+
+    def done(self) -> set[tuple[str, str]]:
+        """The stored (question_id, method) pairs."""
+        return set(self._db.execute("SELECT question_id, method FROM results"))
+
+    def count(self) -> int:
+        return self._db.execute("SELECT count(*) FROM results").fetchone()[0]
+
+    def rows(self) -> list[ResultRow]:
+        """Every stored row with its alternatives, ordered by question position, then method name."""
+        alternatives: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+        for qid, method, name, blob in self._db.execute(
+            "SELECT question_id, method, estimator, probs FROM alternatives ORDER BY estimator"
+        ):
+            alternatives.setdefault((qid, method), {})[name] = from_blob(blob)
+        query = ("SELECT question_id, method, position, target, num_labels, probs, valid_mass, answers, seeds, "
+                 "thetas, seconds FROM results ORDER BY position, method")
+        return [
+            ResultRow(qid, method, position, target, num_labels, from_blob(probs), from_blob(valid_mass),
+                      from_blob(answers), from_blob(seeds), from_blob(thetas), seconds,
+                      alternatives.get((qid, method), {}))
+            for qid, method, position, target, num_labels, probs, valid_mass, answers, seeds, thetas, seconds
+            in self._db.execute(query)
+        ]

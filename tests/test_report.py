@@ -1,0 +1,195 @@
+"""Report tables and figures: hand-computed values in Markdown/LaTeX/CSV, paper row order, QC counts, several
+runs side by side, and an end-to-end `evaluate` + `report` on the demo set with the tiny model."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from beliefdrift.cli import main
+from beliefdrift.data.registry import load_dataset
+from beliefdrift.evaluation import QualityControl, score_rows
+from beliefdrift.methods import parse_method, run_methods
+from beliefdrift.report.tables import RunScores, csv_table, latex_tables, markdown_tables, metric_table
+from beliefdrift.store import ResultRow, RunStore
+
+# Four questions scored by hand (2 options each):
+#   probs          target  correct  confidence  −log p_true   Brier
+#   [0.8, 0.2]     0       yes      0.8         0.2231436     0.08
+#   [0.6, 0.4]     1       no       0.6         0.9162907     0.72
+#   [0.3, 0.7]     1       yes      0.7         0.3566749     0.18
+#   [0.5, 0.5]     0       yes      0.5         0.6931472     0.50
+# ACC = 3/4; AUC: correct scores {0.8, 0.7, 0.5} vs wrong {0.6}: 2 of 3 pairs ordered → 2/3;
+# ECE: each question alone in its 15-bin → (0.2 + 0.6 + 0.3 + 0.5)/4 = 0.4; NLL = 0.5473141; BS = 0.37.
+PROBS = [[0.8, 0.2], [0.6, 0.4], [0.3, 0.7], [0.5, 0.5]]
+TARGETS = [0, 1, 1, 0]
+EXPECTED = {"ACC": 0.75, "AUC": 2 / 3, "ECE": 0.4, "NLL": 0.5473141, "BS": 0.37}
+PPR_METHODS = ("ppr", "ppr-seed5", "am-ppr-seed1")
+
+
+def synthetic_rows() -> list[ResultRow]:
+    """PPR-like methods with the hand-scored probabilities plus one off-format question (q4: it would be
+    confidently wrong), and a direct query that is always right and certain."""
+    rows = []
+    for method in PPR_METHODS:
+        for i, (probs, target) in enumerate(zip(PROBS, TARGETS, strict=True)):
+            alternatives = {"q_star_rb": np.array([0.4, 0.6])} if method != "am-ppr-seed1" else {}
+            rows.append(ResultRow(f"q{i}", method, i, target, 2, np.array(probs), np.full((3, 5), 0.9),
+                                  alternatives=alternatives))
+        alternatives = {"q_star_rb": np.array([0.0, 1.0])} if method != "am-ppr-seed1" else {}
+        valid_mass = np.array([[0.9] * 5, [0.2] * 5, [0.3] * 5])  # 2 of 3 paths off-format
+        rows.append(ResultRow("q4", method, 4, 0, 2, np.array([0.0, 1.0]), valid_mass, alternatives=alternatives))
+    for i, target in enumerate([*TARGETS, 0]):
+        probs = np.eye(2)[target]
+        rows.append(ResultRow(f"q{i}", "direct", i, target, 2, probs, np.array([[0.95]])))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def scores() -> RunScores:
+    return RunScores("CSQA", score_rows(synthetic_rows(), QualityControl(), n_resamples=200), "some/model-8b")
+
+
+def table_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| Method")]
+
+
+def test_markdown_has_hand_computed_values_in_paper_order(scores: RunScores) -> None:
+    text = markdown_tables([scores])
+    table1, table2 = text.split("**Table 2.**")
+    assert "| Method | CSQA ACC | CSQA AUC | CSQA n (excl.) |" in table1
+    assert "| Method | CSQA ECE | CSQA NLL | CSQA BS |" in table2
+    titles = [line.split(" | ")[0][2:] for line in table_lines(table1)]
+    assert titles == ["PPR + NoSEED", "PPR + SEED_5", "AM-PPR + SEED_1", "Direct-Query"]
+    ppr1 = table_lines(table1)[0]
+    assert ppr1.startswith("| PPR + NoSEED | 75.0 [") and "| 66.7 [" in ppr1 and ppr1.endswith("| 4 (1) |")
+    ppr2 = table_lines(table2)[0]
+    assert ppr2.startswith("| PPR + NoSEED | 0.4000 [") and "| 0.5473 [" in ppr2 and "| 0.3700 [" in ppr2
+    direct1, direct2 = table_lines(table1)[-1], table_lines(table2)[-1]
+    assert direct1 == "| Direct-Query | 100.0 [100.0, 100.0] | n/a | 5 (0) |"  # AUC undefined: one class
+    assert direct2 == "| Direct-Query | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] |"
+    assert "(RB)" not in text
+
+
+def test_interval_brackets_the_bootstrap(scores: RunScores) -> None:
+    ppr = scores.main()["ppr"]
+    point, low, high = ppr.summary["ACC"]
+    assert point == 0.75 and low <= point <= high and (low, high) != (point, point)
+    assert f"75.0 [{100 * low:.1f}, {100 * high:.1f}]" in markdown_tables([scores])
+
+
+def test_latex_layout(scores: RunScores) -> None:
+    text = latex_tables([scores])
+    assert text.count(r"\begin{tabular}") == 2 and text.count(r"\toprule") == 2 and text.count(r"\bottomrule") == 2
+    assert text.count(r"\midrule") == 6  # before the PPR, AM-PPR and Direct-Query groups, in both tables
+    assert r"\multicolumn{3}{c}{\textbf{CSQA}}" in text and r"\cmidrule(lr){2-4}" in text
+    assert r"PPR + \texttt{NoSEED} & 75.0 {\scriptsize [" in text
+    assert r"PPR + $\texttt{SEED}_{5}$ & 75.0" in text and r"AM-PPR + $\texttt{SEED}_{1}$" in text
+    assert r"\texttt{Direct-Query} & 100.0 {\scriptsize [100.0, 100.0]} & n/a & 5 (0) \\" in text
+    assert r"0.4000 {\scriptsize [" in text and "inferred by model-8b" in text and r"(\%)" in text
+
+
+def test_csv_has_every_number(scores: RunScores) -> None:
+    rows = list(csv.DictReader(csv_table([scores]).splitlines()))
+    assert [(r["method"], r["estimator"]) for r in rows] == [
+        ("ppr", "q_star"), ("ppr", "q_star_rb"), ("ppr-seed5", "q_star"), ("ppr-seed5", "q_star_rb"),
+        ("am-ppr-seed1", "theta_1"), ("direct", "direct")]
+    ppr = rows[0]
+    for metric, value in EXPECTED.items():
+        assert float(ppr[metric]) == pytest.approx(value, abs=1e-6)
+        assert float(ppr[metric + "_low"]) <= float(ppr[metric + "_high"])
+    assert (ppr["n"], ppr["excluded"], ppr["total"], ppr["nll_clipped"]) == ("4", "1", "5", "0")
+    rb = rows[1]  # q*_RB predicts option 1 everywhere: right on q1 and q2 only
+    assert rb["title"] == "PPR + NoSEED (RB)" and float(rb["ACC"]) == 0.5 and rb["excluded"] == "1"
+    assert math.isnan(float(rows[-1]["AUC"])) and rows[-1]["dataset"] == "CSQA"
+
+
+def write_store(run_dir: Path, dataset: str, rows: list[ResultRow]) -> None:
+    with RunStore.open(run_dir / "run.sqlite") as store:
+        store.ensure_config({"dataset": dataset, "model": "some/model-8b", "paths": 3, "steps": 5})
+        for position in sorted({row.position for row in rows}):
+            store.add([row for row in rows if row.position == position])
+
+
+def test_report_command_counts_qc_exclusions(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_store(tmp_path, "csqa", synthetic_rows())
+    assert main(["report", str(tmp_path), "--bootstrap", "50"]) == 0
+    printed = capsys.readouterr().out
+    markdown = (tmp_path / "tables.md").read_text()
+    assert markdown in printed
+    assert table_lines(markdown)[0].startswith("| PPR + NoSEED | 75.0 [") and "| 4 (1) |" in markdown
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
+    assert rows[0]["excluded"] == "1" and float(rows[0]["ACC"]) == 0.75
+    for method in ("ppr", "ppr-seed5", "am-ppr-seed1", "direct"):
+        assert (tmp_path / f"reliability-csqa-{method}.png").stat().st_size > 0
+    with RunStore.open(tmp_path / "run.sqlite", create=False) as store:
+        assert store.count() == 20  # exclusion happens at report time; the rows stay
+
+    # Thresholds are flags: with no path counted as off-format, q4 is scored (and is wrong).
+    args = ["report", str(tmp_path), "--bootstrap", "50", "--qc-path-mass", "0", "--out", str(tmp_path / "all")]
+    assert main(args) == 0
+    markdown = (tmp_path / "all" / "tables.md").read_text()
+    assert table_lines(markdown)[0].startswith("| PPR + NoSEED | 60.0 [") and "| 5 (0) |" in markdown
+
+
+def test_several_runs_side_by_side(tmp_path: Path) -> None:
+    rows = synthetic_rows()
+    for name, dataset in (("a", "tinymmlu"), ("b", "arc"), ("c", "arc")):
+        write_store(tmp_path / name, dataset, rows)
+    out = tmp_path / "report"
+    assert main(["report", *(str(tmp_path / n) for n in "abc"), "--bootstrap", "20", "--out", str(out)]) == 0
+    latex = (out / "tables.tex").read_text()
+    for label in ("TinyMMLU", "AI2-ARC (b)", "AI2-ARC (c)"):
+        assert rf"\multicolumn{{3}}{{c}}{{\textbf{{{label}}}}}" in latex
+    assert r"\cmidrule(lr){2-4}\cmidrule(lr){5-7}\cmidrule(lr){8-10}" in latex
+    assert r"\begin{tabular}{l ccc ccc ccc}" in latex
+    header = (out / "tables.md").read_text().splitlines()[2]
+    assert header.startswith("| Method | TinyMMLU ACC | TinyMMLU AUC | TinyMMLU n (excl.) | AI2-ARC (b) ACC")
+    assert (out / "reliability-ai2-arc--c--direct.png").exists()
+
+
+def test_evaluate_and_report_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("paths: 2\nsteps: 9\nmethods: [direct, ppr, ppr-seed1]\nqc_path_mass: 0.0\n")
+    out = tmp_path / "run"
+    args = ["evaluate", "--config", str(preset), "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "3",
+            "-N", "2", "--bootstrap", "20", "--out", str(out)]
+    assert main(args) == 0
+    with RunStore.open(out / "run.sqlite", create=False) as store:
+        config, rows = store.config(), store.rows()
+    assert (config["paths"], config["steps"], config["methods"]) == (2, 2, ["ppr", "ppr-seed1", "direct"])
+    assert len(rows) == 9 and {r.thetas.shape for r in rows if r.thetas is not None} == {(2, 3, 5)}
+    markdown = (out / "tables.md").read_text()
+    titles = [line.split(" | ")[0][2:] for line in table_lines(markdown.split("**Table 2.**")[0])]
+    assert titles == ["PPR + NoSEED", "PPR + SEED_1", "Direct-Query"]
+    assert "| 3 (0) |" in markdown
+    latex = (out / "tables.tex").read_text()
+    assert r"\begin{tabular}" in latex and r"\toprule" in latex and r"\multicolumn{3}{c}{\textbf{Demo}}" in latex
+    assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 2 * 3 + 1
+    for method in ("ppr", "ppr-seed1", "direct"):
+        assert (out / f"reliability-demo-{method}.png").exists()
+    assert main(["report", str(out), "--bootstrap", "20", "--qc-path-mass", "0"]) == 0
+    assert (out / "tables.md").read_text() == markdown  # same numbers when re-reported
+    assert main(["report", str(out), "--bootstrap", "20"]) == 0  # default QC: the random model is off-format
+    assert "| 0 (3) |" in (out / "tables.md").read_text()
+
+
+def test_metric_table_for_in_memory_results(tiny_lm) -> None:
+    questions = load_dataset("demo", n=3)
+    methods = [parse_method(name) for name in ("direct", "ppr-seed1")]
+    results: dict[str, list] = {m.name: [] for m in methods}
+    for question in questions:
+        for result in run_methods(tiny_lm, question, methods, 2, 2, 0, "ppr-llama"):
+            results[result.method.name].append(result)
+    text = metric_table(results, questions, qc=QualityControl(path_mass=0.0), n_resamples=20)
+    assert "| Method | Demo ACC | Demo AUC | Demo n (excl.) |" in text
+    lines = table_lines(text.split("**Table 2.**")[0])
+    assert [line.split(" | ")[0][2:] for line in lines] == ["PPR + SEED_1", "Direct-Query"]
+    assert all(line.endswith("| 3 (0) |") for line in lines)
+    # With the default QC the tiny random model (label mass ≈ 1%) is off-format everywhere.
+    table1 = metric_table(results, questions, n_resamples=20).split("**Table 2.**")[0]
+    assert all(line.endswith("| – | – | 0 (3) |") for line in table_lines(table1))

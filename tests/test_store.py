@@ -1,0 +1,137 @@
+"""The SQLite run store: bit-exact round trips, atomic questions, config pinning, clear errors, concurrent writers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from beliefdrift.store import ResultRow, RunStore, StoreError
+
+
+def make_row(question: str, method: str, position: int, seed: int = 0, paths: int = 3, steps: int = 4) -> ResultRow:
+    rng = np.random.default_rng(seed)
+    thetas = rng.dirichlet(np.ones(5), size=(paths, steps + 1)).astype(np.float32)
+    return ResultRow(
+        question_id=question,
+        method=method,
+        position=position,
+        target=int(rng.integers(5)),
+        num_labels=5,
+        probs=rng.dirichlet(np.ones(5)),
+        valid_mass=rng.random((paths, steps + 1)).astype(np.float32),
+        answers=rng.integers(0, 5, size=(paths, steps)),
+        seeds=rng.integers(0, 5, size=(paths, 2)),
+        thetas=thetas,
+        seconds=0.25,
+        alternatives={"q_star_rb": rng.dirichlet(np.ones(5)), "theta_1": rng.dirichlet(np.ones(5))},
+    )
+
+
+def assert_rows_equal(a: ResultRow, b: ResultRow) -> None:
+    for name in ("question_id", "method", "position", "target", "num_labels", "seconds"):
+        assert getattr(a, name) == getattr(b, name), name
+    for name in ("probs", "valid_mass", "answers", "seeds", "thetas"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x is None:
+            assert y is None, name
+            continue
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert x.tobytes() == y.tobytes(), name  # bit-exact
+    assert a.alternatives.keys() == b.alternatives.keys()
+    for key in a.alternatives:
+        assert a.alternatives[key].tobytes() == b.alternatives[key].tobytes()
+
+
+def test_round_trip_is_bit_exact_and_ordered(tmp_path: Path) -> None:
+    rows = [make_row("q2", "ppr", 1, seed=1), make_row("q1", "ppr-seed5", 0, seed=2), make_row("q1", "ppr", 0, seed=3)]
+    direct = ResultRow("q1", "direct", 0, 2, 5, np.array([0.1, 0.2, 0.3, 0.2, 0.2]), np.array([[0.9]]))
+    with RunStore.open(tmp_path / "run.sqlite") as store:
+        store.add(rows[:1])
+        store.add([*rows[1:], direct])
+        assert store.count() == 4
+        assert store.done() == {("q2", "ppr"), ("q1", "ppr-seed5"), ("q1", "ppr"), ("q1", "direct")}
+    with RunStore.open(tmp_path / "run.sqlite", create=False) as store:
+        stored = store.rows()
+    expected = [direct, rows[2], rows[1], rows[0]]  # by position, then method name
+    assert [(r.question_id, r.method) for r in stored] == [(r.question_id, r.method) for r in expected]
+    for got, want in zip(stored, expected, strict=True):
+        assert_rows_equal(got, want)
+    assert stored[0].answers is None and stored[0].alternatives == {}
+    assert stored[1].valid_mass_mean == pytest.approx(float(rows[2].valid_mass.mean()))
+    np.testing.assert_array_equal(stored[1].path_valid_mass, rows[2].valid_mass.mean(axis=1))
+
+
+def test_a_question_is_written_all_or_nothing(tmp_path: Path) -> None:
+    with RunStore.open(tmp_path / "run.sqlite") as store:
+        store.add([make_row("q1", "ppr", 0)])
+        with pytest.raises(StoreError, match="already stored"):
+            store.add([make_row("q2", "ppr", 1), make_row("q1", "ppr", 0)])
+        assert store.done() == {("q1", "ppr")}  # q2 rolled back with the failing transaction
+        assert len(store.rows()[0].alternatives) == 2
+
+
+def test_config_is_pinned(tmp_path: Path) -> None:
+    config = {"model": "m", "paths": 3, "steps": 4, "methods": ("ppr", "direct"), "split": None}
+    with RunStore.open(tmp_path / "run.sqlite") as store:
+        store.ensure_config(config)
+        store.ensure_config(dict(config))  # same settings: fine
+    with RunStore.open(tmp_path / "run.sqlite") as store:
+        assert store.config() == {**config, "methods": ["ppr", "direct"]}
+        with pytest.raises(StoreError) as err:
+            store.ensure_config({**config, "steps": 5, "model": "other"})
+    message = str(err.value)
+    assert "steps: stored 4, requested 5" in message and "model: stored 'm', requested 'other'" in message
+    assert "paths" not in message
+
+
+def test_wal_mode(tmp_path: Path) -> None:
+    RunStore.open(tmp_path / "run.sqlite").close()
+    with sqlite3.connect(tmp_path / "run.sqlite") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.mark.parametrize("content", [b"garbage " * 200, b"SQLite format 3\x00" + b"\xff" * 200])
+def test_corrupt_file_is_a_clear_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "run.sqlite"
+    path.write_bytes(content)
+    with pytest.raises(StoreError, match="not a readable beliefdrift run store"):
+        RunStore.open(path)
+
+
+def test_foreign_sqlite_file_and_missing_store(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (x)")
+    with pytest.raises(StoreError, match="not a beliefdrift run store"):
+        RunStore.open(path)
+    with pytest.raises(StoreError, match="no run store"):
+        RunStore.open(tmp_path / "missing" / "run.sqlite", create=False)
+    assert not (tmp_path / "missing").exists()
+
+
+def _write_share(path: str, worker: int, workers: int, questions: int) -> None:
+    with RunStore.open(path, create=False) as store:
+        for i in range(worker, questions, workers):
+            store.add([make_row(f"q{i}", "ppr", i, seed=i), make_row(f"q{i}", "direct", i, seed=i + 1000)])
+
+
+def test_concurrent_writers_from_several_processes(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    RunStore.open(path).close()
+    workers, questions = 3, 30
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_write_share, args=(str(path), w, workers, questions)) for w in range(workers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+    with RunStore.open(path, create=False) as store:
+        rows = store.rows()
+    assert len(rows) == 2 * questions
+    assert [r.position for r in rows] == sorted(2 * list(range(questions)))
+    assert_rows_equal(rows[-1], make_row("q29", "ppr", 29, seed=29))
