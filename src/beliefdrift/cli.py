@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ["demo", "drift", "emd", "evaluate", "report"]
+COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning"]
 
 
 def build_parser() -> argparse.ArgumentParser:

