@@ -1,7 +1,8 @@
 """`beliefdrift demo`: the paper's main observations on the bundled demo set with the default model.
 
-Runs Direct-Query, PPR, PPR+SEED_1 and PPR+SEED_5, prints a short table and draws the marginal drift
-of θ_n (the paper's Figure 1 (a)/(b)) for one question.
+Runs Direct-Query, PPR, PPR+SEED_1 and PPR+SEED_5, prints a short table and the paper's metric tables,
+draws the marginal drift of θ_n (the paper's Figure 1 (a)/(b)) for one question, and measures the expected
+martingale drift (EMD) with and without seeding on a few questions.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ from tqdm import tqdm
 
 from beliefdrift.commands.common import add_model_args, add_output_args, add_sampling_args, model_from_args
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.diagnostics.emd import EMDConfig, emd_summary
 from beliefdrift.diagnostics.marginal import marginal_drift
 from beliefdrift.methods import MethodResult, parse_method, run_methods
 from beliefdrift.report.plots import plot_marginal_drift
+from beliefdrift.report.tables import metric_table
 
 DEMO_METHODS = ("direct", "ppr", "ppr-seed1", "ppr-seed5")
+EMD_METHODS = ("ppr", "ppr-seed5")
+# Small enough for a laptop CPU: K = 4 (exact enumeration of 5^3 continuations), two prefix lengths.
+DEMO_EMD = EMDConfig(horizon=4, prefix_lengths=(0, 2), top_k=3, num_rollouts=8, burn_in=4, k=4)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +32,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(parser)
     add_sampling_args(parser, paths=8, steps=20)
     add_output_args(parser, "beliefdrift-out/demo")
-    parser.add_argument("--n", type=int, default=None, help="number of demo questions (default: all)")
+    parser.add_argument("--n", type=int, default=20, help="number of demo questions (0 = all 52)")
+    parser.add_argument("--emd-questions", type=int, default=3, help="questions in the EMD section (0 = skip)")
     parser.add_argument("--plot-question", default=None, help="question id for the drift figure (default: first)")
     parser.set_defaults(func=run)
 
@@ -50,7 +57,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    questions = load_dataset("demo", n=args.n, seed=args.seed)
+    questions = load_dataset("demo", n=args.n or None, seed=args.seed)
     methods = [parse_method(name) for name in DEMO_METHODS]
     print(f"loading {args.model} ...", flush=True)
     lm = model_from_args(args)
@@ -66,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
         ["method", "accuracy", "mean confidence", "mean valid_mass"],
         [[name, f"{acc:.3f}", f"{conf:.3f}", f"{valid:.3f}"] for name, acc, conf, valid in rows],
     )
-    print(table)
+    metrics = metric_table(results, questions, label="Demo")
+    print(table + "\n\n" + metrics)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.md").write_text(table + "\n")
+    sections = [table, metrics]
 
     index = next((i for i, q in enumerate(questions) if q.id == args.plot_question), 0)
     question = questions[index]
@@ -76,5 +84,21 @@ def run(args: argparse.Namespace) -> int:
               for name in ("ppr", "ppr-seed5")]
     written = plot_marginal_drift(panels, question.labels, Path(args.out) / "marginal_drift",
                                   title=f"{question.id}: {question.stem[:70]}")
+    if args.emd_questions:
+        sections.append(emd_section(lm, questions[: args.emd_questions], args))
+        print(sections[-1])
+    (args.out / "summary.md").write_text("\n\n".join(sections) + "\n")
     print(f"wrote {args.out / 'summary.md'} and {', '.join(str(p) for p in written)}")
     return 0
+
+
+def emd_section(lm, questions, args: argparse.Namespace) -> str:
+    """EMD‾ (L1, k = 2 … K) and EMD_k(b) of PPR with and without seeds on a few questions."""
+    print(f"EMD on {len(questions)} questions (K={DEMO_EMD.horizon}, prefixes n ∈ {DEMO_EMD.prefix_lengths}) ...",
+          flush=True)
+    rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], DEMO_EMD, args.seed, args.template)
+    return "Expected martingale drift (L1)\n\n" + markdown_table(
+        ["method", "EMD‾ mean ± std", f"EMD_{DEMO_EMD.k}(b), b = 0 … {DEMO_EMD.burn_in}"],
+        [[row.method, f"{row.emd_bar:.3f} ± {row.emd_bar_std:.3f}", " ".join(f"{v:.3f}" for v in row.burn_in)]
+         for row in rows],
+    )
