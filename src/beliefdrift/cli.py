@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning"]
+COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning", "train"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,101 @@
+"""Seconds per SC optimizer update and peak RSS when training the default model on the CPU.
+
+Each precision runs in its own subprocess (peak RSS is per process): fp32 for a few updates after a warm-up one,
+bf16 for ONE update only (no warm-up), because bf16 matmuls are ~100x slower than fp32 on AVX2-only CPUs
+(no AVX512-BF16/AMX). Rollouts are generated once (fp32) and shared. Prints prompt length, seconds per update,
+peak RSS, and the bf16/fp32 ratio.
+
+    python bench/train.py [--config configs/train-cpu.yaml] [--updates 3] [--skip-bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from time import perf_counter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def worker(config_path: str, out: str, dtype: str, updates: int, warm_up: bool) -> None:
+    """Time `updates` optimizer updates (after one warm-up update if asked) and print a JSON line."""
+    import torch
+
+    from beliefdrift.amortize.trainer import SCTrainer, load_train_config
+
+    config = load_train_config(config_path, {"dtype": dtype, "rollouts": str(Path(out).parent / "rollouts")})
+    trainer = SCTrainer(config, out)
+    plan = trainer.updates
+    if warm_up:
+        trainer.update(plan[0])  # first-touch allocations, caches
+    times, prompt = [], 0
+    for update in plan[int(warm_up) : int(warm_up) + updates]:
+        start = perf_counter()
+        trainer.update(update)
+        times.append(perf_counter() - start)
+        prompt = max(prompt, len(trainer.tokens(trainer.groups[update.group].question).prompt_ids))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB → GiB (Linux)
+    print(json.dumps({"dtype": str(next(trainer.peft_model.parameters()).dtype), "updates": len(times),
+                      "seconds": sum(times) / len(times), "peak_rss_gib": peak, "prompt_tokens": prompt,
+                      "paths": config.paths_per_update, "threads": torch.get_num_threads()}))
+
+
+def run(config: str, out: str, dtype: str, updates: int, warm_up: bool) -> dict:
+    command = [sys.executable, __file__, "--worker", "--config", config, "--out", out, "--dtype", dtype,
+               "--updates", str(updates)] + (["--warm-up"] if warm_up else [])
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def prepare_rollouts(config_path: str, out: str) -> None:
+    """Generate the preset's rollouts once (fp32), for the first few questions only."""
+    from beliefdrift.amortize.rollouts import generate_rollouts, save_rollouts
+    from beliefdrift.amortize.trainer import load_train_config
+    from beliefdrift.backend import load_model
+    from beliefdrift.data.registry import load_dataset
+
+    config = load_train_config(config_path)
+    config = replace(config, n=2)
+    lm = load_model(config.model, dtype="float32")
+    questions = load_dataset(config.dataset, config.split, config.data_dir, n=config.n, seed=config.seed)
+    groups = generate_rollouts(lm, questions, config.prefix_lengths, config.num_rollouts, config.horizon - 1,
+                               config.seed, config.template, config.prefix_mode)
+    save_rollouts(groups, Path(out) / "rollouts", {"bench": True})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=str(ROOT / "configs" / "train-cpu.yaml"))
+    parser.add_argument("--updates", type=int, default=3, help="timed fp32 updates (after one warm-up)")
+    parser.add_argument("--skip-bf16", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-up", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.config, args.out, args.dtype, args.updates, args.warm_up)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare_rollouts(args.config, tmp)
+        fp32 = run(args.config, str(Path(tmp) / "fp32"), "float32", args.updates, warm_up=True)
+        print(f"fp32: {fp32['seconds']:.2f} s/update over {fp32['updates']} updates ({fp32['paths']} paths, "
+              f"prompt ≤ {fp32['prompt_tokens']} tokens, {fp32['threads']} threads); "
+              f"peak RSS {fp32['peak_rss_gib']:.2f} GiB "
+              f"({'under' if fp32['peak_rss_gib'] < 6 else 'OVER'} the 6 GiB budget)")
+        if args.skip_bf16:
+            return
+        bf16 = run(args.config, str(Path(tmp) / "bf16"), "bfloat16", 1, warm_up=False)
+        print(f"bf16: {bf16['seconds']:.2f} s/update over 1 update only (bf16 matmuls are ~100x slower on this "
+              f"AVX2 CPU); peak RSS {bf16['peak_rss_gib']:.2f} GiB")
+        print(f"bf16 / fp32 seconds per update: {bf16['seconds'] / fp32['seconds']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Martingale amortization (AM-PPR): rollout datasets, the self-consistency loss and the LoRA trainer.
+
+The trained adapter loads with `beliefdrift.evaluation.load_adapter(lm, path)` (and `--adapter` on the CLI).
+"""
+
+from beliefdrift.amortize.forward import PrefixState, conditionals, encode_prefix, rollout_conditionals
+from beliefdrift.amortize.loss import (
+    SCLossOutput,
+    SelfConsistencyLoss,
+    draw_horizons,
+    expected_sc_loss,
+    horizon_pairs,
+    log_predictive,
+)
+from beliefdrift.amortize.rollouts import (
+    RolloutGroup,
+    generate_group,
+    generate_rollouts,
+    group_id,
+    load_rollouts,
+    sample_prefix,
+    sample_rollouts,
+    save_rollouts,
+)
+from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, load_train_config, plan_updates
+
+__all__ = [
+    "PrefixState",
+    "RolloutGroup",
+    "SCLossOutput",
+    "SCTrainer",
+    "SelfConsistencyLoss",
+    "TrainConfig",
+    "conditionals",
+    "draw_horizons",
+    "encode_prefix",
+    "expected_sc_loss",
+    "generate_group",
+    "generate_rollouts",
+    "group_id",
+    "horizon_pairs",
+    "load_rollouts",
+    "load_train_config",
+    "log_predictive",
+    "plan_updates",
+    "rollout_conditionals",
+    "sample_prefix",
+    "sample_rollouts",
+    "save_rollouts",
+]

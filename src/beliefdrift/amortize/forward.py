@@ -1,0 +1,103 @@
+"""Differentiable answer conditionals on a shared prefix, for the SC loss.
+
+For a group (Q, a_{1:n}) and rollouts A^{(j)}_{n+1:n+D}, j = 1 … J, the loss needs
+
+    log θ^{(j)}_d = log p_φ(· | x_Q, a_{1:n}, A^{(j)}_{n+1:n+d})   (label tokens only),  d = 0 … D,
+
+with gradients. The prompt and prefix run once (batch 1) into a KV cache whose tensors keep their autograd
+graph; the J rollout suffixes then attend to it through `SharedPrefix` in one batched forward pass per chunk,
+reading the logits after every answer. So the ~500-token prompt is processed once per update, not J times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from beliefdrift.backend import AnswerTokens
+from beliefdrift.backend.shared_prefix import SharedPrefix
+
+
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a DDP/FSDP wrapper (for its config); the wrapper itself is what gets called."""
+    return getattr(model, "module", model)
+
+
+def _label_log_probs(logits: torch.Tensor, label_ids: torch.Tensor) -> torch.Tensor:
+    """log θ = log_softmax of the label-token logits (the same θ as `AnswerDist.from_logits`)."""
+    return torch.log_softmax(logits[..., label_ids].float(), dim=-1)
+
+
+@dataclass(frozen=True)
+class PrefixState:
+    """The prompt + prefix a_{1:n} encoded once: its KV cache (with graph) and log θ_n = log p_φ(· | a_{1:n})."""
+
+    prefix: SharedPrefix
+    log_theta: torch.Tensor  # [|𝒜|]
+
+
+def encode_prefix(model: torch.nn.Module, tokens: AnswerTokens, prefix: Sequence[int]) -> PrefixState:
+    """One forward pass over the prompt followed by the answers `prefix` (label indices), as batch 1.
+
+    Gradients flow when grad mode is on. The model must use the shared-prefix attention
+    (`enable_shared_prefix`), which is plain SDPA here because no prefix is passed.
+    """
+    config = _unwrapped(model).config
+    device = next(model.parameters()).device
+    ids = list(tokens.prompt_ids) + [t for answer in prefix for t in tokens.answer_ids(answer)]
+    cache = DynamicCache(config=config)
+    logits = model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True,
+                   logits_to_keep=1).logits
+    label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)
+    return PrefixState(SharedPrefix.from_cache(cache), _label_log_probs(logits[0, -1], label_ids))
+
+
+def rollout_conditionals(
+    model: torch.nn.Module, tokens: AnswerTokens, state: PrefixState, rollouts: torch.Tensor
+) -> torch.Tensor:
+    """log θ after each rollout answer: [B, D, |𝒜|] for rollouts [B, D] (label indices), one forward pass.
+
+    Entry [b, d−1] is log p_φ(· | a_{1:n}, A^{(b)}_{n+1:n+d}), read at the last token of answer d.
+    """
+    config = _unwrapped(model).config
+    device = next(model.parameters()).device
+    answer_ids = torch.tensor([tokens.answer_ids(i) for i in range(len(tokens.label_ids))], device=device)
+    batch, depth = rollouts.shape
+    input_ids = answer_ids[rollouts.to(device)].reshape(batch, -1)
+    step = tokens.step_length
+    positions = state.prefix.length + torch.arange(input_ids.shape[1], device=device).expand(batch, -1)
+    read = torch.arange(1, depth + 1, device=device) * step - 1  # last token of every answer
+    logits = model(
+        input_ids=input_ids,
+        position_ids=positions,
+        past_key_values=DynamicCache(config=config),
+        shared_prefix=state.prefix,
+        use_cache=True,
+        logits_to_keep=read,
+    ).logits
+    label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)
+    return _label_log_probs(logits, label_ids)
+
+
+def conditionals(
+    model: torch.nn.Module,
+    tokens: AnswerTokens,
+    prefix: Sequence[int],
+    rollouts: torch.Tensor,
+    micro_batch: int | None = None,
+) -> torch.Tensor:
+    """log θ^{(j)}_d for d = 0 … D: [J, D+1, |𝒜|] (d = 0 is log θ_n, shared by every path).
+
+    The prompt + prefix run once; the rollouts [J, D] run `micro_batch` paths per forward pass (all at once
+    when None). Every chunk keeps its graph until the caller's backward pass: the SC loss is a function of the
+    mean over all J paths, so the chunks bound the size of each forward pass, not what autograd stores.
+    """
+    state = encode_prefix(model, tokens, prefix)
+    first = state.log_theta.expand(rollouts.shape[0], 1, -1)
+    if rollouts.shape[1] == 0:
+        return first
+    chunks = rollouts.split(micro_batch or rollouts.shape[0])
+    return torch.cat([first, torch.cat([rollout_conditionals(model, tokens, state, c) for c in chunks])], 1)

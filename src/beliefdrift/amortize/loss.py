@@ -1,0 +1,84 @@
+"""Self-consistency (SC) loss with its policy-gradient bias correction (paper §4.2, Corollary B; DESIGN §8–9).
+
+For one group (Q, a_{1:n}) with J rollouts A^{(j)} and horizons k1 < k2:
+
+    p̂^(k)  = (1/J) Σ_j θ^{(j)}_{k−1},   θ^{(j)}_d = p_φ(· | a_{1:n}, A^{(j)}_{n+1:n+d}, Q)   (p̂^(1) = θ_0)
+    L_SC   = H(sg(p̂^(k2)), p̂^(k1)) = −Σ_a p̂^(k2)(a) log p̂^(k1)(a)
+    ℓ_j    = H(sg(p̂^(k2)), θ^{(j)}_{k1−1}),   adv_j = sg(ℓ_j − mean_j ℓ_j)
+    L_pg   = mean_j clip(adv_j, −c, c) · log p_φ(A^{(j)}_{n+1:n+k1−1} | a_{1:n}, Q)
+    L      = L_SC + β · L_pg
+
+Horizons: k1 ~ U{1 … K−1}, δ ~ U{1 … K−k1}, k2 = k1 + δ (the paper's K = 6).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+
+class SCLossOutput(NamedTuple):
+    """The total loss and its two terms (`sc`, `pg` are reported; only `loss` is differentiated)."""
+
+    loss: torch.Tensor
+    sc: torch.Tensor
+    pg: torch.Tensor
+
+
+def log_predictive(log_thetas: torch.Tensor, k: int) -> torch.Tensor:
+    """log p̂^(k) = log (1/J) Σ_j θ^{(j)}_{k−1} from log θ [J, D+1, |𝒜|] (logsumexp over paths): [|𝒜|]."""
+    return torch.logsumexp(log_thetas[:, k - 1], dim=0) - math.log(log_thetas.shape[0])
+
+
+def cross_entropy(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
+    """H(p, q) = −Σ_a p(a) log q(a) over the last dimension."""
+    return -(target * log_probs).sum(-1)
+
+
+class SelfConsistencyLoss(nn.Module):
+    """L = L_SC + β·L_pg for one group, from the per-path conditionals.
+
+    Inputs: log_thetas [J, D+1, |𝒜|] (log θ^{(j)}_d, d = 0 … D, with D ≥ k2 − 1; differentiable), rollouts [J, D']
+    (label indices, D' ≥ k1 − 1) and the horizons k1 < k2.
+    """
+
+    def __init__(self, beta: float = 0.01, clip: float = 5.0):
+        super().__init__()
+        self.beta = beta
+        self.clip = clip
+
+    def forward(self, log_thetas: torch.Tensor, rollouts: torch.Tensor, k1: int, k2: int) -> SCLossOutput:
+        if not 1 <= k1 < k2 <= log_thetas.shape[1]:
+            raise ValueError(f"need 1 ≤ k1 < k2 ≤ D+1 = {log_thetas.shape[1]}, got k1={k1}, k2={k2}")
+        target = log_predictive(log_thetas, k2).exp().detach()
+        sc = cross_entropy(target, log_predictive(log_thetas, k1))
+        per_path = cross_entropy(target, log_thetas[:, k1 - 1])  # ℓ_j
+        advantage = (per_path - per_path.mean()).detach().clamp(-self.clip, self.clip)
+        steps = rollouts[:, : k1 - 1].to(log_thetas.device)
+        path_log_prob = log_thetas[:, : k1 - 1].gather(-1, steps[..., None]).squeeze(-1).sum(-1)
+        pg = (advantage * path_log_prob).mean()
+        return SCLossOutput(sc + self.beta * pg, sc, pg)
+
+
+def draw_horizons(generator: torch.Generator, horizon: int = 6) -> tuple[int, int]:
+    """(k1, k2): k1 ~ U{1 … horizon−1}, then k2 = k1 + δ with δ ~ U{1 … horizon−k1}."""
+    k1 = int(torch.randint(1, horizon, (1,), generator=generator))
+    return k1, k1 + int(torch.randint(1, horizon - k1 + 1, (1,), generator=generator))
+
+
+def horizon_pairs(horizon: int = 6) -> list[tuple[int, int, float]]:
+    """Every (k1, k2, probability) that `draw_horizons` can produce; probabilities sum to 1."""
+    return [
+        (k1, k2, 1 / ((horizon - 1) * (horizon - k1))) for k1 in range(1, horizon) for k2 in range(k1 + 1, horizon + 1)
+    ]
+
+
+def expected_sc_loss(log_thetas: torch.Tensor, horizon: int = 6) -> torch.Tensor:
+    """E_{(k1,k2)}[L_SC] over the horizon distribution: a deterministic measure of a group's SC loss."""
+    return sum(
+        p * cross_entropy(log_predictive(log_thetas, k2).exp().detach(), log_predictive(log_thetas, k1))
+        for k1, k2, p in horizon_pairs(horizon)
+    )

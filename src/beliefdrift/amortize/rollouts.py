@@ -1,0 +1,145 @@
+"""Rollout datasets for SC fine-tuning (offline mode, the paper's).
+
+A *group* is a question Q with an answer prefix a_{1:n} (n ∈ 𝒩) and J continuations A^{(j)}_{n+1:n+K−1} sampled
+from the base model's PPR process after it; one optimizer update uses one group.
+
+Prefixes: `sample` (default) draws a_{1:n} from the base model's PPR process, so training sees the histories the
+process actually produces; `top` picks one of the top-5 most likely prefixes uniformly, as the EMD evaluation does
+(DESIGN §7). Each draw uses its own generator `make_generator(seed, question id, n, …)`, so a dataset does not depend
+on the order it is built in.
+
+On disk, a directory: `rollouts.jsonl` (one row per trajectory: group id, question id, prefix, path index, rollout)
+and `meta.json` (the settings that produced it and the questions, so the dataset is self-contained).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from beliefdrift.backend import LanguageModel
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.diagnostics.prefixes import pick_prefix, top_prefixes
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
+from beliefdrift.resampling import QuestionRunner, make_generator, sample_answers
+
+PREFIX_MODES = ("sample", "top")
+ROWS_FILE = "rollouts.jsonl"
+META_FILE = "meta.json"
+
+
+def group_id(question_id: str, prefix: Sequence[int]) -> str:
+    """`<question id>:<prefix label indices, comma-separated>` (nothing after the colon for n = 0)."""
+    return f"{question_id}:{','.join(str(a) for a in prefix)}"
+
+
+@dataclass(frozen=True)
+class RolloutGroup:
+    """Question Q, prefix a_{1:n} (label indices) and J rollouts [J, K−1] (label indices) continuing it."""
+
+    question: MCQuestion
+    prefix: tuple[int, ...]
+    rollouts: torch.Tensor  # [J, K−1] long
+
+    @property
+    def id(self) -> str:
+        return group_id(self.question.id, self.prefix)
+
+
+def sample_prefix(runner: QuestionRunner, length: int, mode: str, generator: torch.Generator) -> tuple[int, ...]:
+    """A prefix a_{1:length} of the runner's PPR process: sampled from it, or one of its top-5 (see module doc)."""
+    if mode == "sample":
+        answers, _, _ = sample_answers(runner.paths(1), length, generator)
+        return tuple(answers[0].tolist())
+    if mode == "top":
+        return pick_prefix(top_prefixes(runner.paths(1), length, 5), generator).answers
+    raise ValueError(f"unknown prefix mode {mode!r}; expected one of {', '.join(PREFIX_MODES)}")
+
+
+def sample_rollouts(
+    runner: QuestionRunner, prefix: Sequence[int], num_rollouts: int, depth: int, generator: torch.Generator
+) -> torch.Tensor:
+    """J continuations [J, depth] of the prefix, sampled from the runner's model (one forward pass per step)."""
+    seeds = torch.tensor(list(prefix), dtype=torch.long).reshape(1, -1).expand(num_rollouts, -1)
+    answers, _, _ = sample_answers(runner.paths(num_rollouts, seeds=seeds), depth, generator)
+    return answers
+
+
+@torch.no_grad()
+def generate_group(
+    runner: QuestionRunner, length: int, num_rollouts: int, depth: int, seed: int, prefix_mode: str = "sample"
+) -> RolloutGroup:
+    """One group for the runner's question: a prefix of `length` answers and J rollouts of `depth` answers."""
+    qid = runner.question.id
+    prefix = sample_prefix(runner, length, prefix_mode, make_generator(seed, qid, length, "prefix", prefix_mode))
+    rollouts = sample_rollouts(runner, prefix, num_rollouts, depth, make_generator(seed, qid, length, "rollouts"))
+    return RolloutGroup(runner.question, prefix, rollouts)
+
+
+def generate_rollouts(
+    lm: LanguageModel,
+    questions: Iterable[MCQuestion],
+    prefix_lengths: Sequence[int],
+    num_rollouts: int,
+    depth: int,
+    seed: int = 0,
+    template: str = DEFAULT_PPR_TEMPLATE,
+    prefix_mode: str = "sample",
+) -> list[RolloutGroup]:
+    """Groups for every question × prefix length (one prompt prefill per question)."""
+    groups = []
+    for question in questions:
+        runner = QuestionRunner(lm, question, template)
+        groups += [generate_group(runner, n, num_rollouts, depth, seed, prefix_mode) for n in prefix_lengths]
+    return groups
+
+
+def save_rollouts(groups: Sequence[RolloutGroup], directory: str | Path, settings: dict[str, Any]) -> Path:
+    """Write the dataset to `directory` atomically (a temporary directory renamed into place)."""
+    directory = Path(directory)
+    temporary = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir(parents=True)
+    questions = {g.question.id: g.question for g in groups}
+    meta = {"settings": settings, "questions": [asdict(q) for q in questions.values()]}
+    (temporary / META_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False))
+    with open(temporary / ROWS_FILE, "w") as rows:
+        for g in groups:
+            for j, rollout in enumerate(g.rollouts.tolist()):
+                row = {"group": g.id, "question": g.question.id, "prefix": list(g.prefix), "path": j}
+                rows.write(json.dumps({**row, "rollout": rollout}) + "\n")
+    if directory.exists():
+        shutil.rmtree(directory)
+    os.replace(temporary, directory)
+    return directory
+
+
+def load_rollouts(directory: str | Path) -> tuple[list[RolloutGroup], dict[str, Any]]:
+    """The groups (in file order) and the settings that produced them."""
+    directory = Path(directory)
+    if not (directory / META_FILE).is_file() or not (directory / ROWS_FILE).is_file():
+        raise FileNotFoundError(f"{directory}: not a rollout dataset (needs {META_FILE} and {ROWS_FILE})")
+    meta = json.loads((directory / META_FILE).read_text())
+    questions = {q["id"]: MCQuestion(**{**q, "choices": tuple(q["choices"]), "labels": tuple(q["labels"])})
+                 for q in meta["questions"]}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    with open(directory / ROWS_FILE) as lines:
+        for line in lines:
+            row = json.loads(line)
+            rows.setdefault(row["group"], []).append(row)
+    groups = [
+        RolloutGroup(
+            questions[paths[0]["question"]],
+            tuple(paths[0]["prefix"]),
+            torch.tensor([p["rollout"] for p in sorted(paths, key=lambda p: p["path"])], dtype=torch.long),
+        )
+        for paths in rows.values()
+    ]
+    return groups, meta["settings"]

@@ -1,0 +1,511 @@
+"""SC fine-tuning (AM-PPR): LoRA adapters trained on the SC + PG loss, one query group per optimizer update.
+
+Each update takes one group (Q, a_{1:n}), draws (k1, k2), runs the prompt + prefix once and the group's rollouts
+in chunks of `micro_batch` paths (`micro_batch × grad_accum` paths per update), and takes one AdamW step on
+L = L_SC + β·L_pg (cosine schedule with warm-up). Every update draws its randomness (horizons, rollout subset,
+dropout masks, on-policy rollouts) from `make_generator(seed, epoch, group, u)`, so a run resumed from a
+checkpoint ends with the same adapter as an uninterrupted one.
+
+Under `accelerate launch` (DDP) the groups of each epoch are sharded over the processes: an update averages the
+gradients of one group per process.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import re
+import shutil
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+import torch
+import yaml
+
+from beliefdrift.amortize.forward import conditionals
+from beliefdrift.amortize.loss import SCLossOutput, SelfConsistencyLoss, draw_horizons
+from beliefdrift.amortize.rollouts import (
+    PREFIX_MODES,
+    RolloutGroup,
+    generate_rollouts,
+    load_rollouts,
+    sample_rollouts,
+    save_rollouts,
+)
+from beliefdrift.backend import DEFAULT_MODEL, AnswerTokens, LanguageModel, load_model
+from beliefdrift.backend.shared_prefix import enable_shared_prefix
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.data.registry import load_dataset
+from beliefdrift.diagnostics.emd import EMDConfig, question_emd
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
+from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
+
+MODES = ("offline", "on-policy")
+# Settings that do not change the trained adapter: a run may resume with different values.
+OPERATIONAL = ("save_steps", "save_total_limit", "eval_steps", "eval_n", "eval_dataset", "eval_split", "eval_horizon",
+               "eval_prefix_lengths", "eval_num_rollouts")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every setting of an SC fine-tuning run (YAML presets in configs/train-*.yaml; paper values in DESIGN §10)."""
+
+    # model
+    model: str = DEFAULT_MODEL
+    dtype: str = "auto"
+    device: str = "cpu"
+    template: str = DEFAULT_PPR_TEMPLATE
+    # training queries and their rollout groups
+    dataset: str = "csqa"
+    split: str | None = "train"
+    n: int | None = 20  # training questions; groups = questions × prefix lengths
+    data_dir: str | None = None
+    seed: int = 0
+    prefix_lengths: tuple[int, ...] = (0, 2, 4, 6, 8)  # 𝒩
+    prefix_mode: str = "sample"  # sample | top (see amortize/rollouts.py)
+    num_rollouts: int = 32  # J stored per group
+    horizon: int = 6  # K: k1 < k2 ≤ K, rollouts of depth K − 1
+    mode: str = "offline"  # offline (stored base-model rollouts) | on-policy (fresh rollouts every update)
+    rollouts: str | None = None  # an existing rollout dataset; default: generated into <out>/rollouts
+    # loss
+    beta: float = 0.01
+    clip: float = 5.0
+    # LoRA
+    lora_r: int = 16
+    lora_alpha: int = 8
+    lora_dropout: float = 0.05
+    target_modules: str | tuple[str, ...] = "all-linear"
+    # optimization
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_steps: int = 5
+    max_grad_norm: float | None = 1.0
+    micro_batch: int = 8  # paths per forward chunk
+    grad_accum: int = 4  # chunks per update: micro_batch × grad_accum paths per update (per process)
+    epochs: int = 2
+    steps_per_group: int = 1  # U
+    max_steps: int | None = None  # stop after this many updates (the schedule then spans them)
+    mixed_precision: str = "no"  # no | bf16 | fp16 (accelerate autocast)
+    # checkpoints, validation
+    save_steps: int = 10
+    save_total_limit: int = 2
+    eval_steps: int = 0  # validation EMD‾ every this many updates (0: before training and at the end only)
+    eval_dataset: str | None = None  # default: the training dataset and split, questions not trained on
+    eval_split: str | None = None
+    eval_n: int = 4
+    eval_horizon: int = 4
+    eval_prefix_lengths: tuple[int, ...] = (0, 2)
+    eval_num_rollouts: int = 16
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.mode not in MODES:
+            problems.append(f"mode must be one of {MODES}")
+        if self.prefix_mode not in PREFIX_MODES:
+            problems.append(f"prefix_mode must be one of {PREFIX_MODES}")
+        if self.horizon < 2:
+            problems.append("horizon must be at least 2")
+        if self.paths_per_update > self.num_rollouts:
+            problems.append(f"micro_batch × grad_accum = {self.paths_per_update} exceeds num_rollouts = "
+                            f"{self.num_rollouts}")
+        if min(self.micro_batch, self.grad_accum, self.epochs, self.steps_per_group, self.save_steps) < 1:
+            problems.append("micro_batch, grad_accum, epochs, steps_per_group and save_steps must be ≥ 1")
+        if min(self.prefix_lengths, default=0) < 0 or not self.prefix_lengths:
+            problems.append("prefix_lengths must be non-negative and not empty")
+        if problems:
+            raise ValueError("invalid training settings: " + "; ".join(problems))
+
+    @property
+    def paths_per_update(self) -> int:
+        return self.micro_batch * self.grad_accum
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        """A config from YAML-style values (unknown keys are an error; "1e-4" and lists are coerced)."""
+        hints = typing.get_type_hints(cls)
+        unknown = sorted(set(values) - set(hints))
+        if unknown:
+            raise ValueError(f"unknown training settings {unknown}; known: {', '.join(hints)}")
+        return cls(**{key: _coerce(key, hints[key], value) for key, value in values.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
+
+
+def _coerce(key: str, hint: Any, value: Any) -> Any:
+    """`value` as the field type `hint` (int, float, str, bool, tuple[...], optional unions of those)."""
+    if value is None:
+        return None
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    for option in [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]:
+        kind = typing.get_origin(option) or option
+        if kind is tuple and isinstance(value, (list, tuple)):
+            item = typing.get_args(option)[0]
+            return tuple(_coerce(key, item, v) for v in value)
+        if kind is bool and isinstance(value, bool):
+            return value
+        if kind in (int, float) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                continue
+            if kind is float:
+                return number
+            if number.is_integer():
+                return int(number)
+        if kind is str and isinstance(value, str):
+            return value
+    raise ValueError(f"setting {key}: cannot read {value!r} as {hint}")
+
+
+def load_train_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """Built-in defaults, overridden by a YAML preset, overridden by `overrides`."""
+    preset: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"--config {path}: no such file")
+        preset = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(preset, dict):
+            raise ValueError(f"--config {path}: expected a mapping of settings")
+    return TrainConfig.from_dict({**preset, **(overrides or {})})
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+LOG_FIELDS = ("step", "epoch", "group", "k1", "k2", "loss", "sc", "pg", "grad_norm", "lr", "seconds", "val_emd_l1")
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    """The complete checkpoint with the highest step in `directory` (incomplete ones are hidden `.tmp` dirs)."""
+    found = [(int(m[1]), p) for p in directory.glob("checkpoint-*") if (m := CHECKPOINT.match(p.name))]
+    return max(found)[1] if found else None
+
+
+@dataclass(frozen=True)
+class Update:
+    """One planned optimizer update on this process: global step (1-based), epoch, group index, u < U."""
+
+    step: int
+    epoch: int
+    group: int
+    u: int
+
+
+def plan_updates(num_groups: int, config: TrainConfig, rank: int = 0, world: int = 1) -> list[Update]:
+    """The updates of process `rank`: every epoch shuffles the groups (seeded), process r takes positions
+    r, r + P, … (wrapping around so all processes take the same number), each group U times in a row."""
+    updates = []
+    per_process = math.ceil(num_groups / world)
+    for epoch in range(config.epochs):
+        order = torch.randperm(num_groups, generator=make_generator(config.seed, "order", epoch)).tolist()
+        for i in range(per_process):
+            group = order[(i * world + rank) % num_groups]
+            for u in range(config.steps_per_group):
+                updates.append(Update(len(updates) + 1, epoch, group, u))
+    return updates[: config.max_steps] if config.max_steps else updates
+
+
+class SCTrainer:
+    """Self-consistency LoRA fine-tuning of `config.model`; writes checkpoints, logs and the adapter to `out`.
+
+    `out/adapter` (final) and every `out/checkpoints/checkpoint-<step>/adapter` load with
+    `peft.PeftModel.from_pretrained` (and `--adapter` in evaluate, drift and emd).
+    """
+
+    def __init__(self, config: TrainConfig, out: str | Path, accelerator: Any = None, lm: LanguageModel | None = None):
+        from accelerate import Accelerator
+        from peft import LoraConfig, get_peft_model
+        from transformers import get_cosine_schedule_with_warmup
+
+        self.config = config
+        self.out = Path(out)
+        self.accelerator = accelerator or Accelerator(
+            cpu=config.device == "cpu", mixed_precision=config.mixed_precision, step_scheduler_with_optimizer=False
+        )
+        self.is_main = self.accelerator.is_main_process
+        base = lm or load_model(config.model, device=str(self.accelerator.device), dtype=config.dtype)
+        self.groups = self._rollout_groups(base)
+        self.updates = plan_updates(len(self.groups), config, self.accelerator.process_index,
+                                    self.accelerator.num_processes)
+        enable_shared_prefix(base.model)
+        torch.manual_seed(config.seed)  # LoRA initialisation
+        target = config.target_modules if isinstance(config.target_modules, str) else list(config.target_modules)
+        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                          target_modules=target, task_type="CAUSAL_LM")
+        peft_model = get_peft_model(base.model, lora)
+        self.tokenizer = base.tokenizer
+        self.name = base.name
+        params = [p for p in peft_model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+        scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, len(self.updates))
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(peft_model, optimizer, scheduler)
+        self.loss = SelfConsistencyLoss(config.beta, config.clip)
+        self._tokens: dict[str, AnswerTokens] = {}
+
+    # -------------------------------------------------------------------------------------------- data
+
+    def _rollout_groups(self, lm: LanguageModel) -> list[RolloutGroup]:
+        """The stored groups (`config.rollouts`), else those in `out/rollouts`, generated there first if missing."""
+        config = self.config
+        directory = Path(config.rollouts) if config.rollouts else self.out / "rollouts"
+        if not config.rollouts and not directory.exists():
+            if self.is_main:
+                questions = self.training_questions()
+                print(f"sampling rollouts: {len(questions)} questions × {len(config.prefix_lengths)} prefixes, "
+                      f"J={config.num_rollouts}, depth {config.horizon - 1}", file=sys.stderr, flush=True)
+                groups = generate_rollouts(lm, questions, config.prefix_lengths, config.num_rollouts,
+                                           config.horizon - 1, config.seed, config.template, config.prefix_mode)
+                save_rollouts(groups, directory, self.rollout_settings())
+            self.accelerator.wait_for_everyone()
+        groups, settings = load_rollouts(directory)
+        depth = min(g.rollouts.shape[1] for g in groups)
+        paths = min(g.rollouts.shape[0] for g in groups)
+        if depth < config.horizon - 1 or paths < config.paths_per_update:
+            raise ValueError(f"{directory}: rollouts of depth {depth} × {paths} paths cannot serve horizon "
+                             f"{config.horizon} with {config.paths_per_update} paths per update")
+        return groups
+
+    def rollout_settings(self) -> dict[str, Any]:
+        """The settings that determine a generated rollout dataset (stored in its meta.json)."""
+        c = self.config
+        keys = ("model", "dtype", "template", "dataset", "split", "n", "seed", "prefix_lengths", "prefix_mode",
+                "num_rollouts")
+        return {**{k: getattr(c, k) for k in keys}, "depth": c.horizon - 1}
+
+    def training_questions(self) -> list[MCQuestion]:
+        c = self.config
+        return load_dataset(c.dataset, c.split, c.data_dir, n=c.n, seed=c.seed)  # type: ignore[return-value]
+
+    def validation_questions(self) -> list[MCQuestion]:
+        """`eval_n` questions not trained on (default: from the training dataset and split, another seed)."""
+        c = self.config
+        if not c.eval_n:
+            return []
+        trained = {g.question.id for g in self.groups}
+        pool = load_dataset(c.eval_dataset or c.dataset, c.eval_split or c.split, c.data_dir,
+                            n=c.eval_n + len(trained), seed=c.seed + 1)
+        return [q for q in pool if q.id not in trained][: c.eval_n]  # type: ignore[misc]
+
+    @property
+    def peft_model(self) -> Any:
+        return self.accelerator.unwrap_model(self.model)
+
+    def current_lm(self) -> LanguageModel:
+        """The model being trained, as a `LanguageModel` for the resampling engine."""
+        return LanguageModel(self.peft_model, self.tokenizer, f"{self.name}+sc")
+
+    def tokens(self, question: MCQuestion) -> AnswerTokens:
+        if question.id not in self._tokens:
+            self._tokens[question.id] = ppr_tokens(self.current_lm(), question, self.config.template)
+        return self._tokens[question.id]
+
+    # -------------------------------------------------------------------------------------------- updates
+
+    def update_rollouts(self, group: RolloutGroup, generator: torch.Generator, depth: int) -> torch.Tensor:
+        """The update's paths [micro_batch × grad_accum, depth]: a random subset of the stored rollouts, or fresh
+        ones from the current model (on-policy)."""
+        paths = self.config.paths_per_update
+        if self.config.mode == "on-policy":
+            self.peft_model.eval()
+            runner = QuestionRunner(self.current_lm(), group.question, self.config.template)
+            rollouts = sample_rollouts(runner, group.prefix, paths, depth, generator)
+            self.peft_model.train()
+            return rollouts
+        stored = group.rollouts[:, :depth]
+        if stored.shape[0] == paths:
+            return stored
+        return stored[torch.randperm(stored.shape[0], generator=generator)[:paths]]
+
+    def update(self, update: Update) -> dict[str, Any]:
+        """One optimizer update on `update.group`; returns its log row (loss terms averaged over processes)."""
+        start = perf_counter()
+        group = self.groups[update.group]
+        generator = make_generator(self.config.seed, "update", update.epoch, group.id, update.u)
+        k1, k2 = draw_horizons(generator, self.config.horizon)
+        torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))  # LoRA dropout masks
+        rollouts = self.update_rollouts(group, generator, k2 - 1)
+        self.model.train()
+        log_thetas = conditionals(self.model, self.tokens(group.question), group.prefix, rollouts,
+                                  self.config.micro_batch)
+        out: SCLossOutput = self.loss(log_thetas, rollouts, k1, k2)
+        self.accelerator.backward(out.loss)
+        grad_norm = float("nan")
+        if self.config.max_grad_norm:
+            grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm))
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        terms = self.accelerator.reduce(torch.stack([out.loss, out.sc, out.pg]).detach().float(), "mean")
+        return {"step": update.step, "epoch": update.epoch, "group": group.id, "k1": k1, "k2": k2,
+                "loss": float(terms[0]), "sc": float(terms[1]), "pg": float(terms[2]), "grad_norm": grad_norm,
+                "lr": lr, "seconds": perf_counter() - start}
+
+    @torch.no_grad()
+    def validate(self, questions: list[MCQuestion]) -> float:
+        """EMD‾ (L1) of the current model over `questions` (sharded over processes), PPR without seeds."""
+        c = self.config
+        emd = EMDConfig(horizon=c.eval_horizon, prefix_lengths=c.eval_prefix_lengths, num_rollouts=c.eval_num_rollouts,
+                        burn_in=0, k=2)
+        self.peft_model.eval()
+        lm = self.current_lm()
+        total = torch.zeros(2, dtype=torch.float64, device=self.accelerator.device)
+        for question in questions[self.accelerator.process_index :: self.accelerator.num_processes]:
+            result = question_emd(QuestionRunner(lm, question, c.template), 0, emd,
+                                  make_generator(c.seed, question.id, "validation"))
+            total += torch.tensor([result.emd_bar("l1"), 1.0], dtype=torch.float64, device=total.device)
+        self.peft_model.train()
+        total = self.accelerator.reduce(total, "sum")
+        return float(total[0] / total[1]) if total[1] else float("nan")
+
+    # -------------------------------------------------------------------------------------------- state
+
+    def save_adapter(self, directory: Path) -> None:
+        """The LoRA adapter (PEFT format) in `directory` (main process writes; every process must call)."""
+        state = self.accelerator.get_state_dict(self.model)
+        self.peft_model.save_pretrained(directory, state_dict=state, is_main_process=self.is_main)
+
+    def save_checkpoint(self, step: int) -> Path:
+        """Adapter, optimizer (per process), scheduler, RNG states and step, written to a hidden temporary
+        directory that is renamed into place, so a killed run never leaves a partial checkpoint."""
+        root = self.out / "checkpoints"
+        final, temporary = root / f"checkpoint-{step:06d}", root / f".checkpoint-{step:06d}.tmp"
+        if self.is_main:
+            shutil.rmtree(temporary, ignore_errors=True)
+            temporary.mkdir(parents=True)
+        self.accelerator.wait_for_everyone()
+        rank = self.accelerator.process_index
+        self.save_adapter(temporary / "adapter")
+        torch.save(self.optimizer.state_dict(), temporary / f"optimizer.rank{rank}.pt")
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, temporary / f"rng.rank{rank}.pt")
+        if self.is_main:
+            torch.save(self.scheduler.state_dict(), temporary / "scheduler.pt")
+            (temporary / "state.json").write_text(json.dumps({"step": step, "total_steps": len(self.updates)}))
+        self.accelerator.wait_for_everyone()
+        if self.is_main:
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(temporary, final)
+            kept = sorted((p for p in root.glob("checkpoint-*") if CHECKPOINT.match(p.name)), reverse=True)
+            for old in kept[self.config.save_total_limit :]:
+                shutil.rmtree(old)
+        self.accelerator.wait_for_everyone()
+        return final
+
+    def load_checkpoint(self, directory: Path) -> int:
+        """Restore a checkpoint written by `save_checkpoint`; returns its step."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        rank = self.accelerator.process_index
+        set_peft_model_state_dict(self.peft_model, load_file(directory / "adapter" / "adapter_model.safetensors"))
+        self.optimizer.load_state_dict(torch.load(directory / f"optimizer.rank{rank}.pt", weights_only=False))
+        self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=False))
+        rng = torch.load(directory / f"rng.rank{rank}.pt", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        return json.loads((directory / "state.json").read_text())["step"]
+
+    def _check_config(self) -> None:
+        """Record the run's settings in `out/config.yaml`; refuse to resume a run made with other settings."""
+        path = self.out / "config.yaml"
+        mine = self.config.to_dict()
+        if path.is_file():
+            theirs = yaml.safe_load(path.read_text()) or {}
+            changed = sorted(k for k in mine if k not in OPERATIONAL and theirs.get(k) != mine[k])
+            if changed:
+                raise ValueError(f"{self.out} holds a run with other settings ({', '.join(changed)}); "
+                                 "use a new --out directory")
+        if self.is_main:
+            path.write_text(yaml.safe_dump(mine, sort_keys=False))
+
+    # -------------------------------------------------------------------------------------------- loop
+
+    def train(self) -> Path:
+        """Run (or resume) every planned update; returns the directory of the final adapter."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._check_config()
+        checkpoint = latest_checkpoint(self.out / "checkpoints")
+        done = self.load_checkpoint(checkpoint) if checkpoint else 0
+        if checkpoint and self.is_main:
+            print(f"resuming from {checkpoint} (step {done})", file=sys.stderr, flush=True)
+        log = TrainLog(self.out, done, self.is_main)
+        validation = self.validation_questions()
+        try:
+            if not done and validation:
+                log.write({"step": 0, "val_emd_l1": self.validate(validation)})
+            for update in self.updates[done:]:
+                row = self.update(update)
+                last = update.step == len(self.updates)
+                if validation and (last or (self.config.eval_steps and update.step % self.config.eval_steps == 0)):
+                    row["val_emd_l1"] = self.validate(validation)
+                log.write(row)
+                if update.step % self.config.save_steps == 0 or last:
+                    self.save_checkpoint(update.step)
+        finally:
+            log.close()
+        final = self.out / "adapter"
+        temporary = self.out / ".adapter.tmp"
+        if self.is_main:
+            shutil.rmtree(temporary, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self.save_adapter(temporary)
+        self.accelerator.wait_for_everyone()
+        if self.is_main:
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(temporary, final)
+        self.accelerator.wait_for_everyone()
+        return final
+
+
+class TrainLog:
+    """`out/log.csv` and TensorBoard scalars (`out/tensorboard`), written by the main process. On resume from
+    step s, rows and events after s (from the killed run) are dropped."""
+
+    def __init__(self, out: Path, resumed_step: int, active: bool):
+        self.active = active
+        if not active:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        path = out / "log.csv"
+        rows = []
+        if path.is_file() and resumed_step:
+            with open(path, newline="") as old:
+                rows = [r for r in csv.DictReader(old) if int(r["step"]) <= resumed_step]
+        self.file = open(path, "w", newline="")  # noqa: SIM115 (closed in close())
+        self.csv = csv.DictWriter(self.file, LOG_FIELDS)
+        self.csv.writeheader()
+        self.csv.writerows(rows)
+        self.file.flush()
+        self.board = SummaryWriter(str(out / "tensorboard"), purge_step=resumed_step + 1 if resumed_step else None)
+
+    def write(self, row: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        self.csv.writerow(row)
+        self.file.flush()
+        for key in ("loss", "sc", "pg", "grad_norm", "lr", "val_emd_l1"):
+            if key in row and not math.isnan(row[key]):
+                self.board.add_scalar(f"train/{key}" if key != "val_emd_l1" else "val/emd_l1", row[key], row["step"])
+        if "loss" in row:
+            print(f"step {row['step']}: group {row['group']} k=({row['k1']},{row['k2']}) loss {row['loss']:.4f} "
+                  f"(sc {row['sc']:.4f}, pg {row['pg']:+.4f}) {row['seconds']:.1f}s"
+                  + (f"; val EMD‾ {row['val_emd_l1']:.4f}" if "val_emd_l1" in row else ""), file=sys.stderr, flush=True)
+        else:
+            print(f"step {row['step']}: val EMD‾ {row['val_emd_l1']:.4f}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.active:
+            self.file.close()
+            self.board.close()

@@ -1,0 +1,121 @@
+"""The SC loss and its PG correction on fixed distributions: values, stop-gradient, sign, horizons."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from beliefdrift.amortize.loss import (
+    SelfConsistencyLoss,
+    draw_horizons,
+    expected_sc_loss,
+    horizon_pairs,
+    log_predictive,
+)
+from beliefdrift.resampling import make_generator
+
+# θ^{(j)}_d for J = 2 paths, d = 0, 1, 2, three labels; θ_0 is shared by both paths.
+THETA0 = [0.5, 0.3, 0.2]
+THETAS = [
+    [THETA0, [0.6, 0.2, 0.2], [0.7, 0.2, 0.1]],
+    [THETA0, [0.2, 0.6, 0.2], [0.1, 0.3, 0.6]],
+]
+ROLLOUTS = torch.tensor([[0, 2], [1, 0]])  # A^{(1)} = (0, 2), A^{(2)} = (1, 0)
+
+
+def log_thetas(requires_grad: bool = False) -> torch.Tensor:
+    return torch.tensor(THETAS, dtype=torch.float64).log().requires_grad_(requires_grad)
+
+
+def test_sc_and_pg_equal_hand_computed_values():
+    # k1 = 2, k2 = 3: p̂^(2) = mean of θ_1 = (.4, .4, .2), p̂^(3) = mean of θ_2 = (.4, .25, .35).
+    out = SelfConsistencyLoss(beta=0.5, clip=5.0)(log_thetas(), ROLLOUTS, k1=2, k2=3)
+    sc = -(0.4 * math.log(0.4) + 0.25 * math.log(0.4) + 0.35 * math.log(0.2))
+    # ℓ_j = H(p̂^(3), θ^{(j)}_1); adv_j = ℓ_j − mean ℓ; log p of A^{(j)}_1 under θ_0.
+    ell = [-(0.4 * math.log(0.6) + 0.6 * math.log(0.2)), -(0.75 * math.log(0.2) + 0.25 * math.log(0.6))]
+    adv = [ell[0] - sum(ell) / 2, ell[1] - sum(ell) / 2]
+    pg = (adv[0] * math.log(0.5) + adv[1] * math.log(0.3)) / 2
+    assert float(out.sc) == pytest.approx(sc, abs=1e-12)
+    assert float(out.pg) == pytest.approx(pg, abs=1e-12)
+    assert float(out.loss) == pytest.approx(sc + 0.5 * pg, abs=1e-12)
+
+
+def test_first_horizon_needs_no_rollouts_and_has_no_pg():
+    # k1 = 1: p̂^(1) = θ_0 exactly, every ℓ_j is equal, so the PG term vanishes.
+    out = SelfConsistencyLoss()(log_thetas(), ROLLOUTS, k1=1, k2=2)
+    assert float(out.sc) == pytest.approx(-(0.4 * math.log(0.5) + 0.4 * math.log(0.3) + 0.2 * math.log(0.2)))
+    assert float(out.pg) == 0.0
+
+
+def test_advantages_are_clipped():
+    out = SelfConsistencyLoss(beta=1.0, clip=0.01)(log_thetas(), ROLLOUTS, k1=2, k2=3)
+    assert float(out.pg) == pytest.approx((-0.01 * math.log(0.5) + 0.01 * math.log(0.3)) / 2, abs=1e-12)
+
+
+def test_no_gradient_reaches_the_stop_gradient_target():
+    thetas = log_thetas(requires_grad=True)
+    SelfConsistencyLoss(beta=0.01)(thetas, ROLLOUTS, k1=2, k2=3).loss.backward()
+    assert torch.count_nonzero(thetas.grad[:, 2]) == 0, "p̂^(k2) is a stop-gradient target"
+    assert torch.count_nonzero(thetas.grad[:, 1]) > 0, "p̂^(k1) must receive gradient"
+    assert torch.count_nonzero(thetas.grad[:, 0]) > 0, "the PG term differentiates the rollout log-probabilities"
+
+
+def test_sc_gradient_moves_the_short_horizon_towards_the_long_one():
+    logits = torch.tensor(THETAS, dtype=torch.float64).log().requires_grad_(True)
+    optimizer = torch.optim.SGD([logits], lr=2.0)
+    target = log_predictive(logits.detach().log_softmax(-1), 3).exp()
+    before = (log_predictive(logits.detach().log_softmax(-1), 2).exp() - target).abs().sum()
+    for _ in range(20):
+        optimizer.zero_grad()
+        SelfConsistencyLoss(beta=0.0)(logits.log_softmax(-1), ROLLOUTS, k1=2, k2=3).loss.backward()
+        optimizer.step()
+    after = (log_predictive(logits.detach().log_softmax(-1), 2).exp() - target).abs().sum()
+    assert after < 0.1 * before
+
+
+def test_pg_descent_raises_log_prob_of_rollouts_with_below_average_loss():
+    # Path 1 (A_1 = 0) has ℓ below the mean, path 2 (A_1 = 1) above: a descent step on L_pg must raise
+    # θ_0(0) relative to θ_0(1).
+    logits0 = torch.tensor(THETA0, dtype=torch.float64).log().requires_grad_(True)
+    rest = torch.tensor(THETAS, dtype=torch.float64)[:, 1:].log()
+
+    def thetas() -> torch.Tensor:
+        return torch.cat([logits0.log_softmax(-1).expand(2, 1, 3), rest], 1)
+
+    out = SelfConsistencyLoss(beta=1.0)(thetas(), ROLLOUTS, k1=2, k2=3)
+    out.pg.backward()
+    with torch.no_grad():
+        ratio_before = float(logits0[0] - logits0[1])
+        logits0 -= 0.1 * logits0.grad
+        ratio_after = float(logits0[0] - logits0[1])
+    assert ratio_after > ratio_before
+
+
+def test_horizons_follow_the_papers_distribution():
+    pairs = horizon_pairs(6)
+    assert sum(p for _, _, p in pairs) == pytest.approx(1.0)
+    assert {(k1, k2) for k1, k2, _ in pairs} == {(a, b) for a in range(1, 6) for b in range(a + 1, 7)}
+    generator = make_generator(0, "horizons")
+    draws = Counter(draw_horizons(generator, 6) for _ in range(20000))
+    assert set(draws) == {(k1, k2) for k1, k2, _ in pairs}
+    for k1, k2, p in pairs:
+        assert draws[(k1, k2)] / 20000 == pytest.approx(p, abs=0.01)
+    assert draws[(5, 6)] / 20000 == pytest.approx(0.2, abs=0.01)  # k1 = 5 leaves δ = 1 only
+
+
+def test_expected_sc_loss_averages_over_horizon_pairs():
+    thetas = torch.rand(3, 6, 4, dtype=torch.float64).log_softmax(-1)
+    empty = torch.zeros(3, 5, dtype=torch.long)
+    loss = SelfConsistencyLoss(beta=0.0)
+    manual = sum(p * float(loss(thetas, empty, k1, k2).sc) for k1, k2, p in horizon_pairs(6))
+    assert float(expected_sc_loss(thetas, 6)) == pytest.approx(manual)
+
+
+def test_invalid_horizons_are_rejected():
+    with pytest.raises(ValueError, match="k1 < k2"):
+        SelfConsistencyLoss()(log_thetas(), ROLLOUTS, k1=2, k2=2)
+    with pytest.raises(ValueError, match="k1 < k2"):
+        SelfConsistencyLoss()(log_thetas(), ROLLOUTS, k1=2, k2=4)

@@ -1,0 +1,260 @@
+"""SC fine-tuning: differentiable conditionals, rollout datasets, the trainer, resume after SIGKILL, DDP.
+
+Run as a script under `torch.distributed.run`, this file is the worker of the two-process test.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from beliefdrift.amortize.forward import conditionals
+from beliefdrift.amortize.loss import SelfConsistencyLoss, expected_sc_loss
+from beliefdrift.amortize.rollouts import generate_rollouts, group_id, load_rollouts, save_rollouts
+from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, load_train_config, plan_updates
+from beliefdrift.backend import load_model
+from beliefdrift.diagnostics.emd import kstep_drift
+from beliefdrift.diagnostics.kstep import kstep_exact
+from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens, sample_answers
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT_TEMPLATE = "Answer with letters among ({choice_str}), one per line, {gen_len} lines.\n{question}\n"
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A short PPR template, so the tiny byte-level model's prompts stay ~150 tokens."""
+    path = tmp_path_factory.mktemp("template") / "short.txt"
+    path.write_text(SHORT_TEMPLATE)
+    return str(path)
+
+
+def tiny_config(model_dir: Path, template: str, **changes: object) -> TrainConfig:
+    base = TrainConfig(model=str(model_dir), template=template, dataset="demo", n=1, prefix_lengths=(2,),
+                       num_rollouts=8, micro_batch=4, grad_accum=2, epochs=1, steps_per_group=6, warmup_steps=0,
+                       learning_rate=1e-2, eval_n=0, save_steps=100)
+    return replace(base, **changes)
+
+
+def assert_conditionals_match_engine(lm, question, template: str, prefix: list[int]) -> None:
+    runner = QuestionRunner(lm, question, template)
+    paths = 5
+    batch = runner.paths(paths, seeds=torch.tensor(prefix, dtype=torch.long).reshape(1, -1).expand(paths, -1))
+    rollouts, thetas, _ = sample_answers(batch, 4, make_generator(0, "conditionals"))
+    log_thetas = conditionals(lm.model, ppr_tokens(lm, question, template), prefix, rollouts, micro_batch=2)
+    assert log_thetas.shape == thetas.shape and log_thetas.requires_grad
+    torch.testing.assert_close(log_thetas.detach().exp(), thetas, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("prefix", [[], [1, 2, 0]])
+def test_differentiable_conditionals_equal_pathbatch_theta(tiny_lm, question, template, prefix):
+    assert_conditionals_match_engine(tiny_lm, question, template, prefix)
+
+
+@pytest.mark.integration
+def test_differentiable_conditionals_equal_pathbatch_theta_default_model(default_lm, question):
+    assert_conditionals_match_engine(default_lm, question, "ppr-llama", [1, 3])
+
+
+def test_rollout_dataset_round_trip_and_determinism(tiny_lm, question, template, tmp_path):
+    groups = generate_rollouts(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
+    again = generate_rollouts(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
+    assert [g.id for g in groups] == [group_id(question.id, ()), group_id(question.id, groups[1].prefix)]
+    assert len(groups[1].prefix) == 3 and groups[0].rollouts.shape == (6, 4)
+    for g, h in zip(groups, again, strict=True):
+        assert g.prefix == h.prefix and torch.equal(g.rollouts, h.rollouts)
+    assert len({tuple(r) for r in groups[0].rollouts.tolist()}) > 1, "paths are sampled independently"
+    directory = save_rollouts(groups, tmp_path / "rollouts", {"seed": 3})
+    loaded, settings = load_rollouts(directory)
+    assert settings == {"seed": 3}
+    assert [(g.id, g.question, g.prefix) for g in loaded] == [(g.id, g.question, g.prefix) for g in groups]
+    assert all(torch.equal(g.rollouts, h.rollouts) for g, h in zip(loaded, groups, strict=True))
+    rows = (directory / "rollouts.jsonl").read_text().splitlines()
+    assert len(rows) == 12 and json.loads(rows[0])["group"] == groups[0].id
+
+
+def test_update_plan_shards_groups_and_repeats_each_group_u_times():
+    config = TrainConfig(epochs=2, steps_per_group=3)
+    plans = [plan_updates(5, config, rank, 2) for rank in range(2)]
+    assert [len(p) for p in plans] == [18, 18]  # ceil(5 / 2) groups × U × epochs
+    first_epoch = [u.group for p in plans for u in p if u.epoch == 0 and u.u == 0]
+    assert set(first_epoch) == set(range(5)), "every group is trained in every epoch"
+    assert [u.step for u in plans[0]] == list(range(1, 19))
+    assert [(u.epoch, u.group, u.u) for u in plans[0][:3]] == [(0, plans[0][0].group, u) for u in range(3)]
+
+
+def test_only_lora_parameters_receive_gradients(tiny_model_dir, template, tmp_path):
+    trainer = SCTrainer(tiny_config(tiny_model_dir, template), tmp_path)
+    group = trainer.groups[0]
+    rollouts = group.rollouts[:, :4]
+    log_thetas = conditionals(trainer.model, trainer.tokens(group.question), group.prefix, rollouts, 4)
+    SelfConsistencyLoss()(log_thetas, rollouts, 3, 5).loss.backward()
+    named = dict(trainer.model.named_parameters())
+    with_grad = {name for name, p in named.items() if p.grad is not None}
+    assert with_grad and all("lora_" in name for name in with_grad)
+    assert any(float(p.grad.abs().sum()) > 0 for name, p in named.items() if "lora_B" in name)
+    assert all(not p.requires_grad for name, p in named.items() if "lora_" not in name)
+
+
+def test_short_training_run_lowers_sc_loss_and_emd_on_its_group(tiny_model_dir, template, tmp_path):
+    config = tiny_config(tiny_model_dir, template, lora_dropout=0.0, steps_per_group=12, learning_rate=5e-2)
+    trainer = SCTrainer(config, tmp_path)
+    group = trainer.groups[0]
+
+    @torch.no_grad()
+    def measure() -> tuple[float, float]:
+        trainer.peft_model.eval()
+        log_thetas = conditionals(trainer.model, trainer.tokens(group.question), group.prefix, group.rollouts)
+        runner = QuestionRunner(trainer.current_lm(), group.question, template)
+        predictive = kstep_exact(runner.paths(1, seeds=torch.tensor([group.prefix])), 4)
+        return float(expected_sc_loss(log_thetas)), float(kstep_drift(predictive.probs, "l1").mean())
+
+    sc_before, emd_before = measure()
+    trainer.train()
+    sc_after, emd_after = measure()
+    assert sc_after < 0.5 * sc_before
+    assert emd_after < 0.5 * emd_before
+    with open(tmp_path / "log.csv", newline="") as log:
+        rows = list(csv.DictReader(log))
+    assert [int(r["step"]) for r in rows] == list(range(1, 13))
+    assert all(float(r["loss"]) == pytest.approx(float(r["sc"]) + 0.01 * float(r["pg"]), abs=1e-5) for r in rows)
+
+
+# ---------------------------------------------------------------------------------------- CLI, resume
+
+CLI_SETTINGS = ["dataset=demo", "n=1", "prefix_lengths=[0]", "num_rollouts=4", "micro_batch=2", "grad_accum=2",
+                "epochs=1", "steps_per_group=8", "warmup_steps=2", "learning_rate=1e-2", "save_steps=1", "eval_n=0"]
+
+
+def train_command(out: Path, model_dir: Path, template: str) -> list[str]:
+    return [sys.executable, "-m", "beliefdrift", "train", "--out", str(out), f"model={model_dir}",
+            f"template={template}", *CLI_SETTINGS]
+
+
+def cli_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+@pytest.fixture(scope="module")
+def reference_run(tiny_model_dir, template, tmp_path_factory) -> Path:
+    """An uninterrupted CLI run (8 updates)."""
+    out = tmp_path_factory.mktemp("reference")
+    subprocess.run(train_command(out, tiny_model_dir, template), check=True, env=cli_env(), capture_output=True)
+    return out
+
+
+def test_resume_after_sigkill_reproduces_the_uninterrupted_adapter(reference_run, tiny_model_dir, template, tmp_path):
+    command = train_command(tmp_path, tiny_model_dir, template)
+    process = subprocess.Popen(command, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = tmp_path / "checkpoints" / "checkpoint-000001"
+    deadline = time.monotonic() + 300
+    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert first.exists(), "the run should have written its first checkpoint"
+    assert not (tmp_path / "adapter").exists(), "killed before the end"
+    subprocess.run(command, check=True, env=cli_env(), capture_output=True)
+    resumed = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    reference = load_file(reference_run / "adapter" / "adapter_model.safetensors")
+    assert resumed.keys() == reference.keys()
+    for name, tensor in reference.items():
+        torch.testing.assert_close(resumed[name], tensor, atol=1e-6, rtol=0)
+    initial_b = [name for name in reference if "lora_B" in name]
+    assert any(float(reference[name].abs().sum()) > 0 for name in initial_b), "training moved the adapter"
+    with open(tmp_path / "log.csv", newline="") as log:
+        assert [int(r["step"]) for r in csv.DictReader(log)] == list(range(1, 9))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint-000007", "checkpoint-000008"]
+
+
+def test_saved_adapter_loads_with_peft_and_load_adapter(reference_run, tiny_model_dir, question, template):
+    from peft import PeftModel
+
+    from beliefdrift.evaluation import load_adapter
+    from beliefdrift.methods import parse_method, run_method
+
+    adapter = reference_run / "adapter"
+    tuned = load_adapter(load_model(str(tiny_model_dir)), adapter)
+    peft_model = PeftModel.from_pretrained(load_model(str(tiny_model_dir)).model, str(adapter)).eval()
+    base = load_model(str(tiny_model_dir))
+    tokens = ppr_tokens(base, question, template)
+    ids = torch.tensor([tokens.prompt_ids])
+    with torch.no_grad():
+        tuned_logits = tuned.model(ids).logits[0, -1]
+        torch.testing.assert_close(peft_model(ids).logits[0, -1], tuned_logits)
+        assert (tuned_logits - base.model(ids).logits[0, -1]).abs().max() > 1e-4, "the adapter changes the model"
+    result = run_method(QuestionRunner(tuned, question, template), parse_method("am-ppr"), 4, 4, make_generator(0))
+    assert result.probs.shape == (4,) and float(result.probs.sum()) == pytest.approx(1.0)
+
+
+def test_resume_refuses_changed_settings(reference_run, tiny_model_dir, template):
+    command = [*train_command(reference_run, tiny_model_dir, template), "learning_rate=0.5"]
+    result = subprocess.run(command, env=cli_env(), capture_output=True, text=True)
+    assert result.returncode == 2 and "other settings (learning_rate)" in result.stderr
+
+
+def test_presets_and_overrides():
+    for preset in sorted((ROOT / "configs").glob("train-*.yaml")):
+        assert isinstance(load_train_config(preset), TrainConfig)
+    llama = load_train_config(ROOT / "configs" / "train-paper-llama.yaml")
+    olmo = load_train_config(ROOT / "configs" / "train-paper-olmo.yaml")
+    assert (llama.learning_rate, llama.n, llama.prefix_lengths, llama.steps_per_group) == (2e-6, 20, (0, 2, 4, 6, 8), 1)
+    assert (olmo.learning_rate, olmo.n, olmo.prefix_lengths, olmo.steps_per_group) == (1e-4, 12, (0, 2), 4)
+    for config in (llama, olmo):
+        lora = (config.lora_r, config.lora_alpha, config.lora_dropout, config.target_modules)
+        assert lora == (16, 8, 0.05, "all-linear") and (config.beta, config.clip) == (0.01, 5)
+    config = load_train_config(None, {"learning_rate": "3e-4", "prefix_lengths": [0, 2], "max_grad_norm": None})
+    assert config.learning_rate == 3e-4 and config.prefix_lengths == (0, 2) and config.max_grad_norm is None
+    with pytest.raises(ValueError, match="unknown training settings"):
+        load_train_config(None, {"lr": 1})
+    with pytest.raises(ValueError, match="exceeds num_rollouts"):
+        load_train_config(None, {"micro_batch": 16, "grad_accum": 4, "num_rollouts": 32})
+
+
+# ---------------------------------------------------------------------------------------- two processes
+
+
+@pytest.mark.multiprocess
+def test_two_process_training_keeps_ranks_in_sync(tiny_model_dir, template, tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", __file__, str(tmp_path),
+               str(tiny_model_dir), template]
+    subprocess.run(command, check=True, env=cli_env(), capture_output=True, timeout=600)
+    report = json.loads((tmp_path / "ranks.json").read_text())
+    assert len(set(report["groups"])) == 2, "each process trains its own group"
+    assert report["max_difference"] == 0.0, "gradients are all-reduced, so every rank holds the same adapter"
+    assert report["moved"] > 0
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    with open(tmp_path / "log.csv", newline="") as log:
+        assert [int(r["step"]) for r in csv.DictReader(log)] == [1, 2]
+
+
+def _two_process_worker(out: Path, model_dir: Path, template: str) -> None:
+    """Two updates per rank, one group each; then compare every rank's LoRA weights."""
+    config = tiny_config(model_dir, template, n=2, prefix_lengths=(0,), steps_per_group=2, num_rollouts=4,
+                         micro_batch=2, grad_accum=2, save_steps=1)
+    trainer = SCTrainer(config, out)
+    trainer.train()
+    lora = torch.cat([p.detach().flatten() for n, p in trainer.peft_model.named_parameters() if "lora_B" in n])
+    gathered = trainer.accelerator.gather(lora[None])
+    group = trainer.groups[trainer.updates[0].group].id
+    groups = [None] * trainer.accelerator.num_processes
+    torch.distributed.all_gather_object(groups, group)
+    if trainer.is_main:
+        report = {"groups": groups, "max_difference": float((gathered - gathered[0]).abs().max()),
+                  "moved": float(lora.abs().sum())}
+        (out / "ranks.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    _two_process_worker(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
