@@ -4,7 +4,10 @@ Settings: built-in defaults, then a `--config` YAML preset (configs/train-*.yaml
 `beliefdrift train --config configs/train-cpu.yaml --out runs/sc n=4 epochs=1 learning_rate=3e-4`.
 The run writes <out>/rollouts (the base model's rollout groups, unless `rollouts=DIR` is given), checkpoints,
 log.csv, tensorboard/ and the final adapter in <out>/adapter. Running the same command again resumes from the
-last checkpoint. Multi-process: `accelerate launch [--config_file configs/accelerate-fsdp.yaml] -m beliefdrift train …`.
+last checkpoint. Several processes (each trains its own group per update, gradients all-reduced): on GPUs
+`accelerate launch [--config_file configs/accelerate-fsdp.yaml] -m beliefdrift train …`; on the CPU
+`python -m torch.distributed.run --nproc_per_node 2 -m beliefdrift train …` (accelerate's own launcher runs a
+single process on the CPU unless MPI is configured).
 """
 
 from __future__ import annotations
