@@ -8,7 +8,7 @@ from beliefdrift.cli import main
 def test_demo_writes_summary_and_figure(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "demo"
     code = main(["demo", "--model", str(tiny_model_dir), "--n", "2", "-J", "2", "-N", "3", "--emd-questions", "1",
-                 "--out", str(out)])
+                 "--reasoning-questions", "0", "--out", str(out)])
     assert code == 0
     summary = (out / "summary.md").read_text()
     for method in ("Direct-Query", "PPR + NoSEED", "PPR + SEED_1", "PPR + SEED_5"):

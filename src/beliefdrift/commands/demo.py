@@ -2,7 +2,8 @@
 
 Runs Direct-Query, PPR, PPR+SEED_1 and PPR+SEED_5, prints a short table and the paper's metric tables,
 draws the marginal drift of θ_n (the paper's Figure 1 (a)/(b)) for one question, and measures the expected
-martingale drift (EMD) with and without seeding on a few questions.
+martingale drift (EMD) with and without seeding on a few questions, and the drift of chain-of-thought
+trajectories in embedding space on a few more.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, emd_summary
 from beliefdrift.diagnostics.marginal import marginal_drift
 from beliefdrift.methods import MethodResult, parse_method, run_methods
+from beliefdrift.reasoning import demo_section as reasoning_section
 from beliefdrift.report.plots import plot_marginal_drift
 from beliefdrift.report.tables import metric_table
 
@@ -34,6 +36,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_output_args(parser, "beliefdrift-out/demo")
     parser.add_argument("--n", type=int, default=20, help="number of demo questions (0 = all 52)")
     parser.add_argument("--emd-questions", type=int, default=3, help="questions in the EMD section (0 = skip)")
+    parser.add_argument("--reasoning-questions", type=int, default=3,
+                        help="questions in the chain-of-thought section (0 = skip)")
     parser.add_argument("--plot-question", default=None, help="question id for the drift figure (default: first)")
     parser.set_defaults(func=run)
 
@@ -86,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
                                   title=f"{question.id}: {question.stem[:70]}")
     if args.emd_questions:
         sections.append(emd_section(lm, questions[: args.emd_questions], args))
+        print(sections[-1])
+    if args.reasoning_questions:
+        print(f"chain-of-thought drift on {args.reasoning_questions} questions ...", flush=True)
+        sections.append(reasoning_section(lm, args.out / "reasoning", args.seed, args.reasoning_questions))
         print(sections[-1])
     (args.out / "summary.md").write_text("\n\n".join(sections) + "\n")
     print(f"wrote {args.out / 'summary.md'} and {', '.join(str(p) for p in written)}")
