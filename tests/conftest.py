@@ -32,6 +32,15 @@ def default_lm() -> LanguageModel:
     return load_model(DEFAULT_MODEL)
 
 
+@pytest.fixture(scope="session")
+def history_template(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A short PPR template: with a prompt this short the tiny model's θ depends clearly on the answers so far
+    (behind the 750-token paper prompt its random attention dilutes them to ~1e-5)."""
+    path = tmp_path_factory.mktemp("templates") / "short-ppr.txt"
+    path.write_text("{question}\nAnswers ({choice_str}), one per line:\n")
+    return str(path)
+
+
 @pytest.fixture
 def question() -> MCQuestion:
     return MCQuestion(

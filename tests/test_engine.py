@@ -44,22 +44,31 @@ def assert_matches_fresh(lm, tokens: AnswerTokens, traj: Trajectories, paths, st
             torch.testing.assert_close(traj.valid_mass[j, n], fresh.valid_mass, atol=1e-4, rtol=0)
 
 
-def test_cached_batched_theta_equals_fresh_forward(tiny_lm, question):
-    traj = run_ppr(tiny_lm, question, num_paths=6, num_steps=8, generator=make_generator(0))
-    assert_matches_fresh(tiny_lm, ppr_tokens(tiny_lm, question), traj, paths=[0, 3, 5], steps=[0, 1, 4, 8])
+def test_cached_batched_theta_equals_fresh_forward(tiny_lm, question, history_template):
+    traj = run_ppr(tiny_lm, question, num_paths=6, num_steps=8, generator=make_generator(0), template=history_template)
+    # The comparison below is only meaningful if θ really depends on the history.
+    assert (traj.thetas[:, 1:] - traj.thetas[:, :1]).abs().max() > 1e-2
+    tokens = ppr_tokens(tiny_lm, question, history_template)
+    assert_matches_fresh(tiny_lm, tokens, traj, paths=[0, 3, 5], steps=[0, 1, 4, 8])
 
 
-def test_seeded_paths_start_with_their_seeds(tiny_lm, question):
-    traj = run_ppr(tiny_lm, question, num_paths=5, num_steps=4, generator=make_generator(1), num_seeds=3)
+def test_long_paper_prompt_matches_fresh_forward(tiny_lm, question):
+    traj = run_ppr(tiny_lm, question, num_paths=3, num_steps=3, generator=make_generator(0))
+    assert_matches_fresh(tiny_lm, ppr_tokens(tiny_lm, question), traj, paths=[0, 2], steps=[0, 3])
+
+
+def test_seeded_paths_start_with_their_seeds(tiny_lm, question, history_template):
+    traj = run_ppr(tiny_lm, question, num_paths=5, num_steps=4, generator=make_generator(1), num_seeds=3,
+                   template=history_template)
     assert traj.seeds.shape == (5, 3) and traj.answers.shape == (5, 4)
     # θ_0 of path j is conditioned on exactly its own seeds, written as its first three answers.
-    assert_matches_fresh(tiny_lm, ppr_tokens(tiny_lm, question), traj, paths=range(5), steps=[0, 2])
+    assert_matches_fresh(tiny_lm, ppr_tokens(tiny_lm, question, history_template), traj, paths=range(5), steps=[0, 2])
     assert len({tuple(s) for s in traj.seeds.tolist()}) > 1, "each path should draw its own seed set"
 
 
-def test_fork_and_select_copy_paths(tiny_lm, question):
-    tokens = ppr_tokens(tiny_lm, question)
-    batch = QuestionRunner(tiny_lm, question).paths(3, seeds=torch.tensor([[0, 1], [2, 2], [1, 0]]))
+def test_fork_and_select_copy_paths(tiny_lm, question, history_template):
+    tokens = ppr_tokens(tiny_lm, question, history_template)
+    batch = QuestionRunner(tiny_lm, question, history_template).paths(3, seeds=torch.tensor([[0, 1], [2, 2], [1, 0]]))
     picked = batch.select([2, 2, 0])
     picked.advance(torch.tensor([3, 1, 1]))
     for got, history in zip(picked.dist.probs, [[1, 0, 3], [1, 0, 1], [0, 1, 1]], strict=True):
@@ -125,8 +134,9 @@ def test_q_star_counts_generated_answers_only():
     torch.testing.assert_close(martingale_posterior_mean(traj), expected.mean(0))
 
 
-def test_q_star_and_rao_blackwell_agree_in_expectation(tiny_lm, question):
-    traj = run_ppr(tiny_lm, question, num_paths=1500, num_steps=6, generator=make_generator(5))
+def test_q_star_and_rao_blackwell_agree_in_expectation(tiny_lm, question, history_template):
+    traj = run_ppr(tiny_lm, question, num_paths=1500, num_steps=6, generator=make_generator(5),
+                   template=history_template)
     per_path_freq = answer_frequencies(traj)
     per_path_rb = traj.thetas[:, :6].double().mean(1)
     diff = per_path_freq - per_path_rb
@@ -174,13 +184,13 @@ def test_default_model_direct_query(default_lm, question):
     assert dist.valid_mass > 0.1
 
 
-def test_variants_advanced_together_match_fresh_forward(tiny_lm, question):
-    runner = QuestionRunner(tiny_lm, question)
+def test_variants_advanced_together_match_fresh_forward(tiny_lm, question, history_template):
+    runner = QuestionRunner(tiny_lm, question, history_template)
     requests = [PPRRequest(3, 5, make_generator(0, "ppr")), PPRRequest(2, 3, make_generator(0, "s1"), num_seeds=1),
                 PPRRequest(3, 5, make_generator(0, "s4"), num_seeds=4)]
     no_seed, one_seed, four_seeds = runner.ppr_many(requests)
     assert no_seed.seeds.shape == (3, 0) and one_seed.answers.shape == (2, 3) and four_seeds.seeds.shape == (3, 4)
-    tokens = ppr_tokens(tiny_lm, question)
+    tokens = ppr_tokens(tiny_lm, question, history_template)
     for traj in (no_seed, one_seed, four_seeds):
         assert_matches_fresh(tiny_lm, tokens, traj, paths=range(traj.num_paths), steps=[0, 1, traj.num_steps])
 
