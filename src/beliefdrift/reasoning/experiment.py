@@ -274,14 +274,15 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-DEMO_CONFIG = ReasoningConfig(rollouts=4, pairs=4, seeds=2, tau=1, max_new_tokens=320, seed_max_new_tokens=96)
+DEMO_CONFIG = ReasoningConfig(rollouts=4, pairs=4, seeds=2, tau=1, max_new_tokens=256, seed_max_new_tokens=64,
+                              temperature=0.7, max_solution_tokens=32)
 
 
 def demo_section(lm: LanguageModel, out: Path, seed: int = 0, num_questions: int = 3,
                  config: ReasoningConfig | None = None) -> str:
     """The chain-of-thought extension in miniature for `beliefdrift demo`: `DEMO_CONFIG` (R=4 rollouts of
-    N=4 pairs, with and without 2 reasoning seeds, τ=1) on `num_questions` demo questions with the MCQA
-    pairs prompt. Writes JSON and the figure under `out`; returns a Markdown table."""
+    N=4 guided pairs, with and without 2 reasoning seeds, τ=1, T=0.7) on `num_questions` demo questions
+    with the MCQA pairs prompt. Writes JSON and the figure under `out`; returns a Markdown table."""
     questions = load_dataset("demo", n=num_questions, seed=seed)
     tasks = [ReasoningTask.from_item(q) for q in questions]
     config = config or replace(DEMO_CONFIG, seed=seed)

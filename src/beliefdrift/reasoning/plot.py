@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from beliefdrift.reasoning.drift import CurveStats
 from beliefdrift.report.plots import plt, save_figure
@@ -22,6 +23,7 @@ def plot_centroid_drift(curves: Mapping[str, CurveStats], tau: int, path: Path, 
         ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel("n (generated thought–answer pairs)")
     ax.set_ylabel(rf"$\cos(\bar h_n, \bar h_{{n+{tau}}})$")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     if title:
