@@ -35,8 +35,8 @@ from beliefdrift.reasoning.parser import PAIR_SEPARATOR
 from beliefdrift.resampling import make_generator
 
 GUIDED = DecodeConfig(num_pairs=2, max_new_tokens=90, guided=True, max_solution_tokens=8, max_answer_tokens=3)
-SMALL = ReasoningConfig(rollouts=3, pairs=2, seeds=2, tau=1, max_new_tokens=90, seed_max_new_tokens=40,
-                        max_solution_tokens=8, temperature=1.0, top_p=0.9)
+SMALL = ReasoningConfig(rollouts=3, pairs=2, seeds=2, tau=1, max_new_tokens=60, seed_max_new_tokens=24,
+                        max_solution_tokens=4, temperature=1.0, top_p=0.9)
 
 
 @pytest.fixture
@@ -160,8 +160,8 @@ def test_answers_are_normalised_and_voted(task, question):
 def test_cli_writes_results_and_resumes(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     args = ["reasoning", "--model", str(tiny_model_dir), "--dtype", "float32", "--dataset", "demo", "--n", "2",
-            "-R", "2", "-N", "2", "-m", "1", "--tau", "1", "--max-new-tokens", "70", "--seed-max-new-tokens", "30",
-            "--max-solution-tokens", "6", "--out", str(out)]
+            "-R", "2", "-N", "2", "-m", "1", "--tau", "1", "--max-new-tokens", "50", "--seed-max-new-tokens", "20",
+            "--max-solution-tokens", "3", "--out", str(out)]
     assert main(args) == 0
     files = sorted((out / "questions").glob("*.json"))
     assert len(files) == 2 and not list(out.rglob("*.tmp"))
@@ -195,11 +195,11 @@ def test_default_model_writes_guided_pairs(default_lm, question):
         recorded.append(logits.clone())
         return draw(logits)
 
-    config = DecodeConfig(num_pairs=2, max_new_tokens=80, guided=True, max_solution_tokens=24)
+    config = DecodeConfig(num_pairs=1, max_new_tokens=40, guided=True, max_solution_tokens=10, max_answer_tokens=4)
     rollouts = generate_rollouts(cache, ["", render_pair("The sky is blue.", "B") + PAIR_SEPARATOR], config, sampler)
     banned = sorted(_end_of_sequence_ids(default_lm))
     for row, rollout in enumerate(rollouts):
-        assert rollout.stop == "pairs" and len(rollout.pairs) == 2
+        assert rollout.stop == "pairs" and len(rollout.pairs) == 1
         seed_ids = default_lm.tokenizer(rollout.seed_text, add_special_tokens=False)["input_ids"]
         context = list(cache.prompt_ids) + seed_ids
         k = len(rollout.token_ids) - 1
