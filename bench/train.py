@@ -5,13 +5,17 @@ bf16 for ONE update only (no warm-up), because bf16 matmuls are ~100x slower tha
 (no AVX512-BF16/AMX). Rollouts are generated once (fp32) and shared. Prints prompt length, seconds per update,
 peak RSS, and the bf16/fp32 ratio.
 
-    python bench/train.py [--config configs/train-cpu.yaml] [--updates 3] [--skip-bf16]
+    python bench/train.py [--config configs/train-cpu.yaml] [--updates 3] [--threads 1] [--skip-bf16]
+
+On a CPU shared with other jobs, use --threads 1: with two threads on two busy cores every op waits for the
+descheduled second thread (we measured a 12x slowdown of the same forward pass).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -46,10 +50,11 @@ def worker(config_path: str, out: str, dtype: str, updates: int, warm_up: bool) 
                       "paths": config.paths_per_update, "threads": torch.get_num_threads()}))
 
 
-def run(config: str, out: str, dtype: str, updates: int, warm_up: bool) -> dict:
+def run(config: str, out: str, dtype: str, updates: int, warm_up: bool, threads: int | None) -> dict:
     command = [sys.executable, __file__, "--worker", "--config", config, "--out", out, "--dtype", dtype,
                "--updates", str(updates)] + (["--warm-up"] if warm_up else [])
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    result = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -73,6 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default=str(ROOT / "configs" / "train-cpu.yaml"))
     parser.add_argument("--updates", type=int, default=3, help="timed fp32 updates (after one warm-up)")
+    parser.add_argument("--threads", type=int, help="torch threads per worker (OMP_NUM_THREADS; default: all cores)")
     parser.add_argument("--skip-bf16", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -84,14 +90,14 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         prepare_rollouts(args.config, tmp)
-        fp32 = run(args.config, str(Path(tmp) / "fp32"), "float32", args.updates, warm_up=True)
+        fp32 = run(args.config, str(Path(tmp) / "fp32"), "float32", args.updates, True, args.threads)
         print(f"fp32: {fp32['seconds']:.2f} s/update over {fp32['updates']} updates ({fp32['paths']} paths, "
               f"prompt ≤ {fp32['prompt_tokens']} tokens, {fp32['threads']} threads); "
               f"peak RSS {fp32['peak_rss_gib']:.2f} GiB "
               f"({'under' if fp32['peak_rss_gib'] < 6 else 'OVER'} the 6 GiB budget)")
         if args.skip_bf16:
             return
-        bf16 = run(args.config, str(Path(tmp) / "bf16"), "bfloat16", 1, warm_up=False)
+        bf16 = run(args.config, str(Path(tmp) / "bf16"), "bfloat16", 1, False, args.threads)
         print(f"bf16: {bf16['seconds']:.2f} s/update over 1 update only (bf16 matmuls are ~100x slower on this "
               f"AVX2 CPU); peak RSS {bf16['peak_rss_gib']:.2f} GiB")
         print(f"bf16 / fp32 seconds per update: {bf16['seconds'] / fp32['seconds']:.1f}x")

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from beliefdrift.amortize.forward import conditionals
 from beliefdrift.amortize.loss import SelfConsistencyLoss, expected_sc_loss
-from beliefdrift.amortize.rollouts import generate_rollouts, group_id, load_rollouts, save_rollouts
+from beliefdrift.amortize.rollouts import generate_rollouts, group_id, load_rollouts, sample_rollouts, save_rollouts
 from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, load_train_config, plan_updates
 from beliefdrift.backend import load_model
 from beliefdrift.diagnostics.emd import kstep_drift
@@ -105,6 +105,32 @@ def test_only_lora_parameters_receive_gradients(tiny_model_dir, template, tmp_pa
     assert with_grad and all("lora_" in name for name in with_grad)
     assert any(float(p.grad.abs().sum()) > 0 for name, p in named.items() if "lora_B" in name)
     assert all(not p.requires_grad for name, p in named.items() if "lora_" not in name)
+
+
+def test_update_rollouts_offline_subset_and_on_policy(tiny_model_dir, template, tmp_path):
+    offline = SCTrainer(tiny_config(tiny_model_dir, template, micro_batch=2, grad_accum=2), tmp_path / "offline")
+    group = offline.groups[0]
+    subset = offline.update_rollouts(group, make_generator(0, "subset"), 3)
+    assert subset.shape == (4, 3)
+    stored = {tuple(r) for r in group.rollouts[:, :3].tolist()}
+    assert all(tuple(r) in stored for r in subset.tolist()), "offline updates use stored base-model rollouts"
+
+    config = tiny_config(tiny_model_dir, template, mode="on-policy", rollouts=str(tmp_path / "offline" / "rollouts"))
+    trainer = SCTrainer(config, tmp_path / "on-policy")
+    with torch.no_grad():  # move the adapter away from the base model, so "current model" is observable
+        for name, p in trainer.peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5, generator=make_generator(0, name))
+    fresh = trainer.update_rollouts(group, make_generator(0, "fresh"), 5)
+    assert trainer.peft_model.training, "the model is back in training mode after sampling"
+    trainer.peft_model.eval()  # sampling uses the current model without dropout
+    runner = QuestionRunner(trainer.current_lm(), group.question, template)
+    expected = sample_rollouts(runner, group.prefix, 8, 5, make_generator(0, "fresh"))
+    assert torch.equal(fresh, expected), "on-policy rollouts are sampled from the current (tuned) model"
+    with trainer.peft_model.disable_adapter():
+        base = sample_rollouts(QuestionRunner(trainer.current_lm(), group.question, template), group.prefix, 8, 5,
+                               make_generator(0, "fresh"))
+    assert not torch.equal(fresh, base), "… not from the base model"
 
 
 def test_short_training_run_lowers_sc_loss_and_emd_on_its_group(tiny_model_dir, template, tmp_path):
