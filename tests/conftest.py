@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tiny_model import save_tiny_model
+from tiny_model import SKY_QUESTION, save_tiny_model
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
 from beliefdrift.data import MCQuestion
@@ -43,14 +43,7 @@ def history_template(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def question() -> MCQuestion:
-    return MCQuestion(
-        id="q-sky",
-        stem="What color is the sky on a clear day?",
-        choices=("green", "blue", "red", "black"),
-        labels=("A", "B", "C", "D"),
-        answer="B",
-        source="test",
-    )
+    return SKY_QUESTION
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_model import save_tiny_model
+from tiny_model import SKY_QUESTION, save_tiny_model
 
 from beliefdrift.backend import AnswerDist, LanguageModel, load_model
-from beliefdrift.data import MCQuestion
 from beliefdrift.resampling import QuestionRunner
 
 Theta = Callable[[tuple[int, ...]], Sequence[float]]
@@ -73,15 +72,7 @@ def short_template(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def runner_for(lm: LanguageModel, template: str) -> QuestionRunner:
-    question = MCQuestion(
-        id="q-sky",
-        stem="What color is the sky on a clear day?",
-        choices=("green", "blue", "red", "black"),
-        labels=("A", "B", "C", "D"),
-        answer="B",
-        source="test",
-    )
-    return QuestionRunner(lm, question, template)
+    return QuestionRunner(lm, SKY_QUESTION, template)
 
 
 def fresh_theta(runner: QuestionRunner, answers: Sequence[int]) -> torch.Tensor:

@@ -8,6 +8,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from beliefdrift.data import MCQuestion
+
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
@@ -51,3 +53,13 @@ def save_tiny_model(directory: Path, seed: int = 0, chat_template: str | None = 
     tiny_llama(len(tokenizer), seed).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+SKY_QUESTION = MCQuestion(
+    id="q-sky",
+    stem="What color is the sky on a clear day?",
+    choices=("green", "blue", "red", "black"),
+    labels=("A", "B", "C", "D"),
+    answer="B",
+    source="test",
+)
