@@ -13,7 +13,6 @@ import torch
 from process_stubs import HistoryProcess, count_drift, history_blind, polya, runner_for
 
 from beliefdrift.cli import main
-from beliefdrift.commands.records import RecordWriter
 from beliefdrift.diagnostics.cid import cid_check, half_differences
 from beliefdrift.diagnostics.emd import (
     EMDConfig,
@@ -26,7 +25,9 @@ from beliefdrift.diagnostics.emd import (
 )
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
 from beliefdrift.methods import parse_method
+from beliefdrift.records import RecordWriter
 from beliefdrift.resampling import make_generator
+from beliefdrift.store import STORE_FILE, RunStore, StoreError
 
 SMALL = EMDConfig(horizon=3, prefix_lengths=(0, 2), top_k=3, num_rollouts=6, burn_in=2, k=3)
 
@@ -113,10 +114,13 @@ def test_cid_statistic_by_hand():
 def test_record_writer_resumes_and_checks_settings(tmp_path):
     writer = RecordWriter(tmp_path, {"K": 10, "lengths": (0, 2)})
     assert not writer.done("q/1", "ppr")
-    writer.write("q/1", "ppr", {"emd_bar_l1": 0.5, "curve": [1.0, 2.0], "ok": True})
+    writer.write("q/1", {"ppr": {"emd_bar_l1": 0.5, "curve": [1.0, 2.0], "ok": True}})
+    writer.store.close()
     resumed = RecordWriter(tmp_path, {"K": 10, "lengths": (0, 2)})  # tuples compare equal after a JSON round trip
     assert resumed.done("q/1", "ppr") and resumed.read("q/1", "ppr")["curve"] == [1.0, 2.0]
-    assert not list(tmp_path.rglob("*.tmp"))
+    with pytest.raises(StoreError, match="already stored"):
+        resumed.write("q/1", {"ppr": {"emd_bar_l1": 0.7}})
+    assert resumed.read("q/1", "ppr")["emd_bar_l1"] == 0.5
     csv_text = resumed.write_scalars([("q/1", "ppr")]).read_text().splitlines()
     assert csv_text == ["question_id,method,quantity,value", "q/1,ppr,emd_bar_l1,0.5", "q/1,ppr,ok,True"]
     with pytest.raises(ValueError, match="K"):
@@ -134,19 +138,21 @@ def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_p
         assert (out / name).exists(), name
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"ppr", "ppr-seed2"} and summary["ppr"]["kl"]["questions"] == 1
-    records = sorted((out / "records").rglob("*.json"))
-    assert len(records) == 2
-    before = [r.read_text() for r in records]
+    with RunStore.open(out / STORE_FILE, create=False) as store:
+        before = [store.records(q, m) for q, m in store.record_units()]
+    assert len(before) == 2 and all("emd_bar_kl" in r for r in before)
     capsys.readouterr()
     assert main(emd_args) == 0  # resumes: nothing recomputed
-    assert "(2 done)" in capsys.readouterr().out and [r.read_text() for r in records] == before
+    with RunStore.open(out / STORE_FILE, create=False) as store:
+        assert [store.records(q, m) for q, m in store.record_units()] == before
+    assert "(2 done)" in capsys.readouterr().out
     assert main([*emd_args, "--K", "4"]) == 2  # different settings in the same directory
 
     assert main(["drift", *common, "--plot-questions", "0", "--out", str(tmp_path / "drift")]) == 0
     drift_out = tmp_path / "drift"
     assert (drift_out / "marginal_drift.png").exists() and (drift_out / "marginal_shift.pdf").exists()
-    record = json.loads(next((drift_out / "records" / "ppr").glob("*.json")).read_text())
-    quantities = {r["quantity"]: r["value"] for r in record}
+    with RunStore.open(drift_out / STORE_FILE, create=False) as store:
+        quantities = store.records(store.record_units()[0][0], "ppr")
     assert len(quantities["marginal_mean"]) == 5 and quantities["marginal_shift"][0] == 0.0
 
 

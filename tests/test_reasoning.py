@@ -33,6 +33,7 @@ from beliefdrift.reasoning.embeddings import SENTENCE_PACKAGE, SentenceEmbedder,
 from beliefdrift.reasoning.generation import _end_of_sequence_ids
 from beliefdrift.reasoning.parser import PAIR_SEPARATOR
 from beliefdrift.resampling import make_generator
+from beliefdrift.store import STORE_FILE, RunStore
 
 GUIDED = DecodeConfig(num_pairs=2, max_new_tokens=90, guided=True, max_solution_tokens=8, max_answer_tokens=3)
 SMALL = ReasoningConfig(rollouts=3, pairs=2, seeds=2, tau=1, max_new_tokens=60, seed_max_new_tokens=24,
@@ -163,14 +164,17 @@ def test_cli_writes_results_and_resumes(tiny_model_dir, tmp_path):
             "-R", "2", "-N", "2", "-m", "1", "--tau", "1", "--max-new-tokens", "50", "--seed-max-new-tokens", "20",
             "--max-solution-tokens", "3", "--out", str(out)]
     assert main(args) == 0
-    files = sorted((out / "questions").glob("*.json"))
-    assert len(files) == 2 and not list(out.rglob("*.tmp"))
-    stamps = [f.stat().st_mtime_ns for f in files]
+    with RunStore.open(out / STORE_FILE, create=False) as store:
+        units = store.record_units()
+        stored = [store.records(*unit) for unit in units]
+    assert len(units) == 4 and {m for _, m in units} == {"ppr", "ppr-seed1"}
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["conditions"]) == {"ppr", "ppr-seed1"}
     assert (out / "centroid_drift.png").exists() and (out / "centroid_drift.pdf").exists()
+    assert "malformed" in (out / "records.csv").read_text()
     assert main(args) == 0  # finished questions are skipped
-    assert [f.stat().st_mtime_ns for f in files] == stamps
+    with RunStore.open(out / STORE_FILE, create=False) as store:
+        assert store.record_units() == units and [store.records(*unit) for unit in units] == stored
     assert json.loads((out / "summary.json").read_text())["conditions"] == summary["conditions"]
     assert main([*args[:-1], str(out), "-R", "3"]) == 2  # another configuration in the same directory
 

@@ -88,6 +88,24 @@ def test_config_is_pinned(tmp_path: Path) -> None:
     assert "paths" not in message
 
 
+def test_records_round_trip_atomically_and_version_1_stores_gain_the_table(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    with RunStore.open(path) as store:
+        store.add_records("q1", {"ppr": {"emd": 0.5, "curve": [1.0, 0.25], "ok": True}, "ppr-seed5": {"emd": 0.1}})
+        with pytest.raises(StoreError, match="already stored"):
+            store.add_records("q2", {"ppr": {"emd": 0.3}, "ppr-seed5": {"emd": 0.2}})
+            store.add_records("q1", {"direct": {"x": 1}, "ppr": {"emd": 0.9}})
+        assert store.record_units() == [("q1", "ppr"), ("q1", "ppr-seed5"), ("q2", "ppr"), ("q2", "ppr-seed5")]
+        assert store.records("q1", "ppr") == {"emd": 0.5, "curve": [1.0, 0.25], "ok": True}
+        assert not store.has_records("q1", "direct") and store.records("q1", "direct") == {}
+    with sqlite3.connect(path) as db:  # an evaluate store written before the records table existed
+        db.execute("DROP TABLE records")
+        db.execute("PRAGMA user_version = 1")
+    with RunStore.open(path) as store:
+        assert store.record_units() == [] and store.count() == 0
+        store.add_records("q1", {"ppr": {"emd": 0.5}})
+
+
 def test_wal_mode(tmp_path: Path) -> None:
     RunStore.open(tmp_path / "run.sqlite").close()
     with sqlite3.connect(tmp_path / "run.sqlite") as db:

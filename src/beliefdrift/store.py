@@ -1,8 +1,9 @@
 """The run store: one SQLite file per evaluation run (`<out>/run.sqlite`), resumable and multi-process safe.
 
 One row per (question, method) holds the method's estimate, the question's target and the per-path arrays
-(answers, seeds, θ_n, valid_mass) as `.npy` blobs. A question's rows are written in one transaction, so a
-run killed at any moment loses at most the question in flight; re-running skips what is stored. The
+(answers, seeds, θ_n, valid_mass) as `.npy` blobs; the diagnostic commands (drift, emd, reasoning) store named
+JSON quantities per (question, method) in the `records` table instead. A question's rows are written in one
+transaction, so a run killed at any moment loses at most the question in flight; re-running skips what is stored. The
 `config` table pins the settings that determine the results, and a run directory is never reused with
 different ones. WAL journaling plus a busy timeout let several ranks write to one file.
 """
@@ -22,8 +23,18 @@ import numpy as np
 
 STORE_FILE = "run.sqlite"
 APPLICATION_ID = 0x62646674  # "bdft": marks a SQLite file as a beliefdrift run store
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added the `records` table (version-1 stores gain it on open)
 BUSY_TIMEOUT_S = 120.0
+
+RECORDS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    question_id TEXT NOT NULL,
+    method      TEXT NOT NULL,         -- a method ("ppr-seed5") or a condition of the reasoning command
+    quantity    TEXT NOT NULL,         -- e.g. "emd_bar_l1", "marginal_mean"
+    value       TEXT NOT NULL,         -- JSON
+    PRIMARY KEY (question_id, method, quantity)
+);
+"""
 
 SCHEMA = """
 CREATE TABLE config (
@@ -54,7 +65,7 @@ CREATE TABLE alternatives (
     PRIMARY KEY (question_id, method, estimator),
     FOREIGN KEY (question_id, method) REFERENCES results (question_id, method)
 );
-"""
+""" + RECORDS_SCHEMA
 
 
 class StoreError(ValueError):
@@ -155,6 +166,10 @@ class RunStore:
                 raise StoreError(f"{self.path} is a SQLite file but not a beliefdrift run store; "
                                  "remove it or choose another --out directory")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version == 1:
+                self._db.execute(RECORDS_SCHEMA)
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                version = SCHEMA_VERSION
             if version != SCHEMA_VERSION:
                 raise StoreError(f"{self.path}: run store schema version {version}, this beliefdrift reads "
                                  f"version {SCHEMA_VERSION}")
@@ -250,3 +265,34 @@ class RunStore:
             for qid, method, position, target, num_labels, probs, valid_mass, answers, seeds, thetas, seconds
             in self._db.execute(query)
         ]
+
+    # ---------------------------------------------------------------------------------------- records
+
+    def add_records(self, question_id: str, units: Mapping[str, Mapping[str, Any]]) -> None:
+        """Store {method: {quantity: JSON-serialisable value}} of one question in one transaction; a stored
+        (question, method) is an error."""
+        rows = [(question_id, method, name, json.dumps(value))
+                for method, quantities in units.items() for name, value in quantities.items()]
+        try:
+            with self._transaction():
+                for method in units:
+                    if self.has_records(question_id, method):
+                        raise StoreError(f"{self.path}: records of {question_id}/{method} already stored")
+                self._db.executemany("INSERT INTO records (question_id, method, quantity, value) VALUES (?, ?, ?, ?)",
+                                     rows)
+        except sqlite3.IntegrityError as err:
+            raise StoreError(f"{self.path}: duplicate record for {question_id}: {err}") from err
+
+    def has_records(self, question_id: str, method: str) -> bool:
+        query = "SELECT 1 FROM records WHERE question_id = ? AND method = ? LIMIT 1"
+        return self._db.execute(query, (question_id, method)).fetchone() is not None
+
+    def record_units(self) -> list[tuple[str, str]]:
+        """The (question_id, method) pairs with records, in the order they were written."""
+        query = "SELECT question_id, method FROM records GROUP BY question_id, method ORDER BY min(rowid)"
+        return [tuple(row) for row in self._db.execute(query)]
+
+    def records(self, question_id: str, method: str) -> dict[str, Any]:
+        """{quantity: value} of one question × method, in the order written ({} when none are stored)."""
+        query = "SELECT quantity, value FROM records WHERE question_id = ? AND method = ? ORDER BY rowid"
+        return {name: json.loads(value) for name, value in self._db.execute(query, (question_id, method))}

@@ -36,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_output_args(parser, "beliefdrift-out/demo")
     parser.add_argument("--n", type=int, default=20, help="number of demo questions (0 = all 52)")
     parser.add_argument("--emd-questions", type=int, default=2, help="questions in the EMD section (0 = skip)")
-    parser.add_argument("--reasoning-questions", type=int, default=2,
+    parser.add_argument("--reasoning-questions", type=int, default=3,
                         help="questions in the chain-of-thought section (0 = skip)")
     parser.add_argument("--plot-question", default=None, help="question id for the drift figure (default: first)")
     parser.set_defaults(func=run)

@@ -1,8 +1,8 @@
 """`beliefdrift drift`: marginal drift of θ_n and a c.i.d. check for PPR-type methods (paper Figure 1).
 
 For each question × method: J PPR paths of N answers; E[θ_n] ± std across paths against n, the label-free shift
-‖E[θ_n] − E[θ_0]‖_1, and the first-half vs second-half answer-frequency difference (c.i.d. check). Writes one record
-file per question × method (resumable), records.csv, summary.md/json and the marginal-drift figures.
+‖E[θ_n] − E[θ_0]‖_1, and the first-half vs second-half answer-frequency difference (c.i.d. check). Stores each
+question × method's records in the run store (resumable); writes records.csv, summary.md/json and the figures.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from tqdm import tqdm
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.commands.common import add_model_args, add_output_args, add_sampling_args, model_from_args
-from beliefdrift.commands.records import RecordWriter, write_atomic
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import DATASETS, load_dataset
 from beliefdrift.diagnostics.cid import cid_check
 from beliefdrift.diagnostics.marginal import MarginalDrift, average_drift, marginal_drift, marginal_shift
+from beliefdrift.evaluation import base_model, load_adapter
 from beliefdrift.methods import Method, parse_method
+from beliefdrift.records import RecordWriter, write_atomic
 from beliefdrift.report.diagnostic_plots import plot_curves
 from beliefdrift.report.plots import plot_marginal_drift
 from beliefdrift.resampling import QuestionRunner, make_generator
@@ -75,15 +76,6 @@ def questions_from_args(args: argparse.Namespace) -> list[MCQuestion]:
     return questions
 
 
-def load_adapter(lm: LanguageModel, path: Path) -> LanguageModel:
-    """`lm` with a peft LoRA adapter loaded on top (the base weights are shared, not copied)."""
-    from peft import PeftModel
-
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"adapter directory not found: {path}")
-    return LanguageModel(PeftModel.from_pretrained(lm.model, str(path)).eval(), lm.tokenizer, f"{lm.name}+{path}")
-
-
 class Models:
     """The base model and, with an adapter, the tuned one; `use(method)` gives the model a method runs on."""
 
@@ -99,7 +91,7 @@ class Models:
         elif self.tuned is None:
             yield self.base
         else:  # loading the adapter patched the base modules: switch it off for the base methods
-            with self.tuned.model.disable_adapter():
+            with base_model(self.tuned):
                 yield self.tuned
 
 
@@ -128,7 +120,7 @@ def for_each_unit(
             current, runners = question, {}
         with models.use(method) as lm:
             runner = runners.setdefault(method.needs_adapter, QuestionRunner(lm, question, args.template))
-            writer.write(question.id, method.name, compute(runner, method))
+            writer.write(question.id, {method.name: compute(runner, method)})
     return questions, methods
 
 

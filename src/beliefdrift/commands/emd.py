@@ -1,8 +1,9 @@
 """`beliefdrift emd`: expected martingale drift (paper §5.1, Figure 3) with a c.i.d. check beside it.
 
 For each question × method: EMD‾ (d(p^(k)_n, p^(1)_n) averaged over k = 2 … K at one of the top-K prefixes of each
-length n ∈ 𝒩), EMD_k(b) at sampled burn-in prefixes b = 0 … B, and the c.i.d. check on J × N PPR paths. Writes one
-record file per question × method (resumable), records.csv, summary.md/json, EMD‾ bars and EMD_k(b) curves.
+length n ∈ 𝒩), EMD_k(b) at sampled burn-in prefixes b = 0 … B, and the c.i.d. check on J × N PPR paths. Stores
+each question × method's records in the run store (resumable); writes records.csv, summary.md/json, EMD‾ bars and
+EMD_k(b) curves.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from beliefdrift.commands.drift import (
     to_json,
     trajectory_quantities,
 )
-from beliefdrift.commands.records import RecordWriter, write_atomic
 from beliefdrift.diagnostics.emd import DISTANCES, EMDConfig, aggregate_emd, question_emd
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET
 from beliefdrift.methods import Method
+from beliefdrift.records import RecordWriter, write_atomic
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_emd_bars, plot_emd_burn_in
 from beliefdrift.resampling import QuestionRunner, make_generator
 

@@ -1,6 +1,6 @@
 """The chain-of-thought drift experiment: per question, R rollouts of N thought–answer pairs with and
-without reasoning seeding, their centroid-cosine curve and answers; results as one JSON file per question
-(resume-safe), a summary over questions and the paper-style figure.
+without reasoning seeding, their centroid-cosine curve and answers; results in the run store (one record set per
+question × condition, resume-safe), a summary over questions and the paper-style figure.
 
 Reasoning seeding (SEED_m): for each rollout, m pairs are drawn i.i.d. from the direct chain-of-thought
 prompt and prefilled, rendered well-formed, as the rollout's first m pairs. Both conditions use the same
@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -42,6 +39,7 @@ from beliefdrift.reasoning.generation import (
 from beliefdrift.reasoning.parser import Pair
 from beliefdrift.reasoning.plot import plot_centroid_drift
 from beliefdrift.reasoning.task import ReasoningTask
+from beliefdrift.records import RecordWriter, write_atomic
 from beliefdrift.resampling import make_generator
 
 
@@ -181,21 +179,17 @@ def run_question(
     return {"task": task_record, "conditions": conditions, "seconds": time.perf_counter() - start}
 
 
-def question_path(out: Path, task_id: str) -> Path:
-    return out / "questions" / (re.sub(r"[^A-Za-z0-9._-]", "_", task_id) + ".json")
+def _units(result: dict) -> dict[str, dict]:
+    """A question's result as store units: {condition: its quantities + the task and the question's time}."""
+    return {key: {**cond, "task": result["task"], "seconds": result["seconds"]}
+            for key, cond in result["conditions"].items()}
 
 
-def write_json_atomic(path: Path, payload: dict) -> None:
-    """Write `payload` to `path` through a temporary sibling and a rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as f:
-            json.dump(payload, f, indent=1)
-        os.replace(staging, path)
-    except BaseException:
-        Path(staging).unlink(missing_ok=True)
-        raise
+def _from_units(units: dict[str, dict]) -> dict:
+    """The inverse of `_units`."""
+    first = next(iter(units.values()))
+    conditions = {key: {k: v for k, v in unit.items() if k not in ("task", "seconds")} for key, unit in units.items()}
+    return {"task": first["task"], "conditions": conditions, "seconds": first["seconds"]}
 
 
 def run_experiment(
@@ -206,28 +200,24 @@ def run_experiment(
     run_info: dict | None = None,
     progress: Callable[[Iterable[ReasoningTask]], Iterable[ReasoningTask]] = iter,
 ) -> dict:
-    """Run every task not finished yet in `out` (a finished question's JSON is reused when it was written
-    with the same configuration and run info, e.g. model and dataset; a different one is an error), then
-    write summary.json and the figure. Returns the summary."""
-    identity = {"config": asdict(config), **(run_info or {})}
+    """Run every task not finished yet in `out`'s run store (which must hold the same configuration and run
+    info, e.g. model and dataset; a different one is a StoreError), then write summary.json and the figure.
+    Returns the summary."""
+    identity = {"command": "reasoning", "config": asdict(config), **(run_info or {})}
+    writer = RecordWriter(out, identity)
+    keys = [key for key, _, _ in config.conditions]
     embedder = SentenceEmbedder(device=lm.device) if config.embedding == "sentence" else None
     results = []
     for task in progress(list(tasks)):
-        path = question_path(out, task.id)
-        if path.exists():
-            stored = json.loads(path.read_text())
-            if {key: stored.get(key) for key in identity} != identity:
-                raise ValueError(f"{path} was written by a different configuration; use another --out")
-            results.append(stored)
-            continue
-        result = identity | run_question(lm, task, config, embedder)
-        write_json_atomic(path, result)
-        results.append(result)
+        if not writer.done(task.id, keys[0]):
+            writer.write(task.id, _units(run_question(lm, task, config, embedder)))
+        results.append(_from_units({key: writer.read(task.id, key) for key in keys}))
     summary = identity | summarize(results, config)
     title = f"{(run_info or {}).get('dataset', 'reasoning')}: {len(results)} questions, R={config.rollouts}"
     curves = {cond["title"]: curve_stats_of(results, key) for key, cond in summary["conditions"].items()}
     summary["figure"] = [str(p) for p in plot_centroid_drift(curves, config.tau, out / "centroid_drift", title)]
-    write_json_atomic(out / "summary.json", summary)
+    writer.write_scalars([(task["task"]["id"], key) for task in results for key in keys])
+    write_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     return summary
 
 

@@ -1,0 +1,66 @@
+"""Results of the diagnostic commands (drift, emd, reasoning): named quantities per question × method in the run
+store (`<out>/run.sqlite`, table `records`), plus plain-file outputs written atomically.
+
+A question's records are written in one transaction once its work is complete, so an interrupted run resumes by
+skipping the question × method pairs already stored; the store's config pins the settings that produced them.
+`records.csv` lists every scalar record (question_id, method, quantity, value) for spreadsheets.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from beliefdrift.store import STORE_FILE, RunStore
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so readers see the old file or the complete new one, never a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RecordWriter:
+    """The records of one diagnostic run in `out` (see the module docstring); a StoreError if `out` holds a run
+    with other settings."""
+
+    def __init__(self, out: Path, config: dict[str, Any]):
+        self.out = Path(out)
+        self.store = RunStore.open(self.out / STORE_FILE)
+        self.store.ensure_config(config)
+
+    def done(self, question_id: str, method: str) -> bool:
+        return self.store.has_records(question_id, method)
+
+    def write(self, question_id: str, units: Mapping[str, Mapping[str, Any]]) -> None:
+        """Store {method: {quantity: value}} of one question (JSON-serialisable values) in one transaction."""
+        self.store.add_records(question_id, units)
+
+    def read(self, question_id: str, method: str) -> dict[str, Any]:
+        """The quantities of one question × method, as written."""
+        return self.store.records(question_id, method)
+
+    def write_scalars(self, keys: list[tuple[str, str]]) -> Path:
+        """records.csv: every scalar (number or bool) record of the given (question_id, method) pairs."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(["question_id", "method", "quantity", "value"])
+        for question_id, method in keys:
+            for name, value in self.read(question_id, method).items():
+                if isinstance(value, (int, float, bool)):
+                    writer.writerow([question_id, method, name, value])
+        path = self.out / "records.csv"
+        write_atomic(path, buffer.getvalue())
+        return path
