@@ -98,16 +98,17 @@ def run(args: argparse.Namespace) -> int:
     header = ["method", "questions"]
     for distance in args.distance:
         label = DISTANCE_LABELS[distance]
-        header += [f"EMD‾ ({label})", f"EMD_{args.k}(0) ({label})", f"EMD_{args.k}({args.burn_in}) ({label})"]
+        header += [f"EMD‾ ({label})", f"EMD_{args.k}(0) ({label})"]
+        header += [f"EMD_{args.k}({args.burn_in}) ({label})"] if args.burn_in else []
     header += ["c.i.d. ‖D̄‖₁", "c.i.d. rejected"]
     rows = {m.name: [m.title, str(len(questions))] for m in methods}
     for distance in args.distance:
         emd_rows = [aggregate_emd(m.title, records[m.name], distance) for m in methods]
         for method, row in zip(methods, emd_rows, strict=True):
             summary.setdefault(method.name, {})[distance] = row.__dict__
-            rows[method.name] += [f"{row.emd_bar:.4f} ± {row.emd_bar_std:.4f}",
-                                  f"{row.burn_in[0]:.4f} ± {row.burn_in_std[0]:.4f}",
-                                  f"{row.burn_in[-1]:.4f} ± {row.burn_in_std[-1]:.4f}"]
+            cells = [(row.emd_bar, row.emd_bar_std), (row.burn_in[0], row.burn_in_std[0])]
+            cells += [(row.burn_in[-1], row.burn_in_std[-1])] if args.burn_in else []
+            rows[method.name] += [f"{mean:.4f} ± {std:.4f}" for mean, std in cells]
         plot_emd_bars({args.dataset: emd_rows}, args.out / f"emd_bar_{distance}", title=f"K = {args.horizon}")
         plot_emd_burn_in(emd_rows, args.k, args.out / f"emd_k_b_{distance}", title=args.dataset)
     for method in methods:
