@@ -157,6 +157,17 @@ def test_short_training_run_lowers_sc_loss_and_emd_on_its_group(tiny_model_dir, 
     assert all(float(r["loss"]) == pytest.approx(float(r["sc"]) + 0.01 * float(r["pg"]), abs=1e-5) for r in rows)
 
 
+def test_validation_reports_emd_and_the_confidence_that_exposes_collapse(tiny_model_dir, template, tmp_path):
+    config = tiny_config(tiny_model_dir, template, eval_n=2, eval_horizon=3, eval_prefix_lengths=(0,),
+                         eval_num_rollouts=4)
+    trainer = SCTrainer(config, tmp_path)
+    questions = trainer.validation_questions()
+    result = trainer.validate(questions)
+    assert set(result) == {"val_emd_l1", "val_confidence"} and result["val_emd_l1"] >= 0
+    thetas = [QuestionRunner(trainer.current_lm(), q, template).paths(1).dist.probs[0] for q in questions]
+    assert result["val_confidence"] == pytest.approx(float(torch.stack(thetas).max(-1).values.mean()), abs=1e-5)
+
+
 # ---------------------------------------------------------------------------------------- CLI, resume
 
 CLI_SETTINGS = ["dataset=demo", "n=1", "prefix_lengths=[0]", "num_rollouts=4", "micro_batch=2", "grad_accum=2",

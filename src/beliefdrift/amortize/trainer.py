@@ -183,7 +183,9 @@ def load_train_config(path: str | Path | None = None, overrides: Mapping[str, An
 # ------------------------------------------------------------------------------------------------ checkpoints
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-LOG_FIELDS = ("step", "epoch", "group", "k1", "k2", "loss", "sc", "pg", "grad_norm", "lr", "seconds", "val_emd_l1")
+LOG_FIELDS = ("step", "epoch", "group", "k1", "k2", "loss", "sc", "pg", "grad_norm", "lr", "seconds", "val_emd_l1",
+              "val_confidence")
+VALIDATION_FIELDS = ("val_emd_l1", "val_confidence")
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
@@ -353,21 +355,25 @@ class SCTrainer:
                 "lr": lr, "seconds": perf_counter() - start}
 
     @torch.no_grad()
-    def validate(self, questions: list[MCQuestion]) -> float:
-        """EMD‾ (L1) of the current model over `questions` (sharded over processes), PPR without seeds."""
+    def validate(self, questions: list[MCQuestion]) -> dict[str, float]:
+        """EMD‾ (L1) of the current model over `questions` (sharded over processes), PPR without seeds, and the
+        mean confidence max_a p^(1)(a) at the evaluated prefixes: a low EMD‾ with confidence → 1 is the SC loss's
+        degenerate minimum (θ collapsed onto one label), not coherence."""
         c = self.config
         emd = EMDConfig(horizon=c.eval_horizon, prefix_lengths=c.eval_prefix_lengths, num_rollouts=c.eval_num_rollouts,
                         burn_in=0, k=2)
         self.peft_model.eval()
         lm = self.current_lm()
-        total = torch.zeros(2, dtype=torch.float64, device=self.accelerator.device)
+        total = torch.zeros(3, dtype=torch.float64, device=self.accelerator.device)
         for question in questions[self.accelerator.process_index :: self.accelerator.num_processes]:
             result = question_emd(QuestionRunner(lm, question, c.template), 0, emd,
                                   make_generator(c.seed, question.id, "validation"))
-            total += torch.tensor([result.emd_bar("l1"), 1.0], dtype=torch.float64, device=total.device)
+            confidence = float(result.kstep[:, 0].max(-1).values.mean())
+            total += torch.tensor([result.emd_bar("l1"), confidence, 1.0], dtype=torch.float64, device=total.device)
         self.peft_model.train()
         total = self.accelerator.reduce(total, "sum")
-        return float(total[0] / total[1]) if total[1] else float("nan")
+        return {name: float(total[i] / total[-1]) if total[-1] else float("nan")
+                for i, name in enumerate(VALIDATION_FIELDS)}
 
     # -------------------------------------------------------------------------------------------- state
 
@@ -443,12 +449,12 @@ class SCTrainer:
         validation = self.validation_questions()
         try:
             if not done and validation:
-                log.write({"step": 0, "val_emd_l1": self.validate(validation)})
+                log.write({"step": 0, **self.validate(validation)})
             for update in self.updates[done:]:
                 row = self.update(update)
                 last = update.step == len(self.updates)
                 if validation and (last or (self.config.eval_steps and update.step % self.config.eval_steps == 0)):
-                    row["val_emd_l1"] = self.validate(validation)
+                    row |= self.validate(validation)
                 log.write(row)
                 if update.step % self.config.save_steps == 0 or last:
                     self.save_checkpoint(update.step)
@@ -495,15 +501,18 @@ class TrainLog:
             return
         self.csv.writerow(row)
         self.file.flush()
-        for key in ("loss", "sc", "pg", "grad_norm", "lr", "val_emd_l1"):
+        for key in ("loss", "sc", "pg", "grad_norm", "lr", *VALIDATION_FIELDS):
             if key in row and not math.isnan(row[key]):
-                self.board.add_scalar(f"train/{key}" if key != "val_emd_l1" else "val/emd_l1", row[key], row["step"])
+                name = f"val/{key.removeprefix('val_')}" if key in VALIDATION_FIELDS else f"train/{key}"
+                self.board.add_scalar(name, row[key], row["step"])
+        validation = (f"val EMD‾ {row['val_emd_l1']:.4f}, confidence {row['val_confidence']:.3f}"
+                      if "val_emd_l1" in row else "")
         if "loss" in row:
             print(f"step {row['step']}: group {row['group']} k=({row['k1']},{row['k2']}) loss {row['loss']:.4f} "
                   f"(sc {row['sc']:.4f}, pg {row['pg']:+.4f}) {row['seconds']:.1f}s"
-                  + (f"; val EMD‾ {row['val_emd_l1']:.4f}" if "val_emd_l1" in row else ""), file=sys.stderr, flush=True)
+                  + (f"; {validation}" if validation else ""), file=sys.stderr, flush=True)
         else:
-            print(f"step {row['step']}: val EMD‾ {row['val_emd_l1']:.4f}", file=sys.stderr, flush=True)
+            print(f"step {row['step']}: {validation}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.active:
