@@ -94,6 +94,53 @@ def test_pg_descent_raises_log_prob_of_rollouts_with_below_average_loss():
     assert ratio_after > ratio_before
 
 
+def test_anchor_is_the_kl_from_the_forecast_to_theta0_and_only_moves_theta0():
+    target = torch.tensor([0.2, 0.0, 0.8], dtype=torch.float64)  # a zero entry: 0 · log 0 = 0
+    thetas = log_thetas(requires_grad=True)
+    plain = SelfConsistencyLoss(beta=0.5)(thetas, ROLLOUTS, k1=2, k2=3)
+    out = SelfConsistencyLoss(beta=0.5, anchor=2.0)(thetas, ROLLOUTS, k1=2, k2=3, forecast=target)
+    kl = 0.2 * math.log(0.2 / 0.5) + 0.8 * math.log(0.8 / 0.2)
+    assert float(out.anchor.detach()) == pytest.approx(kl, abs=1e-12)
+    assert float(out.loss) == pytest.approx(float(plain.loss) + 2.0 * kl, abs=1e-12)
+    (out.loss - plain.loss).backward()
+    assert torch.count_nonzero(thetas.grad[:, 1:]) == 0, "the anchor acts on θ_0 only"
+    assert torch.count_nonzero(thetas.grad[0, 0]) > 0
+    same = SelfConsistencyLoss(anchor=1.0)(log_thetas(), ROLLOUTS, 1, 2, forecast=torch.tensor(THETA0)).anchor
+    assert float(same) == pytest.approx(0.0, abs=1e-7)
+    with pytest.raises(ValueError, match="forecast"):
+        SelfConsistencyLoss(anchor=1.0)(log_thetas(), ROLLOUTS, k1=1, k2=2)
+
+
+def test_anchor_stops_the_collapse_that_the_sc_loss_alone_rewards():
+    # A self-reinforcing model, θ(· | A_1 = a) = softmax(w + c·e_a): the two-step predictive is sharper than θ_0,
+    # so L_SC alone (θ_0 chasing the stop-gradient p̂^(2)) drives θ_0 onto one label; the anchor holds it near
+    # the forecast f, the initial p̂^(2).
+    c, paths = 1.5, 256
+
+    def thetas(w: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+        after = (w + c * torch.nn.functional.one_hot(answers, 3)).log_softmax(-1)
+        return torch.stack([w.log_softmax(-1).expand(paths, 3), after], 1)
+
+    def train(anchor: float) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = make_generator(0, "self-reinforcing")
+        w = torch.tensor(THETA0, dtype=torch.float64).log().requires_grad_(True)
+        answers = torch.multinomial(w.detach().softmax(-1), paths, replacement=True, generator=generator)
+        forecast = thetas(w, answers)[:, 1].exp().mean(0).detach()
+        optimizer = torch.optim.SGD([w], lr=1.0)
+        for _ in range(300):  # on-policy: fresh answers from the current θ_0 every step
+            answers = torch.multinomial(w.detach().softmax(-1), paths, replacement=True, generator=generator)
+            optimizer.zero_grad()
+            loss = SelfConsistencyLoss(beta=0.0, anchor=anchor)
+            loss(thetas(w, answers), answers[:, None], 1, 2, forecast=forecast).loss.backward()
+            optimizer.step()
+        return w.detach().softmax(-1), forecast
+
+    collapsed, _ = train(0.0)
+    assert float(collapsed.max()) > 0.99
+    anchored, forecast = train(2.0)
+    assert float((anchored - forecast).abs().sum()) < 0.1
+
+
 def test_horizons_follow_the_papers_distribution():
     pairs = horizon_pairs(6)
     assert sum(p for _, _, p in pairs) == pytest.approx(1.0)

@@ -80,8 +80,27 @@ def test_rollout_dataset_round_trip_and_determinism(tiny_lm, question, template,
     assert settings == {"seed": 3}
     assert [(g.id, g.question, g.prefix) for g in loaded] == [(g.id, g.question, g.prefix) for g in groups]
     assert all(torch.equal(g.rollouts, h.rollouts) for g, h in zip(loaded, groups, strict=True))
+    assert all(torch.allclose(g.forecast, h.forecast, atol=1e-7) for g, h in zip(loaded, groups, strict=True))
     rows = (directory / "rollouts.jsonl").read_text().splitlines()
     assert len(rows) == 12 and json.loads(rows[0])["group"] == groups[0].id
+
+
+def test_group_forecast_is_the_exact_k_step_predictive_in_expectation(tiny_lm, question, template):
+    # f = mean_j θ(· | a_{1:n}, A^{(j)}) over sampled rollouts is a Monte Carlo estimate of p^(K); K = 3 here.
+    (group,) = generate_rollouts(tiny_lm, [question], (1,), num_rollouts=400, depth=2, seed=0, template=template)
+    runner = QuestionRunner(tiny_lm, question, template)
+    exact = kstep_exact(runner.paths(1, seeds=torch.tensor([group.prefix])), 3).probs[0, 2]
+    assert group.forecast.shape == exact.shape
+    assert float((group.forecast - exact.double()).abs().sum()) < 0.05
+
+
+def test_anchor_needs_rollouts_with_final_thetas(tiny_model_dir, template, tmp_path):
+    trainer = SCTrainer(tiny_config(tiny_model_dir, template), tmp_path / "run")
+    groups, settings = load_rollouts(tmp_path / "run" / "rollouts")
+    save_rollouts([replace(g, final_thetas=None) for g in groups], tmp_path / "old", settings)
+    with pytest.raises(ValueError, match="final θ"):
+        SCTrainer(tiny_config(tiny_model_dir, template, anchor=1.0, rollouts=str(tmp_path / "old")), tmp_path / "b")
+    assert trainer.groups[0].forecast is not None
 
 
 def test_update_plan_shards_groups_and_repeats_each_group_u_times():
@@ -125,11 +144,11 @@ def test_update_rollouts_offline_subset_and_on_policy(tiny_model_dir, template, 
     assert trainer.peft_model.training, "the model is back in training mode after sampling"
     trainer.peft_model.eval()  # sampling uses the current model without dropout
     runner = QuestionRunner(trainer.current_lm(), group.question, template)
-    expected = sample_rollouts(runner, group.prefix, 8, 5, make_generator(0, "fresh"))
+    expected, _ = sample_rollouts(runner, group.prefix, 8, 5, make_generator(0, "fresh"))
     assert torch.equal(fresh, expected), "on-policy rollouts are sampled from the current (tuned) model"
     with trainer.peft_model.disable_adapter():
-        base = sample_rollouts(QuestionRunner(trainer.current_lm(), group.question, template), group.prefix, 8, 5,
-                               make_generator(0, "fresh"))
+        base, _ = sample_rollouts(QuestionRunner(trainer.current_lm(), group.question, template), group.prefix, 8,
+                                  5, make_generator(0, "fresh"))
     assert not torch.equal(fresh, base), "… not from the base model"
 
 

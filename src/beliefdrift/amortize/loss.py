@@ -6,9 +6,14 @@ For one group (Q, a_{1:n}) with J rollouts A^{(j)} and horizons k1 < k2:
     L_SC   = H(sg(p̂^(k2)), p̂^(k1)) = −Σ_a p̂^(k2)(a) log p̂^(k1)(a)
     ℓ_j    = H(sg(p̂^(k2)), θ^{(j)}_{k1−1}),   adv_j = sg(ℓ_j − mean_j ℓ_j)
     L_pg   = mean_j clip(adv_j, −c, c) · log p_φ(A^{(j)}_{n+1:n+k1−1} | a_{1:n}, Q)
-    L      = L_SC + β · L_pg
+    L_anc  = KL(f ‖ θ_0),   f = the base model's K-step forecast p̂_base^(K)(· | a_{1:n}, Q) (a fixed target)
+    L      = L_SC + β · L_pg + λ · L_anc
 
 Horizons: k1 ~ U{1 … K−1}, δ ~ U{1 … K−k1}, k2 = k1 + δ (the paper's K = 6).
+
+The anchor (ours, λ = 0 in the paper's presets) closes a degenerate minimum of L_SC: a model that puts all its
+mass on one label whatever the history has L_SC = 0. Pulling θ_0 towards where the base model's own resampling
+process is heading keeps what AM-PPR is meant to amortize (q ≈ θ̂_1 ≈ the base PPR estimate) in the objective.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from torch import nn
 
 
 class SCLossOutput(NamedTuple):
-    """The total loss and its two terms (`sc`, `pg` are reported; only `loss` is differentiated)."""
+    """The total loss and its terms (`sc`, `pg`, `anchor` are reported; only `loss` is differentiated)."""
 
     loss: torch.Tensor
     sc: torch.Tensor
     pg: torch.Tensor
+    anchor: torch.Tensor
 
 
 def log_predictive(log_thetas: torch.Tensor, k: int) -> torch.Tensor:
@@ -38,21 +44,31 @@ def cross_entropy(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor
     return -(target * log_probs).sum(-1)
 
 
+def kl_divergence(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
+    """KL(p ‖ q) = Σ_a p(a) (log p(a) − log q(a)), with 0 · log 0 = 0."""
+    return (torch.xlogy(target, target) - target * log_probs).sum(-1)
+
+
 class SelfConsistencyLoss(nn.Module):
-    """L = L_SC + β·L_pg for one group, from the per-path conditionals.
+    """L = L_SC + β·L_pg + λ·L_anc for one group, from the per-path conditionals.
 
     Inputs: log_thetas [J, D+1, |𝒜|] (log θ^{(j)}_d, d = 0 … D, with D ≥ k2 − 1; differentiable), rollouts [J, D']
-    (label indices, D' ≥ k1 − 1) and the horizons k1 < k2.
+    (label indices, D' ≥ k1 − 1), the horizons k1 < k2 and, when λ > 0, the base model's forecast f [|𝒜|].
     """
 
-    def __init__(self, beta: float = 0.01, clip: float = 5.0):
+    def __init__(self, beta: float = 0.01, clip: float = 5.0, anchor: float = 0.0):
         super().__init__()
         self.beta = beta
         self.clip = clip
+        self.anchor = anchor
 
-    def forward(self, log_thetas: torch.Tensor, rollouts: torch.Tensor, k1: int, k2: int) -> SCLossOutput:
+    def forward(
+        self, log_thetas: torch.Tensor, rollouts: torch.Tensor, k1: int, k2: int, forecast: torch.Tensor | None = None
+    ) -> SCLossOutput:
         if not 1 <= k1 < k2 <= log_thetas.shape[1]:
             raise ValueError(f"need 1 ≤ k1 < k2 ≤ D+1 = {log_thetas.shape[1]}, got k1={k1}, k2={k2}")
+        if self.anchor and forecast is None:
+            raise ValueError("the anchor term (λ > 0) needs the base model's forecast as target")
         target = log_predictive(log_thetas, k2).exp().detach()
         sc = cross_entropy(target, log_predictive(log_thetas, k1))
         per_path = cross_entropy(target, log_thetas[:, k1 - 1])  # ℓ_j
@@ -60,7 +76,10 @@ class SelfConsistencyLoss(nn.Module):
         steps = rollouts[:, : k1 - 1].to(log_thetas.device)
         path_log_prob = log_thetas[:, : k1 - 1].gather(-1, steps[..., None]).squeeze(-1).sum(-1)
         pg = (advantage * path_log_prob).mean()
-        return SCLossOutput(sc + self.beta * pg, sc, pg)
+        anchor = torch.zeros((), dtype=sc.dtype, device=sc.device)
+        if forecast is not None:
+            anchor = kl_divergence(forecast.to(log_thetas), log_thetas[0, 0])
+        return SCLossOutput(sc + self.beta * pg + self.anchor * anchor, sc, pg, anchor)
 
 
 def draw_horizons(generator: torch.Generator, horizon: int = 6) -> tuple[int, int]:

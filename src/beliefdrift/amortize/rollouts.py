@@ -8,8 +8,11 @@ process actually produces; `top` picks one of the top-5 most likely prefixes uni
 (DESIGN §7). Each draw uses its own generator `make_generator(seed, question id, n, …)`, so a dataset does not depend
 on the order it is built in.
 
-On disk, a directory: `rollouts.jsonl` (one row per trajectory: group id, question id, prefix, path index, rollout)
-and `meta.json` (the settings that produced it and the questions, so the dataset is self-contained).
+Each trajectory also keeps θ_base after its last answer; their mean over the J paths is the base model's K-step
+forecast p̂_base^(K)(· | a_{1:n}), the target of the SC loss's optional anchor term.
+
+On disk, a directory: `rollouts.jsonl` (one row per trajectory: group id, question id, prefix, path index, rollout,
+final θ) and `meta.json` (the settings that produced it and the questions, so the dataset is self-contained).
 """
 
 from __future__ import annotations
@@ -42,15 +45,22 @@ def group_id(question_id: str, prefix: Sequence[int]) -> str:
 
 @dataclass(frozen=True)
 class RolloutGroup:
-    """Question Q, prefix a_{1:n} (label indices) and J rollouts [J, K−1] (label indices) continuing it."""
+    """Question Q, prefix a_{1:n} (label indices), J rollouts [J, K−1] (label indices) continuing it and the
+    sampling model's θ after each rollout's last answer [J, |𝒜|] (None in datasets written before it was kept)."""
 
     question: MCQuestion
     prefix: tuple[int, ...]
     rollouts: torch.Tensor  # [J, K−1] long
+    final_thetas: torch.Tensor | None = None  # [J, |𝒜|]
 
     @property
     def id(self) -> str:
         return group_id(self.question.id, self.prefix)
+
+    @property
+    def forecast(self) -> torch.Tensor | None:
+        """p̂^(K)(· | a_{1:n}) = (1/J) Σ_j θ(· | a_{1:n}, A^{(j)}_{n+1:n+K−1}): [|𝒜|]."""
+        return None if self.final_thetas is None else self.final_thetas.double().mean(0)
 
 
 def sample_prefix(runner: QuestionRunner, length: int, mode: str, generator: torch.Generator) -> tuple[int, ...]:
@@ -65,11 +75,12 @@ def sample_prefix(runner: QuestionRunner, length: int, mode: str, generator: tor
 
 def sample_rollouts(
     runner: QuestionRunner, prefix: Sequence[int], num_rollouts: int, depth: int, generator: torch.Generator
-) -> torch.Tensor:
-    """J continuations [J, depth] of the prefix, sampled from the runner's model (one forward pass per step)."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """J continuations [J, depth] of the prefix, sampled from the runner's model (one forward pass per step), and
+    θ after each one's last answer [J, |𝒜|]."""
     seeds = torch.tensor(list(prefix), dtype=torch.long).reshape(1, -1).expand(num_rollouts, -1)
-    answers, _, _ = sample_answers(runner.paths(num_rollouts, seeds=seeds), depth, generator)
-    return answers
+    answers, thetas, _ = sample_answers(runner.paths(num_rollouts, seeds=seeds), depth, generator)
+    return answers, thetas[:, -1]
 
 
 @torch.no_grad()
@@ -79,8 +90,9 @@ def generate_group(
     """One group for the runner's question: a prefix of `length` answers and J rollouts of `depth` answers."""
     qid = runner.question.id
     prefix = sample_prefix(runner, length, prefix_mode, make_generator(seed, qid, length, "prefix", prefix_mode))
-    rollouts = sample_rollouts(runner, prefix, num_rollouts, depth, make_generator(seed, qid, length, "rollouts"))
-    return RolloutGroup(runner.question, prefix, rollouts)
+    generator = make_generator(seed, qid, length, "rollouts")
+    rollouts, final = sample_rollouts(runner, prefix, num_rollouts, depth, generator)
+    return RolloutGroup(runner.question, prefix, rollouts, final)
 
 
 def generate_rollouts(
@@ -114,7 +126,10 @@ def save_rollouts(groups: Sequence[RolloutGroup], directory: str | Path, setting
         for g in groups:
             for j, rollout in enumerate(g.rollouts.tolist()):
                 row = {"group": g.id, "question": g.question.id, "prefix": list(g.prefix), "path": j}
-                rows.write(json.dumps({**row, "rollout": rollout}) + "\n")
+                row["rollout"] = rollout
+                if g.final_thetas is not None:
+                    row["final_theta"] = g.final_thetas[j].tolist()
+                rows.write(json.dumps(row) + "\n")
     if directory.exists():
         shutil.rmtree(directory)
     os.replace(temporary, directory)
@@ -134,12 +149,11 @@ def load_rollouts(directory: str | Path) -> tuple[list[RolloutGroup], dict[str, 
         for line in lines:
             row = json.loads(line)
             rows.setdefault(row["group"], []).append(row)
-    groups = [
-        RolloutGroup(
-            questions[paths[0]["question"]],
-            tuple(paths[0]["prefix"]),
-            torch.tensor([p["rollout"] for p in sorted(paths, key=lambda p: p["path"])], dtype=torch.long),
-        )
-        for paths in rows.values()
-    ]
+    groups = []
+    for paths in rows.values():
+        paths.sort(key=lambda p: p["path"])
+        final = (torch.tensor([p["final_theta"] for p in paths], dtype=torch.float64)
+                 if all("final_theta" in p for p in paths) else None)
+        rollouts = torch.tensor([p["rollout"] for p in paths], dtype=torch.long)
+        groups.append(RolloutGroup(questions[paths[0]["question"]], tuple(paths[0]["prefix"]), rollouts, final))
     return groups, meta["settings"]

@@ -79,6 +79,7 @@ class TrainConfig:
     # loss
     beta: float = 0.01
     clip: float = 5.0
+    anchor: float = 0.0  # λ of KL(base K-step forecast ‖ θ_0) (ours, see amortize/loss.py; 0 = the paper's loss)
     # LoRA
     lora_r: int = 16
     lora_alpha: int = 8
@@ -114,6 +115,8 @@ class TrainConfig:
             problems.append(f"prefix_mode must be one of {PREFIX_MODES}")
         if self.horizon < 2:
             problems.append("horizon must be at least 2")
+        if self.anchor < 0:
+            problems.append("anchor must be non-negative")
         if self.paths_per_update > self.num_rollouts:
             problems.append(f"micro_batch × grad_accum = {self.paths_per_update} exceeds num_rollouts = "
                             f"{self.num_rollouts}")
@@ -183,8 +186,8 @@ def load_train_config(path: str | Path | None = None, overrides: Mapping[str, An
 # ------------------------------------------------------------------------------------------------ checkpoints
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-LOG_FIELDS = ("step", "epoch", "group", "k1", "k2", "loss", "sc", "pg", "grad_norm", "lr", "seconds", "val_emd_l1",
-              "val_confidence")
+LOG_FIELDS = ("step", "epoch", "group", "k1", "k2", "loss", "sc", "pg", "anchor", "grad_norm", "lr", "seconds",
+              "val_emd_l1", "val_confidence")
 VALIDATION_FIELDS = ("val_emd_l1", "val_confidence")
 
 
@@ -252,7 +255,7 @@ class SCTrainer:
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
         scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, len(self.updates))
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(peft_model, optimizer, scheduler)
-        self.loss = SelfConsistencyLoss(config.beta, config.clip)
+        self.loss = SelfConsistencyLoss(config.beta, config.clip, config.anchor)
         self._tokens: dict[str, AnswerTokens] = {}
 
     # -------------------------------------------------------------------------------------------- data
@@ -276,6 +279,12 @@ class SCTrainer:
         if depth < config.horizon - 1 or paths < config.paths_per_update:
             raise ValueError(f"{directory}: rollouts of depth {depth} × {paths} paths cannot serve horizon "
                              f"{config.horizon} with {config.paths_per_update} paths per update")
+        if config.anchor and any(g.forecast is None for g in groups):
+            raise ValueError(f"{directory}: the anchor term needs the base model's final θ of every rollout, which "
+                             "this dataset does not keep; generate a new one (leave `rollouts` unset)")
+        if config.anchor and depth != config.horizon - 1:
+            raise ValueError(f"{directory}: the anchor's forecast is over {depth + 1} steps, the loss's horizon is "
+                             f"{config.horizon}; generate rollouts of depth {config.horizon - 1}")
         return groups
 
     def rollout_settings(self) -> dict[str, Any]:
@@ -321,7 +330,7 @@ class SCTrainer:
         if self.config.mode == "on-policy":
             self.peft_model.eval()
             runner = QuestionRunner(self.current_lm(), group.question, self.config.template)
-            rollouts = sample_rollouts(runner, group.prefix, paths, depth, generator)
+            rollouts, _ = sample_rollouts(runner, group.prefix, paths, depth, generator)
             self.peft_model.train()
             return rollouts
         stored = group.rollouts[:, :depth]
@@ -340,7 +349,7 @@ class SCTrainer:
         self.model.train()
         log_thetas = conditionals(self.model, self.tokens(group.question), group.prefix, rollouts,
                                   self.config.micro_batch)
-        out: SCLossOutput = self.loss(log_thetas, rollouts, k1, k2)
+        out: SCLossOutput = self.loss(log_thetas, rollouts, k1, k2, group.forecast)
         self.accelerator.backward(out.loss)
         grad_norm = float("nan")
         if self.config.max_grad_norm:
@@ -349,10 +358,11 @@ class SCTrainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        terms = self.accelerator.reduce(torch.stack([out.loss, out.sc, out.pg]).detach().float(), "mean")
+        terms = self.accelerator.reduce(torch.stack(list(out)).detach().float(), "mean")
+        anchor = float(terms[3]) if group.forecast is not None else float("nan")
         return {"step": update.step, "epoch": update.epoch, "group": group.id, "k1": k1, "k2": k2,
-                "loss": float(terms[0]), "sc": float(terms[1]), "pg": float(terms[2]), "grad_norm": grad_norm,
-                "lr": lr, "seconds": perf_counter() - start}
+                "loss": float(terms[0]), "sc": float(terms[1]), "pg": float(terms[2]), "anchor": anchor,
+                "grad_norm": grad_norm, "lr": lr, "seconds": perf_counter() - start}
 
     @torch.no_grad()
     def validate(self, questions: list[MCQuestion]) -> dict[str, float]:
@@ -427,7 +437,7 @@ class SCTrainer:
         path = self.out / "config.yaml"
         mine = self.config.to_dict()
         if path.is_file():
-            theirs = yaml.safe_load(path.read_text()) or {}
+            theirs = {**TrainConfig().to_dict(), **(yaml.safe_load(path.read_text()) or {})}  # keys added since
             changed = sorted(k for k in mine if k not in OPERATIONAL and theirs.get(k) != mine[k])
             if changed:
                 raise ValueError(f"{self.out} holds a run with other settings ({', '.join(changed)}); "
@@ -501,7 +511,7 @@ class TrainLog:
             return
         self.csv.writerow(row)
         self.file.flush()
-        for key in ("loss", "sc", "pg", "grad_norm", "lr", *VALIDATION_FIELDS):
+        for key in ("loss", "sc", "pg", "anchor", "grad_norm", "lr", *VALIDATION_FIELDS):
             if key in row and not math.isnan(row[key]):
                 name = f"val/{key.removeprefix('val_')}" if key in VALIDATION_FIELDS else f"train/{key}"
                 self.board.add_scalar(name, row[key], row["step"])
@@ -509,7 +519,7 @@ class TrainLog:
                       if "val_emd_l1" in row else "")
         if "loss" in row:
             print(f"step {row['step']}: group {row['group']} k=({row['k1']},{row['k2']}) loss {row['loss']:.4f} "
-                  f"(sc {row['sc']:.4f}, pg {row['pg']:+.4f}) {row['seconds']:.1f}s"
+                  f"(sc {row['sc']:.4f}, pg {row['pg']:+.4f}, anchor KL {row['anchor']:.4f}) {row['seconds']:.1f}s"
                   + (f"; {validation}" if validation else ""), file=sys.stderr, flush=True)
         else:
             print(f"step {row['step']}: {validation}", file=sys.stderr, flush=True)

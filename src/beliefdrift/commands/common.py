@@ -1,4 +1,4 @@
-"""Options shared by several commands: model, data, output and run size."""
+"""Options shared by several commands: model, data, sampling and output."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
+from beliefdrift.data.registry import DATASETS
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
 
 
@@ -24,6 +25,17 @@ def add_sampling_args(parser: argparse.ArgumentParser, paths: int, steps: int) -
     group.add_argument("--paths", "-J", type=int, default=paths, help="PPR paths per question (J)")
     group.add_argument("--steps", "-N", type=int, default=steps, help="answers generated per path (N)")
     group.add_argument("--seed", type=int, default=0, help="run seed (each question × method derives its own)")
+
+
+def add_data_args(parser: argparse.ArgumentParser, dataset: str | None = None, n: int | None = None) -> None:
+    """--dataset, --split, --n/-n and --data-dir (a `None` default leaves the choice to the command)."""
+    group = parser.add_argument_group("data")
+    group.add_argument("--dataset", default=dataset, help=f"one of {', '.join(DATASETS)} or a file path")
+    group.add_argument("--split", default=None, help="dataset split (default: the dataset's evaluation split)")
+    group.add_argument("--n", "-n", type=int, default=n,
+                       help="number of questions (deterministic subsample by --seed; default: " +
+                            ("all" if n is None else str(n)) + ")")
+    group.add_argument("--data-dir", default=None, help="benchmark data directory ($BELIEFDRIFT_DATA)")
 
 
 def add_output_args(parser: argparse.ArgumentParser, default: str) -> None:

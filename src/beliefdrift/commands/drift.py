@@ -19,9 +19,15 @@ import torch
 from tqdm import tqdm
 
 from beliefdrift.backend import LanguageModel
-from beliefdrift.commands.common import add_model_args, add_output_args, add_sampling_args, model_from_args
+from beliefdrift.commands.common import (
+    add_data_args,
+    add_model_args,
+    add_output_args,
+    add_sampling_args,
+    model_from_args,
+)
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import DATASETS, load_dataset
+from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.cid import cid_check
 from beliefdrift.diagnostics.marginal import MarginalDrift, average_drift, marginal_drift, marginal_shift
 from beliefdrift.evaluation import base_model, load_adapter
@@ -47,11 +53,8 @@ def add_run_args(parser: argparse.ArgumentParser, paths: int, steps: int, out: s
     add_model_args(parser)
     add_sampling_args(parser, paths=paths, steps=steps)
     add_output_args(parser, out)
-    group = parser.add_argument_group("questions and methods")
-    group.add_argument("--dataset", default="demo", help=f"one of {', '.join(DATASETS)} or a file path")
-    group.add_argument("--split", default=None, help="dataset split (default: the dataset's evaluation split)")
-    group.add_argument("--n", type=int, default=None, help="number of questions (deterministic subsample by --seed)")
-    group.add_argument("--data-dir", type=Path, default=None, help="benchmark directory (default $BELIEFDRIFT_DATA)")
+    add_data_args(parser, dataset="demo")
+    group = parser.add_argument_group("methods")
     group.add_argument("--methods", default=None,
                        help=f"comma list of PPR-type methods (default {','.join(BASE_METHODS)}, "
                             f"plus {','.join(ADAPTER_METHODS)} with --adapter)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from beliefdrift.commands.common import add_model_args, add_output_args, add_sampling_args
+from beliefdrift.commands.common import add_data_args, add_model_args, add_output_args, add_sampling_args
 from beliefdrift.commands.report import add_report_args, write_report
 from beliefdrift.evaluation import CONFIG_KEYS, EvalConfig, Ranks, evaluate, load_preset, resolve_config
 
@@ -28,11 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(parser)
     parser.add_argument("--adapter", help="LoRA adapter directory of the SC-tuned model (for am-ppr methods)")
     add_sampling_args(parser, paths=defaults.paths, steps=defaults.steps)
-    data = parser.add_argument_group("data")
-    data.add_argument("--dataset", help="demo, csqa, arc, tinymmlu, mmlu, gpqa, or a file path")
-    data.add_argument("--split", help="dataset split (default: the dataset's evaluation split)")
-    data.add_argument("--n", "-n", type=int, help="number of questions (deterministic subsample; default: all)")
-    data.add_argument("--data-dir", help="benchmark data directory (default: $BELIEFDRIFT_DATA)")
+    add_data_args(parser)
     parser.add_argument("--methods", nargs="+", help="e.g. direct ppr ppr-seed1 ppr-seed5 (or comma-separated)")
     add_output_args(parser, "beliefdrift-out/evaluate")
     add_report_args(parser)

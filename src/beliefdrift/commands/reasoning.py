@@ -3,23 +3,23 @@
 For each question, R rollouts write up to N thought–answer pairs <sol>…</sol><ans>…</ans>, with and
 without m reasoning seeds (pairs drawn from a direct chain-of-thought prompt, prefilled first). Reports
 cos(h̄_n, h̄_{n+τ}) of the pair-embedding centroids, mean ± std over questions, and the majority answer.
-One JSON file per question under OUT/questions (finished questions are skipped on a re-run), plus
-OUT/summary.json and OUT/centroid_drift.{png,pdf}. --template replaces the pairs prompt (a .txt file with
-{num_lines} and {question}; default per dataset: reasoning-gsm8k, reasoning-gpqa, reasoning-mcqa).
+Each question × condition is stored in OUT/run.sqlite (finished questions are skipped on a re-run); also
+OUT/records.csv, OUT/summary.json and OUT/centroid_drift.{png,pdf}. --template replaces the pairs prompt (a .txt
+file with {num_lines} and {question}; default per dataset: reasoning-gsm8k, reasoning-gpqa, reasoning-mcqa).
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from tqdm import tqdm
 
-from beliefdrift.commands.common import add_model_args, add_output_args, model_from_args
-from beliefdrift.data.registry import DATASETS, load_dataset
+from beliefdrift.commands.common import add_data_args, add_model_args, add_output_args, model_from_args
+from beliefdrift.data.registry import load_dataset
 from beliefdrift.reasoning.embeddings import EMBEDDINGS
 from beliefdrift.reasoning.experiment import ReasoningConfig, run_experiment, summary_markdown
 from beliefdrift.reasoning.task import ReasoningTask, pairs_template
+from beliefdrift.store import STORE_FILE
 
 DEFAULTS = ReasoningConfig()
 
@@ -33,11 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_model_args(parser)
     parser.set_defaults(template=None)
-    data = parser.add_argument_group("data")
-    data.add_argument("--dataset", default="gsm8k", choices=DATASETS, help="gsm8k, gpqa, csqa, arc, …")
-    data.add_argument("--split", default=None, help="dataset split (default: the benchmark's evaluation split)")
-    data.add_argument("--data-dir", type=Path, default=None, help="benchmark data directory ($BELIEFDRIFT_DATA)")
-    data.add_argument("--n", type=int, default=20, help="number of questions (deterministic subsample)")
+    add_data_args(parser, dataset="gsm8k", n=20)
     run = parser.add_argument_group("rollouts")
     run.add_argument("--seed", type=int, default=0, help="run seed (each question × condition derives its own)")
     run.add_argument("-R", "--rollouts", type=int, default=DEFAULTS.rollouts, help="rollouts per question (R)")
@@ -87,5 +83,5 @@ def run_command(args: argparse.Namespace) -> int:
         lm, tasks, config, args.out, run_info, progress=lambda xs: tqdm(xs, desc="reasoning", unit="question")
     )
     print(summary_markdown(summary))
-    print(f"wrote {args.out / 'questions'}/, {args.out / 'summary.json'}, {', '.join(summary['figure'])}")
+    print(f"wrote {args.out / STORE_FILE}, {args.out / 'summary.json'}, {', '.join(summary['figure'])}")
     return 0
