@@ -166,6 +166,10 @@ def test_short_training_run_lowers_sc_loss_and_emd_on_its_group(tiny_model_dir, 
         return float(expected_sc_loss(log_thetas)), float(kstep_drift(predictive.probs, "l1").mean())
 
     sc_before, emd_before = measure()
+    with torch.no_grad():
+        theta0 = QuestionRunner(trainer.current_lm(), group.question, template).paths(1, seeds=torch.tensor(
+            [group.prefix])).dist.probs[0].double()
+    anchor_before = float((group.forecast * (group.forecast / theta0).log()).sum())
     trainer.train()
     sc_after, emd_after = measure()
     assert sc_after < 0.5 * sc_before
@@ -174,6 +178,7 @@ def test_short_training_run_lowers_sc_loss_and_emd_on_its_group(tiny_model_dir, 
         rows = list(csv.DictReader(log))
     assert [int(r["step"]) for r in rows] == list(range(1, 13))
     assert all(float(r["loss"]) == pytest.approx(float(r["sc"]) + 0.01 * float(r["pg"]), abs=1e-5) for r in rows)
+    assert float(rows[0]["anchor"]) == pytest.approx(anchor_before, rel=1e-2), "logged even at λ = 0"
 
 
 def test_validation_reports_emd_and_the_confidence_that_exposes_collapse(tiny_model_dir, template, tmp_path):
