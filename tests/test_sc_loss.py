@@ -111,6 +111,19 @@ def test_anchor_is_the_kl_from_the_forecast_to_theta0_and_only_moves_theta0():
         SelfConsistencyLoss(anchor=1.0)(log_thetas(), ROLLOUTS, k1=1, k2=2)
 
 
+def test_format_term_is_the_mean_negative_log_label_mass_up_to_k2():
+    log_mass = torch.tensor([[0.5, 0.8, 0.9], [0.5, 0.4, 0.01]], dtype=torch.float64).log().requires_grad_(True)
+    plain = SelfConsistencyLoss(beta=0.5)(log_thetas(), ROLLOUTS, k1=1, k2=2)
+    out = SelfConsistencyLoss(beta=0.5, format_weight=0.3)(log_thetas(), ROLLOUTS, k1=1, k2=2, log_mass=log_mass)
+    expected = -(math.log(0.5) + math.log(0.8) + math.log(0.5) + math.log(0.4)) / 4
+    assert float(out.format.detach()) == pytest.approx(expected, abs=1e-12)
+    assert float(out.loss.detach()) == pytest.approx(float(plain.loss) + 0.3 * expected, abs=1e-12)
+    out.loss.backward()
+    assert torch.count_nonzero(log_mass.grad[:, 2]) == 0, "positions after k2 are not in the loss"
+    with pytest.raises(ValueError, match="label masses"):
+        SelfConsistencyLoss(format_weight=1.0)(log_thetas(), ROLLOUTS, k1=1, k2=2)
+
+
 def test_anchor_stops_the_collapse_that_the_sc_loss_alone_rewards():
     # A self-reinforcing model, θ(· | A_1 = a) = softmax(w + c·e_a): the two-step predictive is sharper than θ_0,
     # so L_SC alone (θ_0 chasing the stop-gradient p̂^(2)) drives θ_0 onto one label; the anchor holds it near

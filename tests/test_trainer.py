@@ -51,10 +51,11 @@ def assert_conditionals_match_engine(lm, question, template: str, prefix: list[i
     runner = QuestionRunner(lm, question, template)
     paths = 5
     batch = runner.paths(paths, seeds=torch.tensor(prefix, dtype=torch.long).reshape(1, -1).expand(paths, -1))
-    rollouts, thetas, _ = sample_answers(batch, 4, make_generator(0, "conditionals"))
-    log_thetas = conditionals(lm.model, ppr_tokens(lm, question, template), prefix, rollouts, micro_batch=2)
+    rollouts, thetas, masses = sample_answers(batch, 4, make_generator(0, "conditionals"))
+    log_thetas, log_mass = conditionals(lm.model, ppr_tokens(lm, question, template), prefix, rollouts, micro_batch=2)
     assert log_thetas.shape == thetas.shape and log_thetas.requires_grad
     torch.testing.assert_close(log_thetas.detach().exp(), thetas, atol=1e-4, rtol=0)
+    torch.testing.assert_close(log_mass.detach().exp(), masses, atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("prefix", [[], [1, 2, 0]])
@@ -117,7 +118,7 @@ def test_only_lora_parameters_receive_gradients(tiny_model_dir, template, tmp_pa
     trainer = SCTrainer(tiny_config(tiny_model_dir, template), tmp_path)
     group = trainer.groups[0]
     rollouts = group.rollouts[:, :4]
-    log_thetas = conditionals(trainer.model, trainer.tokens(group.question), group.prefix, rollouts, 4)
+    log_thetas, _ = conditionals(trainer.model, trainer.tokens(group.question), group.prefix, rollouts, 4)
     SelfConsistencyLoss()(log_thetas, rollouts, 3, 5).loss.backward()
     named = dict(trainer.model.named_parameters())
     with_grad = {name for name, p in named.items() if p.grad is not None}
@@ -160,7 +161,7 @@ def test_short_training_run_lowers_sc_loss_and_emd_on_its_group(tiny_model_dir, 
     @torch.no_grad()
     def measure() -> tuple[float, float]:
         trainer.peft_model.eval()
-        log_thetas = conditionals(trainer.model, trainer.tokens(group.question), group.prefix, group.rollouts)
+        log_thetas, _ = conditionals(trainer.model, trainer.tokens(group.question), group.prefix, group.rollouts)
         runner = QuestionRunner(trainer.current_lm(), group.question, template)
         predictive = kstep_exact(runner.paths(1, seeds=torch.tensor([group.prefix])), 4)
         return float(expected_sc_loss(log_thetas)), float(kstep_drift(predictive.probs, "l1").mean())

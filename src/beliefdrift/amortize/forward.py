@@ -4,15 +4,18 @@ For a group (Q, a_{1:n}) and rollouts A^{(j)}_{n+1:n+D}, j = 1 … J, the loss n
 
     log θ^{(j)}_d = log p_φ(· | x_Q, a_{1:n}, A^{(j)}_{n+1:n+d})   (label tokens only),  d = 0 … D,
 
-with gradients. The prompt and prefix run once (batch 1) into a KV cache whose tensors keep their autograd
-graph; the J rollout suffixes then attend to it through `SharedPrefix` in one batched forward pass per chunk,
-reading the logits after every answer. So the ~500-token prompt is processed once per update, not J times.
+with gradients, and the log label mass log Σ_{a ∈ 𝒜} p_φ(a | …) under the full-vocabulary softmax (how well the
+model follows the answer format: `valid_mass` elsewhere). The prompt and prefix run once (batch 1) into a KV cache
+whose tensors keep their autograd graph; the J rollout suffixes then attend to it through `SharedPrefix` in one
+batched forward pass per chunk, reading the logits after every answer. So the ~500-token prompt is processed once
+per update, not J times.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from transformers import DynamicCache
@@ -26,17 +29,29 @@ def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 
 
-def _label_log_probs(logits: torch.Tensor, label_ids: torch.Tensor) -> torch.Tensor:
-    """log θ = log_softmax of the label-token logits (the same θ as `AnswerDist.from_logits`)."""
-    return torch.log_softmax(logits[..., label_ids].float(), dim=-1)
+class Conditionals(NamedTuple):
+    """log θ over the labels [..., |𝒜|] and the log label mass log Σ_{a ∈ 𝒜} p(a) [...] at the same positions."""
+
+    log_theta: torch.Tensor
+    log_mass: torch.Tensor
+
+
+def _label_log_probs(logits: torch.Tensor, label_ids: torch.Tensor) -> Conditionals:
+    """log θ = log_softmax of the label-token logits (the same θ as `AnswerDist.from_logits`) and the log label
+    mass logsumexp(label logits) − logsumexp(all logits)."""
+    logits = logits.float()
+    label_logits = logits[..., label_ids]
+    label_norm = torch.logsumexp(label_logits, dim=-1)
+    return Conditionals(label_logits - label_norm[..., None], label_norm - torch.logsumexp(logits, dim=-1))
 
 
 @dataclass(frozen=True)
 class PrefixState:
-    """The prompt + prefix a_{1:n} encoded once: its KV cache (with graph) and log θ_n = log p_φ(· | a_{1:n})."""
+    """The prompt + prefix a_{1:n} encoded once: its KV cache (with graph) and log θ_n = log p_φ(· | a_{1:n})
+    with its log label mass."""
 
     prefix: SharedPrefix
-    log_theta: torch.Tensor  # [|𝒜|]
+    first: Conditionals  # log θ [|𝒜|], log mass []
 
 
 def encode_prefix(model: torch.nn.Module, tokens: AnswerTokens, prefix: Sequence[int]) -> PrefixState:
@@ -57,7 +72,7 @@ def encode_prefix(model: torch.nn.Module, tokens: AnswerTokens, prefix: Sequence
 
 def rollout_conditionals(
     model: torch.nn.Module, tokens: AnswerTokens, state: PrefixState, rollouts: torch.Tensor
-) -> torch.Tensor:
+) -> Conditionals:
     """log θ after each rollout answer: [B, D, |𝒜|] for rollouts [B, D] (label indices), one forward pass.
 
     Entry [b, d−1] is log p_φ(· | a_{1:n}, A^{(b)}_{n+1:n+d}), read at the last token of answer d.
@@ -88,16 +103,18 @@ def conditionals(
     prefix: Sequence[int],
     rollouts: torch.Tensor,
     micro_batch: int | None = None,
-) -> torch.Tensor:
-    """log θ^{(j)}_d for d = 0 … D: [J, D+1, |𝒜|] (d = 0 is log θ_n, shared by every path).
+) -> Conditionals:
+    """log θ^{(j)}_d for d = 0 … D: [J, D+1, |𝒜|] (d = 0 is log θ_n, shared by every path), and the log label
+    masses [J, D+1].
 
     The prompt + prefix run once; the rollouts [J, D] run `micro_batch` paths per forward pass (all at once
     when None). Every chunk keeps its graph until the caller's backward pass: the SC loss is a function of the
     mean over all J paths, so the chunks bound the size of each forward pass, not what autograd stores.
     """
     state = encode_prefix(model, tokens, prefix)
-    first = state.log_theta.expand(rollouts.shape[0], 1, -1)
+    paths = rollouts.shape[0]
+    first = Conditionals(state.first.log_theta.expand(paths, 1, -1), state.first.log_mass.expand(paths, 1))
     if rollouts.shape[1] == 0:
         return first
-    chunks = rollouts.split(micro_batch or rollouts.shape[0])
-    return torch.cat([first, torch.cat([rollout_conditionals(model, tokens, state, c) for c in chunks])], 1)
+    chunks = [rollout_conditionals(model, tokens, state, c) for c in rollouts.split(micro_batch or paths)]
+    return Conditionals(*(torch.cat([head, torch.cat(parts)], 1) for head, *parts in zip(first, *chunks, strict=True)))

@@ -7,13 +7,17 @@ For one group (Q, a_{1:n}) with J rollouts A^{(j)} and horizons k1 < k2:
     ℓ_j    = H(sg(p̂^(k2)), θ^{(j)}_{k1−1}),   adv_j = sg(ℓ_j − mean_j ℓ_j)
     L_pg   = mean_j clip(adv_j, −c, c) · log p_φ(A^{(j)}_{n+1:n+k1−1} | a_{1:n}, Q)
     L_anc  = KL(f ‖ θ_0),   f = the base model's K-step forecast p̂_base^(K)(· | a_{1:n}, Q) (a fixed target)
-    L      = L_SC + β · L_pg + λ · L_anc
+    L_fmt  = −mean_{j, d < k2} log m^{(j)}_d,   m = Σ_{a ∈ 𝒜} p_φ(a | …) under the full-vocabulary softmax
+    L      = L_SC + β · L_pg + λ · L_anc + γ · L_fmt
 
 Horizons: k1 ~ U{1 … K−1}, δ ~ U{1 … K−k1}, k2 = k1 + δ (the paper's K = 6).
 
 The anchor (ours, λ = 0 in the paper's presets) closes a degenerate minimum of L_SC: a model that puts all its
 mass on one label whatever the history has L_SC = 0. Pulling θ_0 towards where the base model's own resampling
 process is heading keeps what AM-PPR is meant to amortize (q ≈ θ̂_1 ≈ the base PPR estimate) in the objective.
+The format term (ours, γ = 0 in the paper's presets) keeps the model answering with labels at all: every other
+term sees only the softmax restricted to the labels, so without it the label mass m may drift off, and with it
+the answers pass the quality control that excludes off-format questions.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from torch import nn
 
 
 class SCLossOutput(NamedTuple):
-    """The total loss and its terms (`sc`, `pg`, `anchor` are reported; only `loss` is differentiated)."""
+    """The total loss and its terms (`sc`, `pg`, `anchor`, `format` are reported; only `loss` is differentiated)."""
 
     loss: torch.Tensor
     sc: torch.Tensor
     pg: torch.Tensor
     anchor: torch.Tensor
+    format: torch.Tensor
 
 
 def log_predictive(log_thetas: torch.Tensor, k: int) -> torch.Tensor:
@@ -50,25 +55,35 @@ def kl_divergence(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor
 
 
 class SelfConsistencyLoss(nn.Module):
-    """L = L_SC + β·L_pg + λ·L_anc for one group, from the per-path conditionals.
+    """L = L_SC + β·L_pg + λ·L_anc + γ·L_fmt for one group, from the per-path conditionals.
 
     Inputs: log_thetas [J, D+1, |𝒜|] (log θ^{(j)}_d, d = 0 … D, with D ≥ k2 − 1; differentiable), rollouts [J, D']
-    (label indices, D' ≥ k1 − 1), the horizons k1 < k2 and, when λ > 0, the base model's forecast f [|𝒜|].
+    (label indices, D' ≥ k1 − 1), the horizons k1 < k2; when λ > 0 the base model's forecast f [|𝒜|], when γ > 0
+    the log label masses log_mass [J, D+1].
     """
 
-    def __init__(self, beta: float = 0.01, clip: float = 5.0, anchor: float = 0.0):
+    def __init__(self, beta: float = 0.01, clip: float = 5.0, anchor: float = 0.0, format_weight: float = 0.0):
         super().__init__()
         self.beta = beta
         self.clip = clip
         self.anchor = anchor
+        self.format_weight = format_weight
 
     def forward(
-        self, log_thetas: torch.Tensor, rollouts: torch.Tensor, k1: int, k2: int, forecast: torch.Tensor | None = None
+        self,
+        log_thetas: torch.Tensor,
+        rollouts: torch.Tensor,
+        k1: int,
+        k2: int,
+        forecast: torch.Tensor | None = None,
+        log_mass: torch.Tensor | None = None,
     ) -> SCLossOutput:
         if not 1 <= k1 < k2 <= log_thetas.shape[1]:
             raise ValueError(f"need 1 ≤ k1 < k2 ≤ D+1 = {log_thetas.shape[1]}, got k1={k1}, k2={k2}")
         if self.anchor and forecast is None:
             raise ValueError("the anchor term (λ > 0) needs the base model's forecast as target")
+        if self.format_weight and log_mass is None:
+            raise ValueError("the format term (γ > 0) needs the log label masses")
         target = log_predictive(log_thetas, k2).exp().detach()
         sc = cross_entropy(target, log_predictive(log_thetas, k1))
         per_path = cross_entropy(target, log_thetas[:, k1 - 1])  # ℓ_j
@@ -76,10 +91,11 @@ class SelfConsistencyLoss(nn.Module):
         steps = rollouts[:, : k1 - 1].to(log_thetas.device)
         path_log_prob = log_thetas[:, : k1 - 1].gather(-1, steps[..., None]).squeeze(-1).sum(-1)
         pg = (advantage * path_log_prob).mean()
-        anchor = torch.zeros((), dtype=sc.dtype, device=sc.device)
-        if forecast is not None:
-            anchor = kl_divergence(forecast.to(log_thetas), log_thetas[0, 0])
-        return SCLossOutput(sc + self.beta * pg + self.anchor * anchor, sc, pg, anchor)
+        zero = torch.zeros((), dtype=sc.dtype, device=sc.device)
+        anchor = zero if forecast is None else kl_divergence(forecast.to(log_thetas), log_thetas[0, 0])
+        fmt = zero if log_mass is None else -log_mass[:, :k2].mean()
+        loss = sc + self.beta * pg + self.anchor * anchor + self.format_weight * fmt
+        return SCLossOutput(loss, sc, pg, anchor, fmt)
 
 
 def draw_horizons(generator: torch.Generator, horizon: int = 6) -> tuple[int, int]:

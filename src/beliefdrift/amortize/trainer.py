@@ -80,6 +80,7 @@ class TrainConfig:
     beta: float = 0.01
     clip: float = 5.0
     anchor: float = 0.0  # λ of KL(base K-step forecast ‖ θ_0) (ours, see amortize/loss.py; 0 = the paper's loss)
+    format_weight: float = 0.0  # γ of −log label mass (ours, see amortize/loss.py; 0 = the paper's loss)
     # LoRA
     lora_r: int = 16
     lora_alpha: int = 8
@@ -115,8 +116,8 @@ class TrainConfig:
             problems.append(f"prefix_mode must be one of {PREFIX_MODES}")
         if self.horizon < 2:
             problems.append("horizon must be at least 2")
-        if self.anchor < 0:
-            problems.append("anchor must be non-negative")
+        if self.anchor < 0 or self.format_weight < 0:
+            problems.append("anchor and format_weight must be non-negative")
         if self.paths_per_update > self.num_rollouts:
             problems.append(f"micro_batch × grad_accum = {self.paths_per_update} exceeds num_rollouts = "
                             f"{self.num_rollouts}")
@@ -186,8 +187,8 @@ def load_train_config(path: str | Path | None = None, overrides: Mapping[str, An
 # ------------------------------------------------------------------------------------------------ checkpoints
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-LOG_FIELDS = ("step", "epoch", "group", "k1", "k2", "loss", "sc", "pg", "anchor", "grad_norm", "lr", "seconds",
-              "val_emd_l1", "val_confidence")
+LOG_FIELDS = ("step", "epoch", "group", "k1", "k2", "loss", "sc", "pg", "anchor", "format", "grad_norm", "lr",
+              "seconds", "val_emd_l1", "val_confidence")
 VALIDATION_FIELDS = ("val_emd_l1", "val_confidence")
 
 
@@ -255,7 +256,7 @@ class SCTrainer:
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
         scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, len(self.updates))
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(peft_model, optimizer, scheduler)
-        self.loss = SelfConsistencyLoss(config.beta, config.clip, config.anchor)
+        self.loss = SelfConsistencyLoss(config.beta, config.clip, config.anchor, config.format_weight)
         self._tokens: dict[str, AnswerTokens] = {}
 
     # -------------------------------------------------------------------------------------------- data
@@ -347,9 +348,9 @@ class SCTrainer:
         torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))  # LoRA dropout masks
         rollouts = self.update_rollouts(group, generator, k2 - 1)
         self.model.train()
-        log_thetas = conditionals(self.model, self.tokens(group.question), group.prefix, rollouts,
-                                  self.config.micro_batch)
-        out: SCLossOutput = self.loss(log_thetas, rollouts, k1, k2, group.forecast)
+        log_thetas, log_mass = conditionals(self.model, self.tokens(group.question), group.prefix, rollouts,
+                                            self.config.micro_batch)
+        out: SCLossOutput = self.loss(log_thetas, rollouts, k1, k2, group.forecast, log_mass)
         self.accelerator.backward(out.loss)
         grad_norm = float("nan")
         if self.config.max_grad_norm:
@@ -362,7 +363,7 @@ class SCTrainer:
         anchor = float(terms[3]) if group.forecast is not None else float("nan")
         return {"step": update.step, "epoch": update.epoch, "group": group.id, "k1": k1, "k2": k2,
                 "loss": float(terms[0]), "sc": float(terms[1]), "pg": float(terms[2]), "anchor": anchor,
-                "grad_norm": grad_norm, "lr": lr, "seconds": perf_counter() - start}
+                "format": float(terms[4]), "grad_norm": grad_norm, "lr": lr, "seconds": perf_counter() - start}
 
     @torch.no_grad()
     def validate(self, questions: list[MCQuestion]) -> dict[str, float]:
@@ -511,7 +512,7 @@ class TrainLog:
             return
         self.csv.writerow(row)
         self.file.flush()
-        for key in ("loss", "sc", "pg", "anchor", "grad_norm", "lr", *VALIDATION_FIELDS):
+        for key in ("loss", "sc", "pg", "anchor", "format", "grad_norm", "lr", *VALIDATION_FIELDS):
             if key in row and not math.isnan(row[key]):
                 name = f"val/{key.removeprefix('val_')}" if key in VALIDATION_FIELDS else f"train/{key}"
                 self.board.add_scalar(name, row[key], row["step"])
@@ -519,7 +520,8 @@ class TrainLog:
                       if "val_emd_l1" in row else "")
         if "loss" in row:
             print(f"step {row['step']}: group {row['group']} k=({row['k1']},{row['k2']}) loss {row['loss']:.4f} "
-                  f"(sc {row['sc']:.4f}, pg {row['pg']:+.4f}, anchor KL {row['anchor']:.4f}) {row['seconds']:.1f}s"
+                  f"(sc {row['sc']:.4f}, pg {row['pg']:+.4f}, anchor KL {row['anchor']:.4f}, "
+                  f"format {row['format']:.4f}) {row['seconds']:.1f}s"
                   + (f"; {validation}" if validation else ""), file=sys.stderr, flush=True)
         else:
             print(f"step {row['step']}: {validation}", file=sys.stderr, flush=True)
