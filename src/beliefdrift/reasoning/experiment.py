@@ -213,7 +213,8 @@ def run_experiment(
             writer.write(task.id, _units(run_question(lm, task, config, embedder)))
         results.append(_from_units({key: writer.read(task.id, key) for key in keys}))
     summary = identity | summarize(results, config)
-    title = f"{(run_info or {}).get('dataset', 'reasoning')}: {len(results)} questions, R={config.rollouts}"
+    count = f"{len(results)} question" + ("s" if len(results) != 1 else "")
+    title = f"{(run_info or {}).get('dataset', 'reasoning')}: {count}, R={config.rollouts}"
     curves = {cond["title"]: curve_stats_of(results, key) for key, cond in summary["conditions"].items()}
     summary["figure"] = [str(p) for p in plot_centroid_drift(curves, config.tau, out / "centroid_drift", title)]
     writer.write_scalars([(task["task"]["id"], key) for task in results for key in keys])
