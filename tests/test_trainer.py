@@ -208,11 +208,17 @@ def cli_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+def run_cli(command: list[str]) -> None:
+    """Run a command to completion; on failure, show the end of its stderr."""
+    result = subprocess.run(command, env=cli_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def reference_run(tiny_model_dir, template, tmp_path_factory) -> Path:
     """An uninterrupted CLI run (8 updates)."""
     out = tmp_path_factory.mktemp("reference")
-    subprocess.run(train_command(out, tiny_model_dir, template), check=True, env=cli_env(), capture_output=True)
+    run_cli(train_command(out, tiny_model_dir, template))
     return out
 
 
@@ -227,7 +233,7 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_adapter(reference_run
     process.wait()
     assert first.exists(), "the run should have written its first checkpoint"
     assert not (tmp_path / "adapter").exists(), "killed before the end"
-    subprocess.run(command, check=True, env=cli_env(), capture_output=True)
+    run_cli(command)
     resumed = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
     reference = load_file(reference_run / "adapter" / "adapter_model.safetensors")
     assert resumed.keys() == reference.keys()
@@ -289,9 +295,9 @@ def test_presets_and_overrides():
 
 @pytest.mark.multiprocess
 def test_two_process_training_keeps_ranks_in_sync(tiny_model_dir, template, tmp_path):
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", __file__, str(tmp_path),
-               str(tiny_model_dir), template]
-    subprocess.run(command, check=True, env=cli_env(), capture_output=True, timeout=600)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
+               str(tmp_path), str(tiny_model_dir), template]
+    run_cli(command)
     report = json.loads((tmp_path / "ranks.json").read_text())
     assert len(set(report["groups"])) == 2, "each process trains its own group"
     assert report["max_difference"] == 0.0, "gradients are all-reduced, so every rank holds the same adapter"
