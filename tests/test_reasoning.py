@@ -29,7 +29,9 @@ from beliefdrift.reasoning import (
     render_pair,
     run_question,
 )
+from beliefdrift.reasoning.answers import answer_totals
 from beliefdrift.reasoning.embeddings import SENTENCE_PACKAGE, SentenceEmbedder, mean_pool
+from beliefdrift.reasoning.experiment import summarize
 from beliefdrift.reasoning.generation import _end_of_sequence_ids
 from beliefdrift.reasoning.parser import PAIR_SEPARATOR
 from beliefdrift.resampling import make_generator
@@ -156,6 +158,21 @@ def test_answers_are_normalised_and_voted(task, question):
     assert view["positions"][0] == {"counts": {"5": 1, "4": 1, "invalid": 1}, "majority": "5", "correct": True}
     assert view["positions"][2]["counts"] == {"invalid": 1} and view["positions"][2]["majority"] is None
     assert view["majority"] == "5" and view["correct"]
+    assert answer_totals(view) == {"valid_answers": 4, "correct_answers": 3}
+
+
+def test_summary_counts_questions_where_seeding_lifts_the_curve():
+    def result(unseeded: list, seeded: list) -> dict:
+        answers = answer_view([["5", None]], gold="5")
+        conditions = {key: {"curve": curve, "answers": answers, "issues": {}, "stops": {}, "pairs_per_rollout": [2],
+                            "malformed": 0, "capped": 0} for key, curve in (("ppr", unseeded), ("ppr-seed2", seeded))}
+        return {"task": {"id": "q"}, "conditions": conditions}
+
+    results = [result([0.9, 0.8], [0.95, 0.7]), result([0.9, None], [0.92, 0.99]), result([0.9, 0.8], [0.8, 0.9])]
+    summary = summarize(results, ReasoningConfig(seeds=2))["conditions"]
+    assert summary["ppr-seed2"]["above_unseeded"] == [2, 1]
+    assert "above_unseeded" not in summary["ppr"]
+    assert (summary["ppr"]["valid_answers"], summary["ppr"]["correct_answers"]) == (3, 3)
 
 
 def test_cli_writes_results_and_resumes(tiny_model_dir, tmp_path):

@@ -103,6 +103,10 @@ def test_csv_has_every_number(scores: RunScores) -> None:
         assert float(ppr[metric]) == pytest.approx(value, abs=1e-6)
         assert float(ppr[metric + "_low"]) <= float(ppr[metric + "_high"])
     assert (ppr["n"], ppr["excluded"], ppr["total"], ppr["nll_clipped"]) == ("4", "1", "5", "0")
+    # label mass over all five questions (q4's paths: 0.9, 0.2, 0.3); confidence and argmax over the kept four
+    assert float(ppr["label_mass"]) == pytest.approx((4 * 0.9 + (0.9 + 0.2 + 0.3) / 3) / 5)
+    assert float(ppr["confidence"]) == pytest.approx((0.8 + 0.6 + 0.7 + 0.5) / 4)
+    assert ppr["predicted"] == "A:3 B:1"
     rb = rows[1]  # q*_RB predicts option 1 everywhere: right on q1 and q2 only
     assert rb["title"] == "PPR + NoSEED (RB)" and float(rb["ACC"]) == 0.5 and rb["excluded"] == "1"
     assert math.isnan(float(rows[-1]["AUC"])) and rows[-1]["dataset"] == "CSQA"

@@ -350,7 +350,8 @@ METHOD_ESTIMATOR = {"ppr": "q_star", "am-ppr": "theta_1", "direct": "direct"}
 class MethodScore:
     """Metrics of one method (or one of its alternative estimators) over the questions passing QC.
 
-    `summary` is `metrics.summarize` on the kept questions (None when QC excluded all of them).
+    `summary` is `metrics.summarize` on the kept questions (None when QC excluded all of them); `label_mass` is
+    the mean `valid_mass` over all of the method's questions, excluded ones included.
     """
 
     method: Method
@@ -360,6 +361,7 @@ class MethodScore:
     excluded: int
     probs: list[np.ndarray] = field(repr=False, default_factory=list)
     targets: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
+    label_mass: float = math.nan
 
     @property
     def title(self) -> str:
@@ -373,6 +375,17 @@ class MethodScore:
     @property
     def n(self) -> int:
         return self.total - self.excluded
+
+    @property
+    def confidence(self) -> float:
+        """Mean max_a q(a) over the kept questions (NaN when there are none)."""
+        return float(np.mean([p.max() for p in self.probs])) if self.probs else math.nan
+
+    @property
+    def predicted(self) -> str:
+        """How often each option is the argmax over the kept questions, e.g. `C:2 E:98` (options A, B, …)."""
+        counts = np.bincount([int(np.argmax(p)) for p in self.probs], minlength=1)
+        return " ".join(f"{chr(ord('A') + i)}:{c}" for i, c in enumerate(counts) if c)
 
 
 def score_rows(
@@ -388,6 +401,7 @@ def score_rows(
     for name in canonical_methods(list(by_method)) if by_method else ():
         group = by_method[name]
         kept = [row for row in group if not qc.excludes(row)]
+        label_mass = float(np.mean([row.valid_mass_mean for row in group]))
         estimators = sorted({alt for row in group for alt in row.alternatives})
         for estimator in [None, *estimators]:
             probs = [row.probs if estimator is None else row.alternatives[estimator] for row in kept]
@@ -398,7 +412,7 @@ def score_rows(
                     warnings.simplefilter("ignore", MetricWarning)
                     summary = summarize(probs, targets, n_resamples=n_resamples, seed=seed)
             scores.append(MethodScore(parse_method(name), estimator, summary, len(group), len(group) - len(kept),
-                                      probs, targets))
+                                      probs, targets, label_mass))
     return scores
 
 

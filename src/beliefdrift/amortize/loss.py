@@ -28,6 +28,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from beliefdrift.diagnostics.emd import kl_divergence
+
 
 class SCLossOutput(NamedTuple):
     """The total loss and its terms (`sc`, `pg`, `anchor`, `format` are reported; only `loss` is differentiated)."""
@@ -47,11 +49,6 @@ def log_predictive(log_thetas: torch.Tensor, k: int) -> torch.Tensor:
 def cross_entropy(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
     """H(p, q) = −Σ_a p(a) log q(a) over the last dimension."""
     return -(target * log_probs).sum(-1)
-
-
-def kl_divergence(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
-    """KL(p ‖ q) = Σ_a p(a) (log p(a) − log q(a)), with 0 · log 0 = 0."""
-    return (torch.xlogy(target, target) - target * log_probs).sum(-1)
 
 
 class SelfConsistencyLoss(nn.Module):
@@ -92,7 +89,7 @@ class SelfConsistencyLoss(nn.Module):
         path_log_prob = log_thetas[:, : k1 - 1].gather(-1, steps[..., None]).squeeze(-1).sum(-1)
         pg = (advantage * path_log_prob).mean()
         zero = torch.zeros((), dtype=sc.dtype, device=sc.device)
-        anchor = zero if forecast is None else kl_divergence(forecast.to(log_thetas), log_thetas[0, 0])
+        anchor = zero if forecast is None else kl_divergence(forecast, log_thetas[0, 0].exp()).to(sc.dtype)
         fmt = zero if log_mass is None else -log_mass[:, :k2].mean()
         loss = sc + self.beta * pg + self.anchor * anchor + self.format_weight * fmt
         return SCLossOutput(loss, sc, pg, anchor, fmt)

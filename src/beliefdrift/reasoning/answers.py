@@ -43,3 +43,10 @@ def majority_accuracy(views: Sequence[dict]) -> dict:
         per_position.append(sum(hits) / len(hits) if hits else None)
     overall = sum(v["correct"] for v in views) / len(views) if views else None
     return {"per_position": per_position, "overall": overall}
+
+
+def answer_totals(view: dict) -> dict[str, int]:
+    """Over every generated pair of an `answer_view`: the answers that parse, and those equal to gold."""
+    counts = [position["counts"] for position in view["positions"]]
+    return {"valid_answers": sum(n for c in counts for answer, n in c.items() if answer != INVALID),
+            "correct_answers": sum(c.get(view["gold"], 0) for c in counts)}

@@ -23,7 +23,7 @@ import torch
 from beliefdrift.backend import LanguageModel
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.prompts import chat_context
-from beliefdrift.reasoning.answers import answer_view, majority_accuracy
+from beliefdrift.reasoning.answers import answer_totals, answer_view, majority_accuracy
 from beliefdrift.reasoning.drift import CurveStats, centroids, cosine_matrix, curve_stats, lag_curve
 from beliefdrift.reasoning.embeddings import EMBEDDINGS, SentenceEmbedder, pair_embeddings
 from beliefdrift.reasoning.generation import (
@@ -228,9 +228,10 @@ def curve_stats_of(results: Sequence[dict], key: str) -> CurveStats:
 
 
 def summarize(results: Sequence[dict], config: ReasoningConfig) -> dict:
-    """Per condition: the curve's mean ± std over questions, majority-answer accuracy, format statistics."""
+    """Per condition: the curve's mean ± std over questions, majority-answer accuracy, answer and format
+    statistics; for the seeded condition also, per n, on how many questions its curve lies above the unseeded one."""
     conditions = {}
-    for key, title, _ in config.conditions:
+    for key, title, seeds in config.conditions:
         stats = curve_stats_of(results, key)
         per_question = [r["conditions"][key] for r in results]
         issues: Counter[str] = Counter()
@@ -238,6 +239,9 @@ def summarize(results: Sequence[dict], config: ReasoningConfig) -> dict:
         for cond in per_question:
             issues.update(cond["issues"])
             stops.update(cond["stops"])
+        totals: Counter[str] = Counter()
+        for cond in per_question:
+            totals.update(answer_totals(cond["answers"]))
         conditions[key] = {
             "title": title,
             "curve_mean": [_finite(v) for v in stats.mean],
@@ -249,8 +253,17 @@ def summarize(results: Sequence[dict], config: ReasoningConfig) -> dict:
             "issues": dict(sorted(issues.items())),
             "stops": dict(sorted(stops.items())),
             "capped": sum(c["capped"] for c in per_question),
+            **totals,
         }
+        if seeds:
+            conditions[key]["above_unseeded"] = _above(results, key, "ppr")
     return {"questions": [r["task"]["id"] for r in results], "conditions": conditions}
+
+
+def _above(results: Sequence[dict], key: str, reference: str) -> list[int]:
+    """Per n: the questions on which condition `key`'s curve is above `reference`'s (both defined)."""
+    pairs = [zip(r["conditions"][key]["curve"], r["conditions"][reference]["curve"], strict=True) for r in results]
+    return [sum(a is not None and b is not None and a > b for a, b in column) for column in zip(*pairs, strict=True)]
 
 
 def summary_markdown(summary: dict) -> str:

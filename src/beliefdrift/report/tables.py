@@ -151,11 +151,13 @@ def latex_tables(runs: Sequence[RunScores]) -> str:
 
 
 CSV_COLUMNS = ["dataset", "model", "method", "estimator", "title", "n", "excluded", "total", "nll_clipped",
-               *(f"{m}{suffix}" for m in METRIC_NAMES for suffix in ("", "_low", "_high"))]
+               *(f"{m}{suffix}" for m in METRIC_NAMES for suffix in ("", "_low", "_high")),
+               "label_mass", "confidence", "predicted"]
 
 
 def csv_table(runs: Sequence[RunScores]) -> str:
-    """Every method and estimator of every run: metrics (as fractions) with interval bounds and counts."""
+    """Every method and estimator of every run: metrics (as fractions) with interval bounds and counts, the mean
+    label mass (format following), the mean confidence and the argmax counts per option."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -163,7 +165,8 @@ def csv_table(runs: Sequence[RunScores]) -> str:
         for score in run.scores:
             row = {"dataset": run.label, "model": run.model, "method": score.method.name,
                    "estimator": score.estimator_name, "title": score.title, "n": score.n,
-                   "excluded": score.excluded, "total": score.total}
+                   "excluded": score.excluded, "total": score.total, "label_mass": repr(score.label_mass),
+                   "confidence": repr(score.confidence), "predicted": score.predicted}
             if score.summary is not None:
                 row["nll_clipped"] = score.summary["nll_clipped"]
                 for metric in METRIC_NAMES:
