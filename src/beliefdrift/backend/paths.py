@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from beliefdrift.backend.answer_tokens import AnswerTokens
-from beliefdrift.backend.shared_prefix import SharedPrefix, enable_shared_prefix
+from beliefdrift.backend.path_cache import PathCache, concat, prefill
 
 
 @dataclass(frozen=True)
@@ -34,89 +34,41 @@ class AnswerDist:
 
 
 class PathBatch:
-    """B answer paths for one prompt: the prompt's KV cache is stored once and shared, each path caches
-    only the answers appended after it. `dist` holds every path's current θ (on the CPU).
+    """B answer paths after one prompt, each path caching only its own answers when the model allows it
+    (`backend.path_cache`). `dist` holds every path's current θ, on the model's device."""
 
-    Suffix caches have one common length; a path with a shorter history (e.g. fewer seed answers, after
-    `concat`) has `padding[b]` leading slots that its attention skips and its positions discount.
-    """
-
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        tokens: AnswerTokens,
-        prefix: SharedPrefix,
-        suffix: DynamicCache,
-        suffix_length: int,
-        dist: AnswerDist,
-        padding: torch.Tensor | None = None,
-    ):
-        self.model = model
+    def __init__(self, tokens: AnswerTokens, cache: PathCache, dist: AnswerDist, device: torch.device):
         self.tokens = tokens
-        self.prefix = prefix
-        self.suffix = suffix
-        self.suffix_length = suffix_length
+        self.cache = cache
         self.dist = dist
-        self.padding = torch.zeros(dist.probs.shape[0], dtype=torch.long) if padding is None else padding
-        device = next(model.parameters()).device
-        self._label_ids = torch.tensor(tokens.label_ids, device=device)
+        self._label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)  # long even when empty
         self._answer_ids = torch.tensor([tokens.answer_ids(i) for i in range(len(tokens.label_ids))], device=device)
 
     @property
     def size(self) -> int:
-        return self.dist.probs.shape[0]
+        return self.cache.size
 
     @classmethod
     @torch.no_grad()
     def prefill(cls, model: PreTrainedModel, tokens: AnswerTokens) -> PathBatch:
         """One path holding the prompt, after a single forward pass over it."""
-        enable_shared_prefix(model)
-        device = next(model.parameters()).device
-        cache = DynamicCache(config=model.config)
-        input_ids = torch.tensor([tokens.prompt_ids], device=device)
-        logits = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
-        label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)  # long even when empty
-        dist = AnswerDist.from_logits(logits[:, -1], label_ids).cpu()
-        return cls(model, tokens, SharedPrefix.from_cache(cache), DynamicCache(config=model.config), 0, dist)
+        cache, out = prefill(model, tokens.prompt_ids, logits_to_keep=1)
+        device = out.logits.device
+        label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)
+        return cls(tokens, cache, AnswerDist.from_logits(out.logits[:, -1], label_ids), device)
 
     def select(self, index: torch.Tensor | list[int]) -> PathBatch:
         """A new batch whose path i continues path `index[i]` of this one (fork with repeats, or subset)."""
-        index = torch.as_tensor(index, dtype=torch.long)
-        suffix = DynamicCache(config=self.model.config)
-        if self.suffix_length:
-            device = self._label_ids.device
-            rows = [(layer.keys[index.to(device)], layer.values[index.to(device)]) for layer in self.suffix.layers]
-            suffix = DynamicCache(rows, config=self.model.config)
+        index = torch.as_tensor(index, dtype=torch.long).to(self._label_ids.device)
         dist = AnswerDist(self.dist.probs[index], self.dist.valid_mass[index])
-        return PathBatch(self.model, self.tokens, self.prefix, suffix, self.suffix_length, dist, self.padding[index])
+        return PathBatch(self.tokens, self.cache.select(index), dist, self._label_ids.device)
 
     @staticmethod
     def concat(batches: list[PathBatch]) -> PathBatch:
-        """One batch holding every path of `batches` (same prompt), shorter suffixes left-padded."""
-        first = batches[0]
-        if any(b.prefix is not first.prefix for b in batches):
-            raise ValueError("only paths forked from the same prefilled prompt can be concatenated")
-        length = max(b.suffix_length for b in batches)
-        padding = torch.cat([b.padding + (length - b.suffix_length) for b in batches])
+        """One batch holding every path of `batches` (same prompt), shorter histories left-padded."""
         dist = AnswerDist(torch.cat([b.dist.probs for b in batches]), torch.cat([b.dist.valid_mass for b in batches]))
-        suffix = DynamicCache(config=first.model.config)
-        if length:
-            layers = range(len(first.prefix.keys))
-            rows = [
-                tuple(torch.cat([b._padded(layer, part, length) for b in batches]) for part in (0, 1))
-                for layer in layers
-            ]
-            suffix = DynamicCache(rows, config=first.model.config)
-        return PathBatch(first.model, first.tokens, first.prefix, suffix, length, dist, padding)
-
-    def _padded(self, layer: int, part: int, length: int) -> torch.Tensor:
-        """This batch's suffix keys (part 0) or values (part 1) of `layer`, left-padded with zeros to `length`."""
-        like = self.prefix.keys[layer]
-        gap = like.new_zeros(self.size, like.shape[1], length - self.suffix_length, like.shape[3])
-        if not self.suffix_length:
-            return gap
-        cached = self.suffix.layers[layer]
-        return torch.cat([gap, cached.keys if part == 0 else cached.values], 2)
+        first = batches[0]
+        return PathBatch(first.tokens, concat([b.cache for b in batches]), dist, first._label_ids.device)
 
     def fork(self, copies: int) -> PathBatch:
         """`copies` paths per existing path (path i becomes paths i·copies … i·copies + copies − 1)."""
@@ -127,18 +79,6 @@ class PathBatch:
         """Append answers [B, m] (label indices) to every path in one forward pass; return the new θ."""
         answers = answers.reshape(self.size, -1).to(self._answer_ids.device)
         input_ids = self._answer_ids[answers].reshape(self.size, -1)
-        device = input_ids.device
-        start = self.prefix.length + self.suffix_length - self.padding.to(device)
-        positions = start[:, None] + torch.arange(input_ids.shape[1], device=device)
-        logits = self.model(
-            input_ids=input_ids,
-            position_ids=positions,
-            past_key_values=self.suffix,
-            shared_prefix=self.prefix,
-            suffix_padding=self.padding if bool(self.padding.any()) else None,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits
-        self.suffix_length += input_ids.shape[1]
-        self.dist = AnswerDist.from_logits(logits[:, -1], self._label_ids).cpu()
+        logits = self.cache.extend(input_ids, logits_to_keep=1).logits
+        self.dist = AnswerDist.from_logits(logits[:, -1], self._label_ids)
         return self.dist

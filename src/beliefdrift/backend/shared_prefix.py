@@ -3,38 +3,86 @@
 Forking a KV cache to J paths copies the prompt's keys/values J times, and every decoding step then
 streams J copies through memory (and GQA expands them again). Here the prompt cache is kept once
 (batch 1) and each path caches only its own suffix. Attention of the new tokens is one softmax over
-[prompt ‖ suffix]: scores against the prompt come from a single matmul shared by every path.
+[prompt ‖ suffix]: scores against the prompt come from a single matmul shared by every path. Sliding-window
+layers (Mistral, Phi-3, Qwen2/3, Gemma-2/3 local layers, OLMo-3) and attention-logit soft-capping (Gemma-2)
+are applied exactly as the models' own attention does, with absolute positions per path.
 
-The function is registered with transformers as the attention implementation `SHARED_PREFIX_ATTENTION`;
-it falls back to SDPA for ordinary forward passes (no `shared_prefix` keyword).
+`enable_shared_prefix` registers a dispatcher as the model's attention implementation: a forward pass that
+carries a `shared_prefix` keyword (the engine's) runs `shared_prefix_attention`; every other forward pass
+runs the implementation the model was loaded with (sdpa, eager, flash_attention_2, …), unchanged.
+Models the shared prefix cannot serve (attention that bypasses transformers' attention interface, linear or
+chunked attention layers, attention sinks, KV sharing between layers) are reported by
+`shared_prefix_support`; the engine then keeps a full cache per path (`backend.path_cache`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 SHARED_PREFIX_ATTENTION = "beliefdrift_shared_prefix"
+# Attention implementations the dispatcher can wrap, by the short tag of its registered name (the tag keeps
+# transformers from reading "flash" into our name).
+BASE_IMPLEMENTATIONS = {
+    "sdpa": "sdpa",
+    "eager": "eager",
+    "fa2": "flash_attention_2",
+    "fa3": "flash_attention_3",
+    "flex": "flex_attention",
+}
+SERVED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 
 
 @dataclass(frozen=True)
 class SharedPrefix:
-    """Per-layer keys and values [1, H_kv, P, D] of a prompt, shared by every path."""
+    """Per-layer keys and values [1, H_kv, P, D] of a prompt, shared by every path (every layer holds all P
+    positions: sliding-window layers are masked at attention time, never truncated)."""
 
     keys: tuple[torch.Tensor, ...]
     values: tuple[torch.Tensor, ...]
+    served: set[int] = field(default_factory=set, compare=False)  # layers that attended through it
 
     @classmethod
     def from_cache(cls, cache: DynamicCache) -> SharedPrefix:
+        lengths = {layer.keys.shape[-2] for layer in cache.layers}
+        if len(lengths) != 1:
+            raise ValueError(f"a shared prefix needs every layer's full cache; got lengths {sorted(lengths)}")
         return cls(tuple(layer.keys for layer in cache.layers), tuple(layer.values for layer in cache.layers))
 
     @property
     def length(self) -> int:
         return self.keys[0].shape[-2]
+
+
+def full_cache() -> DynamicCache:
+    """A cache that keeps every position on every layer (no sliding-window truncation)."""
+    return DynamicCache()
+
+
+def _visible(
+    new: int, suffix: int, prompt: int, padding: torch.Tensor | None, window: int | None, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Which prompt keys [B or 1, T, P] (None: all) and suffix slots [B or 1, T, S] each new token may attend to.
+
+    New token t sits in suffix slot S−T+t at absolute position P + S−T+t − padding[b]; a key at position p is
+    visible when it is not after the query and, with a sliding window w, when query − p < w.
+    """
+    query_slot = torch.arange(suffix - new, suffix, device=device)[:, None]
+    slots = torch.arange(suffix, device=device)[None, :]
+    suffix_visible = (slots <= query_slot)[None]
+    if padding is not None:
+        suffix_visible = suffix_visible & (slots >= padding[:, None, None])
+    if window is None or prompt + suffix <= window:
+        return None, suffix_visible
+    suffix_visible = suffix_visible & (query_slot - slots < window)
+    query_position = prompt + query_slot[None, :, 0] - (padding[:, None] if padding is not None else 0)
+    prompt_visible = torch.arange(prompt, device=device)[None, None, :] > (query_position[..., None] - window)
+    return prompt_visible, suffix_visible
 
 
 def shared_prefix_attention(
@@ -47,22 +95,31 @@ def shared_prefix_attention(
     dropout: float = 0.0,
     shared_prefix: SharedPrefix | None = None,
     suffix_padding: torch.Tensor | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """softmax([q·K_prompt ‖ q·K_suffix] · scale + causal mask on the suffix) · [V_prompt ‖ V_suffix].
+    """softmax(mask(cap([q·K_prompt ‖ q·K_suffix] · scale))) · [V_prompt ‖ V_suffix], cap(s) = c·tanh(s / c).
 
     query [B, H, T, D]; key/value [B, H_kv, S, D] are the paths' suffixes (the T new tokens last);
-    `suffix_padding[b]` leading suffix slots of path b are padding, hidden from its queries.
+    `suffix_padding[b]` leading suffix slots of path b are padding, hidden from its queries and not counted in
+    its positions. Without `shared_prefix` the call goes to the model's own attention implementation.
     Returns [B, T, H, D] like the other transformers attention functions.
     """
     if shared_prefix is None:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        return _base_attention(module)(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+            sliding_window=sliding_window, softcap=softcap, **kwargs,
         )
+    for unsupported in ("s_aux", "sinks"):
+        if kwargs.get(unsupported) is not None:
+            raise NotImplementedError(f"shared-prefix attention does not support attention sinks ({unsupported})")
+    shared_prefix.served.add(module.layer_idx)
     prefix_keys = shared_prefix.keys[module.layer_idx][0]  # [H_kv, P, D]
     prefix_values = shared_prefix.values[module.layer_idx][0]
     batch, heads, new, dim = query.shape
     kv_heads, suffix = key.shape[1], key.shape[2]
+    prompt_len = prefix_keys.shape[1]
     group = heads // kv_heads
     scale = scaling if scaling is not None else dim**-0.5
     # Query head h reads kv head h // group (the repeat_kv layout); fold (path, group, token) together.
@@ -70,27 +127,98 @@ def shared_prefix_attention(
     flat = grouped.transpose(0, 1).reshape(kv_heads, batch * group * new, dim)
     prefix_scores = (flat @ prefix_keys.transpose(1, 2)).reshape(kv_heads, batch, group * new, -1).transpose(0, 1)
     suffix_scores = grouped @ key.transpose(2, 3)  # [B, H_kv, g·T, S]
-    causal = torch.ones(new, suffix, dtype=torch.bool, device=query.device).tril(suffix - new)
-    visible = causal.repeat(group, 1)  # [g·T, S]
-    if suffix_padding is not None:
-        slots = torch.arange(suffix, device=query.device)
-        visible = visible & (slots >= suffix_padding.to(query.device)[:, None])[:, None, None, :]
-    suffix_scores = suffix_scores.masked_fill(~visible, float("-inf"))
-    weights = torch.softmax(torch.cat([prefix_scores, suffix_scores], -1).float() * scale, -1).to(query.dtype)
+    scores = torch.cat([prefix_scores, suffix_scores], -1).float() * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    padding = suffix_padding.to(query.device) if suffix_padding is not None else None
+    prompt_visible, suffix_visible = _visible(new, suffix, prompt_len, padding, sliding_window, query.device)
+    scores[..., prompt_len:].masked_fill_(~suffix_visible.repeat(1, group, 1)[:, None], float("-inf"))
+    if prompt_visible is not None:
+        scores[..., :prompt_len].masked_fill_(~prompt_visible.repeat(1, group, 1)[:, None], float("-inf"))
+    weights = torch.softmax(scores, -1).to(query.dtype)
     if dropout and module.training:
         weights = torch.nn.functional.dropout(weights, p=dropout)
-    prompt_len = prefix_keys.shape[1]
     prefix_weights = weights[..., :prompt_len].transpose(0, 1).reshape(kv_heads, batch * group * new, prompt_len)
     out = (prefix_weights @ prefix_values).reshape(kv_heads, batch, group * new, dim).transpose(0, 1)
     out = out + weights[..., prompt_len:] @ value
     return out.reshape(batch, heads, new, dim).transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(SHARED_PREFIX_ATTENTION, shared_prefix_attention)
-ALL_MASK_ATTENTION_FUNCTIONS.register(SHARED_PREFIX_ATTENTION, sdpa_mask)
+def _base_attention(module: torch.nn.Module):
+    """The attention function the model was loaded with (eager is the module's own `eager_attention_forward`)."""
+    base = BASE_IMPLEMENTATIONS[module.config._attn_implementation.removeprefix(SHARED_PREFIX_ATTENTION + "_")]
+    if base == "eager":
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[base]
 
 
-def enable_shared_prefix(model: PreTrainedModel) -> None:
-    """Route the model's attention through `shared_prefix_attention` (SDPA unless a prefix is passed)."""
-    if model.config._attn_implementation != SHARED_PREFIX_ATTENTION:
-        model.set_attn_implementation(SHARED_PREFIX_ATTENTION)
+for _tag, _base in BASE_IMPLEMENTATIONS.items():
+    AttentionInterface.register(f"{SHARED_PREFIX_ATTENTION}_{_tag}", shared_prefix_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(f"{SHARED_PREFIX_ATTENTION}_{_tag}", ALL_MASK_ATTENTION_FUNCTIONS[_base])
+
+
+def base_implementation(model: PreTrainedModel) -> str:
+    """The attention implementation the model runs for every forward pass the engine does not own."""
+    name = model.config._attn_implementation
+    if name.startswith(SHARED_PREFIX_ATTENTION + "_"):
+        return BASE_IMPLEMENTATIONS[name.removeprefix(SHARED_PREFIX_ATTENTION + "_")]
+    return name
+
+
+def shared_prefix_support(model: PreTrainedModel) -> str | None:
+    """Why the shared-prefix attention cannot serve `model` (None when it can): checked on the config and modules,
+    then by a probe forward pass that every attention layer must serve through `shared_prefix_attention`."""
+    config = model.config.get_text_config(decoder=True)
+    layer_types = set(getattr(config, "layer_types", None) or ()) - SERVED_LAYER_TYPES
+    if layer_types:
+        return f"layer types {sorted(layer_types)}"
+    if getattr(config, "attention_chunk_size", None):
+        return "chunked attention"
+    if not model._can_set_attn_implementation():
+        return "attention outside transformers' attention interface"
+    if any(isinstance(getattr(m, "sinks", None), torch.Tensor) for m in model.modules()):
+        return "attention sinks"
+    if base_implementation(model) not in BASE_IMPLEMENTATIONS.values():
+        return f"attention implementation {base_implementation(model)!r}"
+    return _probe(model)
+
+
+@torch.no_grad()
+def _probe(model: PreTrainedModel) -> str | None:
+    device = next(model.parameters()).device
+    token = torch.zeros(1, 1, dtype=torch.long, device=device)
+    cache = full_cache()
+    try:
+        model(input_ids=token.expand(1, 2), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        prefix = SharedPrefix.from_cache(cache)
+        model(input_ids=token, position_ids=token + 2, past_key_values=full_cache(), shared_prefix=prefix,
+              use_cache=True, logits_to_keep=1)
+    except (NotImplementedError, ValueError, TypeError, AttributeError) as err:
+        return f"probe failed: {err}"
+    if prefix.served != set(range(len(prefix.keys))):
+        return f"{len(prefix.keys) - len(prefix.served)} of {len(prefix.keys)} layers bypass the attention interface"
+    return None
+
+
+def enable_shared_prefix(model: PreTrainedModel) -> bool:
+    """Route engine forward passes through `shared_prefix_attention`, keeping the model's own implementation for
+    every other pass; False (and the model unchanged) when the model cannot be served (see `shared_prefix_support`).
+    The answer is computed once per model and remembered."""
+    known = getattr(model, "_beliefdrift_shared_prefix", None)
+    if known is not None:
+        return known
+    base = base_implementation(model)
+    tag = next((t for t, b in BASE_IMPLEMENTATIONS.items() if b == base), None)
+    if tag is not None and model._can_set_attn_implementation():
+        model.set_attn_implementation(f"{SHARED_PREFIX_ATTENTION}_{tag}")
+    reason = shared_prefix_support(model)
+    if reason is not None:
+        if model.config._attn_implementation != base:
+            model.set_attn_implementation(base)
+        print(
+            f"beliefdrift: {type(model).__name__} cannot share one prompt cache between paths ({reason}); "
+            "using a full cache per path (correct, slower)",
+            file=sys.stderr,
+        )
+    model._beliefdrift_shared_prefix = reason is None
+    return reason is None

@@ -84,7 +84,7 @@ def enumerate_continuations(batch: AnswerProcess, depth: int, budget: int = BATC
             torch.arange(size),
             torch.empty(size, 0, dtype=torch.long),
             torch.ones(size, dtype=torch.float64),
-            batch.dist.probs.double(),
+            batch.dist.probs.double().cpu(),
         ),
         depth,
         budget,
@@ -108,7 +108,7 @@ def _expand(batch: AnswerProcess, level: Level, depth: int, budget: int) -> Iter
             level.owner[index],
             torch.cat([level.answers[index], answers[:, None]], 1),
             (level.weight[parents, None] * level.probs[parents]).reshape(-1),
-            children.dist.probs.double(),
+            children.dist.probs.double().cpu(),
         )
         yield from _expand(children, child, depth, budget)
 
@@ -132,7 +132,7 @@ def kstep_monte_carlo(
     for start in range(0, len(rows), budget):
         owner = rows[start : start + budget]
         _, thetas, _ = sample_answers(batch.select(owner), horizon - 1, generator)  # type: ignore[arg-type]
-        total.index_add_(0, owner, thetas.double())
+        total.index_add_(0, owner, thetas.double().cpu())
     return KStep(total / num_rollouts, exact=False)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, AnswerProcess
+from beliefdrift.resampling import draw_labels
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class TopPrefixes:
 
 def _children(process: AnswerProcess, nodes: list[Prefix]) -> list[Prefix]:
     """All one-answer extensions of `nodes` (scored with θ after each node); nodes share a length."""
-    probs = process.dist.probs.double().log()
+    probs = process.dist.probs.double().log().cpu()
     return [
         Prefix((*node.answers, a), node.log_prob + float(probs[i, a]))
         for i, node in enumerate(nodes)
@@ -117,6 +118,6 @@ def burn_in_prefixes(
     for b in range(max_length + 1):
         yield b, batch, answers
         if b < max_length:
-            step = torch.multinomial(batch.dist.probs, 1, generator=generator)
+            step = draw_labels(batch.dist.probs, 1, generator).cpu()
             batch.advance(step)
             answers = torch.cat([answers, step], 1)

@@ -1,0 +1,197 @@
+"""Caches for many paths continuing one prompt: prefill once, fork, concatenate, extend every path per pass.
+
+`SharedPrefixCache` keeps the prompt's keys and values once and each path's own suffix (`shared_prefix`);
+`PerPathCache` is the fallback for models the shared prefix cannot serve: every path holds its whole left-padded
+token sequence and runs as an ordinary padded batch, re-encoded after a fork or a concatenation (slower, and
+correct for any model transformers can run with left padding). `prefill` picks the right one per model.
+Both return the model's output for the tokens they append, so callers read logits and hidden states alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+from transformers import DynamicCache
+
+from beliefdrift.backend.shared_prefix import SharedPrefix, enable_shared_prefix, full_cache
+
+
+def _unwrapped(model: torch.nn.Module) -> Any:
+    """The model inside a DDP/FSDP/peft wrapper (for its config); the wrapper itself is what gets called."""
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+class PathCache(Protocol):
+    """A batch of paths after one prompt: `size` paths, extended together by `extend`."""
+
+    size: int
+
+    def extend(self, input_ids: torch.Tensor, **model_kwargs: Any) -> Any:
+        """Append input_ids [B, T] to every path in one forward pass; the model's output for those T tokens."""
+
+    def select(self, index: torch.Tensor) -> PathCache:
+        """A new cache whose path i continues path `index[i]` of this one."""
+
+
+def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: Any) -> tuple[PathCache, Any]:
+    """One path holding the prompt after a single forward pass over it, and that pass's output (gradients flow
+    when grad mode is on)."""
+    base = _unwrapped(model)
+    shared = enable_shared_prefix(base.get_base_model() if hasattr(base, "get_base_model") else base)
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([list(prompt_ids)], device=device)
+    cache = full_cache() if shared else DynamicCache(config=base.config)
+    out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, **model_kwargs)
+    if shared:
+        return SharedPrefixCache(model, SharedPrefix.from_cache(cache), 1), out
+    return PerPathCache(model, input_ids, torch.ones_like(input_ids), cache), out
+
+
+def fork(cache: PathCache, copies: int) -> PathCache:
+    """`copies` paths per existing path (path i becomes paths i·copies … i·copies + copies − 1)."""
+    return cache.select(torch.arange(cache.size).repeat_interleave(copies))
+
+
+def concat(caches: Sequence[PathCache]) -> PathCache:
+    """One cache holding every path of `caches` (forked from one prefill), shorter histories left-padded."""
+    kind = type(caches[0])
+    if any(type(c) is not kind for c in caches):
+        raise ValueError("cannot concatenate caches of different kinds")
+    return kind.concat(caches)
+
+
+class SharedPrefixCache:
+    """The prompt's keys/values once, each path's suffix on its own; `padding[b]` leading suffix slots of path b
+    are padding (hidden from its attention and not counted in its positions)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        prefix: SharedPrefix,
+        size: int,
+        suffix: DynamicCache | None = None,
+        suffix_length: int = 0,
+        padding: torch.Tensor | None = None,
+    ):
+        self.model = model
+        self.prefix = prefix
+        self.size = size
+        self.suffix = suffix if suffix is not None else full_cache()
+        self.suffix_length = suffix_length
+        self.device = prefix.keys[0].device
+        self.padding = padding  # [B] on the device, or None when no path is padded
+
+    def extend(self, input_ids: torch.Tensor, **model_kwargs: Any) -> Any:
+        new = input_ids.shape[1]
+        start = self.prefix.length + self.suffix_length
+        positions = start + torch.arange(new, device=self.device).expand(self.size, -1)
+        if self.padding is not None:
+            positions = positions - self.padding[:, None]
+        out = self.model(
+            input_ids=input_ids.to(self.device),
+            position_ids=positions,
+            past_key_values=self.suffix,
+            shared_prefix=self.prefix,
+            suffix_padding=self.padding,
+            use_cache=True,
+            **model_kwargs,
+        )
+        self.suffix_length += new
+        return out
+
+    def select(self, index: torch.Tensor) -> SharedPrefixCache:
+        index = torch.as_tensor(index, dtype=torch.long).to(self.device)
+        suffix = None
+        if self.suffix_length:
+            suffix = DynamicCache([(layer.keys[index], layer.values[index]) for layer in self.suffix.layers])
+        padding = self.padding[index] if self.padding is not None else None
+        return SharedPrefixCache(self.model, self.prefix, len(index), suffix, self.suffix_length, padding)
+
+    @staticmethod
+    def concat(caches: Sequence[SharedPrefixCache]) -> SharedPrefixCache:
+        first = caches[0]
+        if any(c.prefix is not first.prefix for c in caches):
+            raise ValueError("only paths forked from the same prefilled prompt can be concatenated")
+        length = max(c.suffix_length for c in caches)
+        padding = None
+        if any(c.padding is not None or c.suffix_length < length for c in caches):
+            padding = torch.cat([c._padding() + (length - c.suffix_length) for c in caches])
+        suffix = None
+        if length:
+            rows = [
+                tuple(torch.cat([c._padded(layer, part, length) for c in caches]) for part in (0, 1))
+                for layer in range(len(first.prefix.keys))
+            ]
+            suffix = DynamicCache(rows)
+        return SharedPrefixCache(first.model, first.prefix, sum(c.size for c in caches), suffix, length, padding)
+
+    def _padding(self) -> torch.Tensor:
+        if self.padding is None:
+            return torch.zeros(self.size, dtype=torch.long, device=self.device)
+        return self.padding
+
+    def _padded(self, layer: int, part: int, length: int) -> torch.Tensor:
+        """This cache's suffix keys (part 0) or values (part 1) of `layer`, left-padded with zeros to `length`."""
+        like = self.prefix.keys[layer]
+        gap = like.new_zeros(self.size, like.shape[1], length - self.suffix_length, like.shape[3])
+        if not self.suffix_length:
+            return gap
+        cached = self.suffix.layers[layer]
+        return torch.cat([gap, cached.keys if part == 0 else cached.values], 2)
+
+
+class PerPathCache:
+    """Every path's whole token sequence, left-padded (`mask` 0 on padding), with the model's own KV cache of
+    it, or None after a fork or concatenation, when the next `extend` re-encodes the sequences first."""
+
+    def __init__(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, cache: Any | None = None):
+        self.model = model
+        self.ids = ids
+        self.mask = mask
+        self.cache = cache
+        self.size = ids.shape[0]
+
+    def extend(self, input_ids: torch.Tensor, **model_kwargs: Any) -> Any:
+        input_ids = input_ids.to(self.ids.device)
+        new = input_ids.shape[1]
+        old = 0 if self.cache is None else self.ids.shape[1]
+        ids = torch.cat([self.ids, input_ids], 1)
+        mask = torch.cat([self.mask, torch.ones_like(input_ids)], 1)
+        if self.cache is None:
+            self.cache = DynamicCache(config=_unwrapped(self.model).config)
+        keep = model_kwargs.pop("logits_to_keep", 0)
+        if isinstance(keep, torch.Tensor):
+            keep = keep + (ids.shape[1] - new)  # positions within the re-encoded sequence
+        out = self.model(
+            input_ids=ids[:, old:],
+            attention_mask=mask,
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0)[:, old:],
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+            **model_kwargs,
+        )
+        if getattr(out, "hidden_states", None) is not None:
+            out.hidden_states = tuple(h[:, -new:] for h in out.hidden_states)
+        if isinstance(keep, int) and keep == 0:
+            out.logits = out.logits[:, -new:]
+        self.ids, self.mask = ids, mask
+        return out
+
+    def select(self, index: torch.Tensor) -> PerPathCache:
+        index = torch.as_tensor(index, dtype=torch.long).to(self.ids.device)
+        return PerPathCache(self.model, self.ids[index], self.mask[index])
+
+    @staticmethod
+    def concat(caches: Sequence[PerPathCache]) -> PerPathCache:
+        length = max(c.ids.shape[1] for c in caches)
+
+        def left_pad(t: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.pad(t, (length - t.shape[1], 0))
+
+        ids = torch.cat([left_pad(c.ids) for c in caches])
+        return PerPathCache(caches[0].model, ids, torch.cat([left_pad(c.mask) for c in caches]))
