@@ -9,6 +9,10 @@ model follows the answer format: `valid_mass` elsewhere). The prompt and prefix 
 whose tensors keep their autograd graph; the J rollout suffixes then attend to it through `SharedPrefix` in one
 batched forward pass per chunk, reading the logits after every answer. So the ~500-token prompt is processed once
 per update, not J times.
+
+Both passes write a `one_pass_cache`: every layer keeps all positions (sliding-window layers are masked at attention
+time, never truncated) and a second write of a layer, gradient checkpointing's recompute, replaces the first, so
+the decoder layers can be checkpointed with their cache (`enable_gradient_checkpointing`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import NamedTuple
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from beliefdrift.backend import AnswerTokens
 from beliefdrift.backend.shared_prefix import SharedPrefix
@@ -27,6 +33,32 @@ from beliefdrift.backend.shared_prefix import SharedPrefix
 def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     """The model inside a DDP/FSDP wrapper (for its config); the wrapper itself is what gets called."""
     return getattr(model, "module", model)
+
+
+class _OnePassLayer(DynamicLayer):
+    """A full cache layer written once per forward pass: a repeated write starts the layer afresh instead of
+    appending to it (the layer's recompute under gradient checkpointing must see what the forward pass saw)."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, ...]:
+        self.is_initialized = False  # the parent then re-initialises the layer empty and appends to it
+        return super().update(key_states, value_states, *args, **kwargs)
+
+
+def one_pass_cache() -> DynamicCache:
+    """An empty KV cache for one forward pass from position 0 (see `_OnePassLayer`)."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = _OnePassLayer
+    return cache
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Non-reentrant activation checkpointing of every decoder layer, keeping the layers' KV cache: transformers
+    drops the cache of a checkpointed layer because a recompute would append to it twice, which a
+    `one_pass_cache` does not."""
+    _unwrapped(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for layer in model.modules():
+        if isinstance(layer, GradientCheckpointingLayer):
+            layer._can_checkpoint_with_cache = True
 
 
 class Conditionals(NamedTuple):
@@ -60,10 +92,9 @@ def encode_prefix(model: torch.nn.Module, tokens: AnswerTokens, prefix: Sequence
     Gradients flow when grad mode is on. The model must use the shared-prefix attention
     (`enable_shared_prefix`), which is plain SDPA here because no prefix is passed.
     """
-    config = _unwrapped(model).config
     device = next(model.parameters()).device
     ids = list(tokens.prompt_ids) + [t for answer in prefix for t in tokens.answer_ids(answer)]
-    cache = DynamicCache(config=config)
+    cache = one_pass_cache()
     logits = model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True,
                    logits_to_keep=1).logits
     label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)
@@ -77,7 +108,6 @@ def rollout_conditionals(
 
     Entry [b, d−1] is log p_φ(· | a_{1:n}, A^{(b)}_{n+1:n+d}), read at the last token of answer d.
     """
-    config = _unwrapped(model).config
     device = next(model.parameters()).device
     answer_ids = torch.tensor([tokens.answer_ids(i) for i in range(len(tokens.label_ids))], device=device)
     batch, depth = rollouts.shape
@@ -88,13 +118,25 @@ def rollout_conditionals(
     logits = model(
         input_ids=input_ids,
         position_ids=positions,
-        past_key_values=DynamicCache(config=config),
+        past_key_values=one_pass_cache(),
         shared_prefix=state.prefix,
         use_cache=True,
         logits_to_keep=read,
     ).logits
     label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)
     return _label_log_probs(logits, label_ids)
+
+
+def repeat_first(first: Conditionals, paths: int) -> Conditionals:
+    """log θ_n [|𝒜|] and its log mass [] as column d = 0 of every path: [J, 1, |𝒜|] and [J, 1]."""
+    return Conditionals(first.log_theta.expand(paths, 1, -1), first.log_mass.expand(paths, 1))
+
+
+def join(head: Conditionals, chunks: Sequence[Conditionals]) -> Conditionals:
+    """[J, D+1, …]: the d = 0 column `head` followed by the chunks' [B_m, D, …] concatenated over paths."""
+    if not chunks:
+        return head
+    return Conditionals(*(torch.cat([first, torch.cat(parts)], 1) for first, *parts in zip(head, *chunks, strict=True)))
 
 
 def conditionals(
@@ -109,12 +151,10 @@ def conditionals(
 
     The prompt + prefix run once; the rollouts [J, D] run `micro_batch` paths per forward pass (all at once
     when None). Every chunk keeps its graph until the caller's backward pass: the SC loss is a function of the
-    mean over all J paths, so the chunks bound the size of each forward pass, not what autograd stores.
+    mean over all J paths, so the chunks bound the size of each forward pass, not what autograd stores
+    (`amortize.backward.backward_sc_loss` with caching does).
     """
     state = encode_prefix(model, tokens, prefix)
-    paths = rollouts.shape[0]
-    first = Conditionals(state.first.log_theta.expand(paths, 1, -1), state.first.log_mass.expand(paths, 1))
-    if rollouts.shape[1] == 0:
-        return first
-    chunks = [rollout_conditionals(model, tokens, state, c) for c in rollouts.split(micro_batch or paths)]
-    return Conditionals(*(torch.cat([head, torch.cat(parts)], 1) for head, *parts in zip(first, *chunks, strict=True)))
+    head = repeat_first(state.first, rollouts.shape[0])
+    chunks = rollouts.split(micro_batch or rollouts.shape[0]) if rollouts.shape[1] else ()
+    return join(head, [rollout_conditionals(model, tokens, state, c) for c in chunks])
