@@ -68,10 +68,46 @@ def test_round_trip_is_bit_exact_and_ordered(tmp_path: Path) -> None:
 def test_a_question_is_written_all_or_nothing(tmp_path: Path) -> None:
     with RunStore.open(tmp_path / "run.sqlite") as store:
         store.add([make_row("q1", "ppr", 0)])
-        with pytest.raises(StoreError, match="already stored"):
-            store.add([make_row("q2", "ppr", 1), make_row("q1", "ppr", 0)])
+        with pytest.raises(StoreError, match="given twice"):
+            store.add([make_row("q2", "ppr", 1), make_row("q2", "ppr", 1)])
         assert store.done() == {("q1", "ppr")}  # q2 rolled back with the failing transaction
         assert len(store.rows()[0].alternatives) == 2
+
+
+def test_a_unit_stored_by_another_process_keeps_its_first_result(tmp_path: Path) -> None:
+    first, again = make_row("q1", "ppr", 0, seed=1), make_row("q1", "ppr", 0, seed=2)
+    with RunStore.open(tmp_path / "run.sqlite") as store:
+        assert store.add([first]) == 1
+        assert store.add([again, make_row("q1", "direct", 0)]) == 1  # only the direct row is new
+        assert store.done() == {("q1", "ppr"), ("q1", "direct")}
+        assert_rows_equal(store.rows()[1], first)
+
+
+def test_read_only_open_never_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "run.sqlite"
+    with RunStore.open(path) as store:
+        store.add([make_row("q1", "ppr", 0)])
+    with RunStore.open(path, read_only=True) as store:
+        assert store.units() == 1
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            store.add([make_row("q2", "ppr", 1)])
+    # a read-only directory (an archive): readers open it immutable, writers are told it is read-only
+    monkeypatch.setattr("beliefdrift.store.writable", lambda p: False)
+    with RunStore.open(path, read_only=True) as store:
+        assert store.done() == {("q1", "ppr")}
+    with pytest.raises(StoreError, match="is read-only") as err:
+        RunStore.open(path)
+    assert "remove" not in str(err.value) and "beliefdrift report" in str(err.value)
+
+
+def test_a_corrupt_array_names_question_and_method(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    with RunStore.open(path) as store:
+        store.add([make_row("q1", "ppr", 0)])
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE results SET valid_mass = x'00ff'")
+    with RunStore.open(path, create=False) as store, pytest.raises(StoreError, match="question 'q1', method ppr"):
+        store.rows()
 
 
 def test_config_is_pinned(tmp_path: Path) -> None:
@@ -92,12 +128,13 @@ def test_records_round_trip_atomically_and_version_1_stores_gain_the_table(tmp_p
     path = tmp_path / "run.sqlite"
     with RunStore.open(path) as store:
         store.add_records("q1", {"ppr": {"emd": 0.5, "curve": [1.0, 0.25], "ok": True}, "ppr-seed5": {"emd": 0.1}})
-        with pytest.raises(StoreError, match="already stored"):
-            store.add_records("q2", {"ppr": {"emd": 0.3}, "ppr-seed5": {"emd": 0.2}})
-            store.add_records("q1", {"direct": {"x": 1}, "ppr": {"emd": 0.9}})
-        assert store.record_units() == [("q1", "ppr"), ("q1", "ppr-seed5"), ("q2", "ppr"), ("q2", "ppr-seed5")]
+        assert store.add_records("q2", {"ppr": {"emd": 0.3}, "ppr-seed5": {"emd": 0.2}}) == 2
+        assert store.add_records("q1", {"direct": {"x": 1}, "ppr": {"emd": 0.9}}) == 1  # ppr: stored first
+        assert store.record_units() == [("q1", "ppr"), ("q1", "ppr-seed5"), ("q2", "ppr"), ("q2", "ppr-seed5"),
+                                        ("q1", "direct")]
+        assert store.units() == 5
         assert store.records("q1", "ppr") == {"emd": 0.5, "curve": [1.0, 0.25], "ok": True}
-        assert not store.has_records("q1", "direct") and store.records("q1", "direct") == {}
+        assert store.records("q1", "direct") == {"x": 1} and store.records("q1", "absent") == {}
     with sqlite3.connect(path) as db:  # an evaluate store written before the records table existed
         db.execute("DROP TABLE records")
         db.execute("PRAGMA user_version = 1")

@@ -1,28 +1,88 @@
-"""`beliefdrift <command>`: each command lives in `beliefdrift.commands.<name>`."""
+"""`beliefdrift <command>`: each command lives in `beliefdrift.commands.<name>`.
+
+A user error (a bad flag, config key, file or setting) is one line on stderr and exit status 2, with a traceback
+only under `--debug`; Ctrl-C is one line saying how much is stored and exit status 130.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import traceback
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+
+from beliefdrift.errors import UserError
+from beliefdrift.store import STORE_FILE, RunStore, StoreError
 
 COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning", "train"]
+RESUMABLE = {"drift", "emd", "evaluate", "reasoning", "train"}
+#: What to lower when a command runs out of GPU memory.
+MEMORY_SETTINGS = {
+    "train": "micro_batch (paths per forward pass) or paths_per_update",
+    "emd": "--batch-budget (paths per forward pass) or -J/--paths",
+    "reasoning": "-R/--rollouts or --max-new-tokens",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="beliefdrift", description=__doc__.split("\n")[0])
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (the usage is left to --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="beliefdrift", description=__doc__.split("\n")[0])
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"beliefdrift.commands.{name}").add_parser(subparsers)
+        subparsers.choices[name].add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                              help="show the full traceback of an error")
     return parser
 
 
+def interrupted(args: argparse.Namespace) -> str:
+    """One line for Ctrl-C: what the output directory holds and how to resume."""
+    if args.command not in RESUMABLE:
+        return "interrupted"
+    path = Path(args.out) / STORE_FILE
+    stored = ""
+    if path.is_file():
+        try:
+            with RunStore.open(path, read_only=True) as store:
+                stored = f"{store.units()} question × method results stored in {path}; "
+        except StoreError:
+            pass
+    return f"interrupted; {stored}run the same command again to resume"
+
+
+def out_of_memory(command: str) -> str:
+    lower = MEMORY_SETTINGS.get(command, "-J/--paths (paths run together)")
+    return f"out of GPU memory; lower {lower}, or use --dtype bfloat16 / a smaller model"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = argparse.Namespace(command=None, debug=False)
     try:
+        args = parser.parse_args(argv)
         return args.func(args) or 0
-    except (OSError, ValueError) as err:  # bad input or missing files: say what, not a traceback
-        print(f"beliefdrift {args.command}: error: {err}", file=sys.stderr)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"\nbeliefdrift {args.command}: {interrupted(args)}", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, torch.OutOfMemoryError) as err:  # the user can fix these: say what
+        if args.debug:
+            traceback.print_exc()
+        message = out_of_memory(args.command) if isinstance(err, torch.OutOfMemoryError) else str(err)
+        one_line = "; ".join(line.strip() for line in message.splitlines() if line.strip())
+        print(f"beliefdrift{f' {args.command}' if args.command else ''}: error: {one_line}", file=sys.stderr)
         return 2
 
 

@@ -5,13 +5,16 @@ One row per (question, method) holds the method's estimate, the question's targe
 JSON quantities per (question, method) in the `records` table instead. A question's rows are written in one
 transaction, so a run killed at any moment loses at most the question in flight; re-running skips what is stored. The
 `config` table pins the settings that determine the results, and a run directory is never reused with
-different ones. WAL journaling plus a busy timeout let several ranks write to one file.
+different ones. WAL journaling plus a busy timeout let several ranks (or two runs of one command) write to one
+file; a (question, method) another process stored first is kept and the duplicate dropped. Readers (`report`)
+open the file read-only, so archived read-only runs can be reported.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -68,6 +71,10 @@ CREATE TABLE alternatives (
 """ + RECORDS_SCHEMA
 
 
+#: What a differing identity key means, where its name does not say it.
+KEY_HINTS = {"questions_sha256": " (the questions differ: another data file or content, --data-dir, -n or --seed)"}
+
+
 class StoreError(ValueError):
     """The run store cannot be used: not a run store, corrupt, or created with another configuration."""
 
@@ -121,6 +128,17 @@ def config_differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) 
     }
 
 
+def writable(path: Path) -> bool:
+    """Whether this process may write to `path` (False on read-only files, directories and mounts)."""
+    return os.access(path, os.W_OK)
+
+
+def read_only_error(path: Path) -> StoreError:
+    return StoreError(f"{path}: the run store is read-only (an archived run?); `beliefdrift report {path.parent}` "
+                      f"reads it; to add to it make {path.parent} and the file writable, or choose another --out "
+                      "directory")
+
+
 class RunStore:
     """A run's SQLite file. Open with `RunStore.open(path)`; use one instance per process."""
 
@@ -129,30 +147,45 @@ class RunStore:
         self._db = connection
 
     @classmethod
-    def open(cls, path: str | Path, create: bool = True) -> RunStore:
-        """Open (and with `create`, initialise) the store at `path`; StoreError if it is not a usable store."""
+    def open(cls, path: str | Path, create: bool = True, read_only: bool = False) -> RunStore:
+        """Open (and with `create`, initialise) the store at `path`; StoreError if it is not a usable store.
+        `read_only` opens an existing store without ever writing to it (nor to its directory, when that is
+        read-only)."""
         path = Path(path)
-        if not create and not path.is_file():
+        if (read_only or not create) and not path.is_file():
             raise StoreError(f"no run store at {path} (run `beliefdrift evaluate --out {path.parent}` first)")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            if path.exists() and not (writable(path) and writable(path.parent)):
+                raise read_only_error(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            if read_only:  # immutable: nothing can write the WAL of a store in a read-only directory
+                mode = "mode=ro" if writable(path.parent) else "mode=ro&immutable=1"
+                db = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True, timeout=BUSY_TIMEOUT_S,
+                                     isolation_level=None)
+            else:
+                db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as err:
             raise StoreError(f"{path}: cannot open the run store ({err})") from err
         store = cls(path, db)
         try:
-            store._initialise(create)
+            store._initialise(create, read_only)
         except sqlite3.DatabaseError as err:
             db.close()
+            if "readonly" in str(err):
+                raise read_only_error(path) from err
             raise StoreError(f"{path}: not a readable beliefdrift run store ({err}); "
-                             "remove it or choose another --out directory") from err
+                             "move it away or choose another --out directory") from err
         except StoreError:
             db.close()
             raise
         return store
 
-    def _initialise(self, create: bool) -> None:
+    def _initialise(self, create: bool, read_only: bool) -> None:
         self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if read_only:
+            self._schema_version()
+            return
         with self._transaction():
             app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
             tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
@@ -162,19 +195,22 @@ class RunStore:
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            elif app_id != APPLICATION_ID:
-                raise StoreError(f"{self.path} is a SQLite file but not a beliefdrift run store; "
-                                 "remove it or choose another --out directory")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version == 1:
+            if self._schema_version() == 1:
                 self._db.execute(RECORDS_SCHEMA)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                version = SCHEMA_VERSION
-            if version != SCHEMA_VERSION:
-                raise StoreError(f"{self.path}: run store schema version {version}, this beliefdrift reads "
-                                 f"version {SCHEMA_VERSION}")
         if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self._db.execute("PRAGMA journal_mode = WAL")  # persistent: set once, by the creating process
+
+    def _schema_version(self) -> int:
+        """The schema version of a beliefdrift store (StoreError for another SQLite file or version)."""
+        if self._db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+            raise StoreError(f"{self.path} is a SQLite file but not a beliefdrift run store; "
+                             "move it away or choose another --out directory")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (1, SCHEMA_VERSION):  # 1 lacks the records table
+            raise StoreError(f"{self.path}: run store schema version {version}, this beliefdrift reads "
+                             f"version {SCHEMA_VERSION}")
+        return version
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -214,17 +250,21 @@ class RunStore:
                 return
         diff = config_differences(stored, requested)
         if diff:
-            details = "; ".join(f"{key}: stored {old!r}, requested {new!r}" for key, (old, new) in diff.items())
+            details = "; ".join(f"{key}: stored {old!r}, requested {new!r}{KEY_HINTS.get(key, '')}"
+                                for key, (old, new) in diff.items())
             raise StoreError(f"{self.path} holds a run with a different configuration ({details}); "
                              "re-run with the stored settings to resume it, or choose another --out directory")
 
     # ---------------------------------------------------------------------------------------- results
 
-    def add(self, rows: Iterable[ResultRow]) -> None:
-        """Insert rows (one question's methods) in one transaction; a stored (question, method) is an error."""
+    def add(self, rows: Iterable[ResultRow]) -> int:
+        """Insert rows (one question's methods) in one transaction and return how many were new: a (question,
+        method) already stored (by another process running the same command) keeps its first result."""
         rows = list(rows)
         try:
             with self._transaction():
+                stored = self.done()
+                rows = [r for r in rows if (r.question_id, r.method) not in stored]
                 self._db.executemany(
                     "INSERT INTO results (question_id, method, position, target, num_labels, probs, "
                     "valid_mass_mean, valid_mass, answers, seeds, thetas, seconds) "
@@ -240,7 +280,8 @@ class RunStore:
                 )
         except sqlite3.IntegrityError as err:
             keys = ", ".join(f"{r.question_id}/{r.method}" for r in rows)
-            raise StoreError(f"{self.path}: result already stored ({keys}): {err}") from err
+            raise StoreError(f"{self.path}: a result given twice ({keys}): {err}") from err
+        return len(rows)
 
     def done(self) -> set[tuple[str, str]]:
         """The stored (question_id, method) pairs."""
@@ -249,6 +290,10 @@ class RunStore:
     def count(self) -> int:
         return self._db.execute("SELECT count(*) FROM results").fetchone()[0]
 
+    def units(self) -> int:
+        """Stored (question, method) units: results plus diagnostic records."""
+        return self.count() + len(self.record_units())
+
     def rows(self) -> list[ResultRow]:
         """Every stored row with its alternatives, ordered by question position, then method name."""
         alternatives: dict[tuple[str, str], dict[str, np.ndarray]] = {}
@@ -256,32 +301,30 @@ class RunStore:
             "SELECT question_id, method, estimator, probs FROM alternatives ORDER BY estimator"
         ):
             alternatives.setdefault((qid, method), {})[name] = from_blob(blob)
-        query = ("SELECT question_id, method, position, target, num_labels, probs, valid_mass, answers, seeds, "
-                 "thetas, seconds FROM results ORDER BY position, method")
-        return [
-            ResultRow(qid, method, position, target, num_labels, from_blob(probs), from_blob(valid_mass),
-                      from_blob(answers), from_blob(seeds), from_blob(thetas), seconds,
-                      alternatives.get((qid, method), {}))
-            for qid, method, position, target, num_labels, probs, valid_mass, answers, seeds, thetas, seconds
-            in self._db.execute(query)
-        ]
+        query = ("SELECT question_id, method, position, target, num_labels, seconds, probs, valid_mass, answers, "
+                 "seeds, thetas FROM results ORDER BY position, method")
+        rows = []
+        for qid, method, position, target, num_labels, seconds, *blobs in self._db.execute(query):
+            try:
+                arrays = [from_blob(blob) for blob in blobs]
+            except ValueError as err:
+                raise StoreError(f"{self.path}: the stored result of question {qid!r}, method {method} is corrupt "
+                                 f"({err})") from err
+            rows.append(ResultRow(qid, method, position, target, num_labels, *arrays, seconds=seconds,
+                                  alternatives=alternatives.get((qid, method), {})))
+        return rows
 
     # ---------------------------------------------------------------------------------------- records
 
-    def add_records(self, question_id: str, units: Mapping[str, Mapping[str, Any]]) -> None:
-        """Store {method: {quantity: JSON-serialisable value}} of one question in one transaction; a stored
-        (question, method) is an error."""
-        rows = [(question_id, method, name, json.dumps(value))
-                for method, quantities in units.items() for name, value in quantities.items()]
-        try:
-            with self._transaction():
-                for method in units:
-                    if self.has_records(question_id, method):
-                        raise StoreError(f"{self.path}: records of {question_id}/{method} already stored")
-                self._db.executemany("INSERT INTO records (question_id, method, quantity, value) VALUES (?, ?, ?, ?)",
-                                     rows)
-        except sqlite3.IntegrityError as err:
-            raise StoreError(f"{self.path}: duplicate record for {question_id}: {err}") from err
+    def add_records(self, question_id: str, units: Mapping[str, Mapping[str, Any]]) -> int:
+        """Store {method: {quantity: JSON-serialisable value}} of one question in one transaction and return how
+        many methods were new: a (question, method) already stored (by another process) keeps its records."""
+        with self._transaction():
+            new = [method for method in units if not self.has_records(question_id, method)]
+            self._db.executemany("INSERT INTO records (question_id, method, quantity, value) VALUES (?, ?, ?, ?)",
+                                 [(question_id, method, name, json.dumps(value))
+                                  for method in new for name, value in units[method].items()])
+        return len(new)
 
     def has_records(self, question_id: str, method: str) -> bool:
         query = "SELECT 1 FROM records WHERE question_id = ? AND method = ? LIMIT 1"

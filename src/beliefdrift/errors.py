@@ -1,0 +1,70 @@
+"""User errors: mistakes in the input that the CLI reports as one line (exit status 2), and the checks on a
+`--model` / `--device` pair that run before anything is loaded or written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class UserError(ValueError):
+    """A mistake in the user's input (flag, config key, file): the message says what, where and what was
+    expected."""
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def check_device(device: str) -> None:
+    """`device` names a device this machine has (cpu, cuda, cuda:N or auto)."""
+    import torch
+
+    if device == "auto":
+        return
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise UserError(f"--device {device}: unknown device; expected cpu, cuda, cuda:N or auto") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: no CUDA GPU is available on this machine; use --device cpu or auto")
+    if kind not in ("cpu", "cuda"):
+        raise UserError(f"--device {device}: unsupported device type {kind!r}; expected cpu, cuda, cuda:N or auto")
+
+
+def check_model(spec: str) -> None:
+    """`spec` is a registry name, a model directory, a .gguf file, or a hub id that is cached or on the hub
+    (one request, no retries; none when HF_HUB_OFFLINE is set)."""
+    from beliefdrift.backend import REGISTRY
+
+    if spec in REGISTRY:
+        return
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise UserError(f"--model {spec}: no such .gguf file")
+        return
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UserError(f"--model {spec}: a directory but not a model (no config.json); expected a "
+                            "Hugging Face model directory (config.json, weights, tokenizer)")
+        return
+    if path.exists() or spec.startswith((".", "/", "~")):
+        raise UserError(f"--model {spec}: not a model directory or .gguf file")
+    import huggingface_hub
+
+    what = (f"--model {spec}: neither a registry name ({', '.join(REGISTRY)}), a local directory, a .gguf file "
+            "nor a")
+    try:
+        if huggingface_hub.try_to_load_from_cache(spec, "config.json") is not None:
+            return
+        if _hub_offline():
+            raise UserError(f"{what} hub id in the local cache (HF_HUB_OFFLINE is set)")
+        found = huggingface_hub.file_exists(spec, "config.json")
+    except UserError:
+        raise
+    except Exception as err:  # invalid id, no network, gated: all end in the same one-line message
+        reason = (str(err).splitlines() or [""])[0]
+        raise UserError(f"{what} reachable hub id ({type(err).__name__}: {reason})") from None
+    if not found:
+        raise UserError(f"{what} hub id on huggingface.co (no config.json there)")
