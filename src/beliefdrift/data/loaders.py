@@ -117,6 +117,8 @@ def _question(
         raise DataError(f"{where}: empty choices list")
     if len(texts) < 2:
         raise DataError(f"{where}: only {len(texts)} choice; need at least 2")
+    if len(texts) > len(LETTERS):
+        raise DataError(f"{where}: {len(texts)} choices; at most {len(LETTERS)} are supported (labels A-Z)")
     letters = LETTERS[: len(texts)]
     labels = letters if labels is None else tuple(labels)
     if len(set(labels)) != len(labels):

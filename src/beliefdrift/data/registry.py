@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,6 +74,10 @@ _LAYOUTS = {
 }
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+_FILE_LAYOUTS = ("a .jsonl file in the CSQA/ARC layout (id, answerKey, question.stem, question.choices), the tinyMMLU "
+                 "layout (question, choices, answer index) or the GSM8K layout (question, answer ending '#### <n>'), "
+                 "or a .csv file (MMLU: question, A, B, C, D, answer letter without a header; GPQA: a header with "
+                 "Question, Correct Answer, Incorrect Answer 1-3)")
 _MISSING_HINT = f"pass --data-dir or set {DATA_ENV} to the benchmark data directory"
 
 
@@ -108,11 +114,11 @@ def load_dataset(
 
 def subsample(items: Sequence[_T], n: int | None, seed: int = 0) -> list[_T]:
     """`n` items drawn with `random.Random(seed).sample`, kept in their original order (all if n is
-    None or at least len(items))."""
-    if n is None or n >= len(items):
+    None, 0 or at least len(items))."""
+    if n is not None and n < 0:
+        raise DataError(f"-n/--n must be 0 (all questions) or more, got {n}")
+    if not n or n >= len(items):
         return list(items)
-    if n < 0:
-        raise ValueError(f"n must be non-negative, got {n}")
     keep = sorted(random.Random(seed).sample(range(len(items)), n))
     return [items[i] for i in keep]
 
@@ -131,7 +137,17 @@ def load_file(path: PathLike, fmt: str | None = None, seed: int = 0) -> list[MCQ
         return load_gpqa_csv(path, seed=seed)
     if fmt not in loaders:
         raise DataError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    return loaders[fmt](path)
+    items = loaders[fmt](path)
+    if not items:
+        raise DataError(f"{path}: no questions in the file; expected {_FILE_LAYOUTS}")
+    return items
+
+
+def fingerprint(items: Sequence[MCQuestion] | Sequence[MathProblem]) -> str:
+    """sha256 (16 hex digits) of the items' canonical JSON without `source` (where their file lay), so a run
+    identity covers what the questions say, not just the dataset's name."""
+    payload = [{key: value for key, value in asdict(item).items() if key != "source"} for item in items]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def detect_format(path: PathLike) -> str:
@@ -142,15 +158,17 @@ def detect_format(path: PathLike) -> str:
             header = f.readline()
         return "gpqa" if "Correct Answer" in header and "Question" in header else "mmlu"
     if suffix == ".jsonl":
-        for _, record in read_jsonl(path):
+        for line, record in read_jsonl(path):
             if isinstance(record.get("question"), dict):
                 return "arc"
             if "choices" in record:
                 return "tinymmlu"
             if "####" in str(record.get("answer", "")):
                 return "gsm8k"
-            break
-    raise DataError(f"{path}: cannot tell the file format; pass a format, one of {', '.join(FORMATS)}")
+            raise DataError(f"{path}:{line}: a record with keys {', '.join(map(repr, record)) or 'none'} matches no "
+                            f"known layout; expected {_FILE_LAYOUTS}")
+        raise DataError(f"{path}: no records in the file; expected {_FILE_LAYOUTS}")
+    raise DataError(f"{path}: unsupported file type {suffix or '(no extension)'}; expected {_FILE_LAYOUTS}")
 
 
 def _data_root(data_dir: PathLike | None) -> Path | None:
