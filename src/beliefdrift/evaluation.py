@@ -33,7 +33,7 @@ from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import DATASETS, load_dataset
 from beliefdrift.methods import Method, MethodResult, parse_method, run_methods
 from beliefdrift.metrics import MetricWarning, summarize
-from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, load_template
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, load_template
 from beliefdrift.store import STORE_FILE, ResultRow, RunStore, StoreError
 
 # ------------------------------------------------------------------------------------------ configuration
@@ -52,6 +52,7 @@ class EvalConfig:
     paths: int = 8  # J
     steps: int = 20  # N
     template: str = DEFAULT_PPR_TEMPLATE
+    template_ending: str = DEFAULT_TEMPLATE_ENDING  # prompts.TEMPLATE_ENDINGS
     adapter: str | None = None
     dtype: str = "auto"
     device: str = "cpu"
@@ -69,6 +70,7 @@ class EvalConfig:
 
     def identity(self) -> dict[str, Any]:
         """The settings stored with a run; resuming with any of them changed is refused."""
+        template = load_template(self.template, self.template_ending)  # an unknown ending fails here
         return {
             "model": self.model if self.model in REGISTRY else _local_path_or_name(self.model),
             "dataset": self.dataset if self.dataset in DATASETS else _local_path_or_name(self.dataset),
@@ -79,7 +81,9 @@ class EvalConfig:
             "paths": self.paths,
             "steps": self.steps,
             "template": self.template,
-            "template_sha256": hashlib.sha256(load_template(self.template).encode()).hexdigest()[:16],
+            "template_sha256": hashlib.sha256(template.encode()).hexdigest()[:16],
+            # absent for the default ending, so that runs stored before the option existed still resume
+            **({"template_ending": self.template_ending} if self.template_ending != DEFAULT_TEMPLATE_ENDING else {}),
             "adapter": _local_path_or_name(self.adapter) if self.adapter else None,
             "dtype": str(resolve_dtype(self.dtype, resolve_device(self.device))).removeprefix("torch."),
             "version": __version__,
@@ -279,7 +283,8 @@ def question_rows(
             continue
         with context:
             start = perf_counter()
-            results = run_methods(model, question, group, config.paths, config.steps, config.seed, config.template)
+            results = run_methods(model, question, group, config.paths, config.steps, config.seed, config.template,
+                                  config.template_ending)
             seconds = perf_counter() - start
         rows += [result_row(position, question, result, seconds) for result in results]
     return rows

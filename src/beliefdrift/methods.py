@@ -11,6 +11,7 @@ import torch
 from beliefdrift.backend import LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.estimators import first_step_estimate, martingale_posterior_mean, rao_blackwell_mean
+from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
 from beliefdrift.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator
 
 _METHOD = re.compile(r"^(?P<kind>direct|ppr|am-ppr)(?:-seed(?P<m>\d+))?$")
@@ -94,11 +95,12 @@ def run_methods(
     num_steps: int,
     seed: int,
     template: str,
+    ending: str = DEFAULT_TEMPLATE_ENDING,
 ) -> list[MethodResult]:
     """All `methods` on one question with one model: one prefill per prompt, and the paths of every
     resampling method advance together. Each method draws from its own generator (run seed, question id,
-    method name), so its result does not depend on which other methods ran."""
-    runner = QuestionRunner(lm, question, template)
+    method name), so its result does not depend on which other methods ran. Prompts use the template `ending`."""
+    runner = QuestionRunner(lm, question, template, ending)
     resampling = [m for m in methods if m.resamples]
     requests = [_request(m, num_paths, num_steps, make_generator(seed, question.id, m.name)) for m in resampling]
     trajectories = dict(zip((m.name for m in resampling), runner.ppr_many(requests), strict=True)) if requests else {}

@@ -19,6 +19,7 @@ from beliefdrift.backend.answer_tokens import resolve_answer_tokens, resolve_sin
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.prompts import (
     DEFAULT_PPR_TEMPLATE,
+    DEFAULT_TEMPLATE_ENDING,
     DIRECT_PREFILL,
     DIRECT_TEMPLATE,
     chat_context,
@@ -60,23 +61,27 @@ def make_generator(seed: int, *keys: object) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
 
-def direct_tokens(lm: LanguageModel, question: MCQuestion) -> AnswerTokens:
-    """The direct-query prompt with the assistant turn prefilled by "Answer: "."""
-    context = chat_context(lm.tokenizer, question_prompt(DIRECT_TEMPLATE, question), DIRECT_PREFILL)
+def direct_tokens(lm: LanguageModel, question: MCQuestion, ending: str = DEFAULT_TEMPLATE_ENDING) -> AnswerTokens:
+    """The direct-query prompt (template `ending`) with the assistant turn prefilled by "Answer: "."""
+    context = chat_context(lm.tokenizer, question_prompt(DIRECT_TEMPLATE, question, ending=ending), DIRECT_PREFILL)
     return resolve_single_answer(lm.tokenizer, context, question.labels)
 
 
 def ppr_tokens(
-    lm: LanguageModel, question: MCQuestion, template: str = DEFAULT_PPR_TEMPLATE, gen_len: int = 100
+    lm: LanguageModel,
+    question: MCQuestion,
+    template: str = DEFAULT_PPR_TEMPLATE,
+    gen_len: int = 100,
+    ending: str = DEFAULT_TEMPLATE_ENDING,
 ) -> AnswerTokens:
-    """The PPR prompt with an empty assistant turn, ready for a newline-separated answer list."""
-    context = chat_context(lm.tokenizer, question_prompt(template, question, gen_len=gen_len))
+    """The PPR prompt (template `ending`) with an empty assistant turn, ready for a newline-separated answer list."""
+    context = chat_context(lm.tokenizer, question_prompt(template, question, gen_len=gen_len, ending=ending))
     return resolve_answer_tokens(lm.tokenizer, context, question.labels)
 
 
-def direct_query(lm: LanguageModel, question: MCQuestion) -> AnswerDist:
+def direct_query(lm: LanguageModel, question: MCQuestion, ending: str = DEFAULT_TEMPLATE_ENDING) -> AnswerDist:
     """Exact direct-query θ over the labels (probs [K], valid_mass scalar)."""
-    batch = PathBatch.prefill(lm.model, direct_tokens(lm, question))
+    batch = PathBatch.prefill(lm.model, direct_tokens(lm, question, ending))
     return AnswerDist(batch.dist.probs[0], batch.dist.valid_mass[0])
 
 
@@ -122,22 +127,30 @@ class PPRRequest:
 
 class QuestionRunner:
     """Everything sampled for one question, sharing work between methods: the direct-query θ and the PPR
-    prompt are each computed once (one prefill) and forked for every method that needs them."""
+    prompt are each computed once (one prefill) and forked for every method that needs them. Both prompts are
+    rendered with the template `ending` (`prompts.TEMPLATE_ENDINGS`)."""
 
-    def __init__(self, lm: LanguageModel, question: MCQuestion, template: str = DEFAULT_PPR_TEMPLATE):
+    def __init__(
+        self,
+        lm: LanguageModel,
+        question: MCQuestion,
+        template: str = DEFAULT_PPR_TEMPLATE,
+        ending: str = DEFAULT_TEMPLATE_ENDING,
+    ):
         self.lm = lm
         self.question = question
         self.template = template
+        self.ending = ending
 
     @cached_property
     def direct(self) -> AnswerDist:
         """Exact direct-query θ over the labels (probs [K], valid_mass scalar)."""
-        return direct_query(self.lm, self.question)
+        return direct_query(self.lm, self.question, self.ending)
 
     @cached_property
     def ppr_prompt(self) -> PathBatch:
         """The PPR prompt, prefilled once (a single path; fork it, never advance it)."""
-        return PathBatch.prefill(self.lm.model, ppr_tokens(self.lm, self.question, self.template))
+        return PathBatch.prefill(self.lm.model, ppr_tokens(self.lm, self.question, self.template, ending=self.ending))
 
     def paths(self, num_paths: int, seeds: torch.Tensor | None = None) -> PathBatch:
         """`num_paths` fresh PPR paths, path j's context ending with its seeds (one forward pass)."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
 from beliefdrift.data.registry import DATASETS
-from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +18,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="auto = bf16 where bf16 matmuls are fast (AMX/AVX512-BF16 CPUs, CUDA), else float32")
     group.add_argument("--template", default=DEFAULT_PPR_TEMPLATE,
                        help="PPR prompt: ppr-llama, ppr-olmo, or a .txt template path")
+
+
+def add_template_ending_arg(parser: argparse.ArgumentParser) -> None:
+    """--template-ending, for the commands that render the direct-query and PPR prompts."""
+    parser.add_argument("--template-ending", default=DEFAULT_TEMPLATE_ENDING, choices=TEMPLATE_ENDINGS,
+                        help="fence: the question's code fence is closed after it (default); paper: the prompt "
+                             "ends with the question, as the paper's Appendix C figures show")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, paths: int, steps: int) -> None:

@@ -14,7 +14,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from beliefdrift.commands.common import add_model_args, add_output_args, add_sampling_args, model_from_args
+from beliefdrift.commands.common import (
+    add_model_args,
+    add_output_args,
+    add_sampling_args,
+    add_template_ending_arg,
+    model_from_args,
+)
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, emd_summary
 from beliefdrift.diagnostics.marginal import marginal_drift
@@ -32,6 +38,7 @@ DEMO_EMD = EMDConfig(horizon=4, prefix_lengths=(0, 2), top_k=3, num_rollouts=8, 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="run the paper's methods on the bundled demo set", description=__doc__)
     add_model_args(parser)
+    add_template_ending_arg(parser)
     add_sampling_args(parser, paths=8, steps=20)
     add_output_args(parser, "beliefdrift-out/demo")
     parser.add_argument("--n", type=int, default=20, help="number of demo questions (0 = all 52)")
@@ -69,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
           f"({lm.dtype}, {lm.device})", flush=True)
     results: dict[str, list[MethodResult]] = {m.name: [] for m in methods}
     for question in tqdm(questions, desc="demo", unit="question"):
-        for result in run_methods(lm, question, methods, args.paths, args.steps, args.seed, args.template):
+        for result in run_methods(lm, question, methods, args.paths, args.steps, args.seed, args.template,
+                                  args.template_ending):
             results[result.method.name].append(result)
 
     rows = summary_rows(results, [q.answer_index for q in questions])
@@ -104,7 +112,8 @@ def emd_section(lm, questions, args: argparse.Namespace) -> str:
     """EMD‾ (L1, k = 2 … K) and EMD_k(b) of PPR with and without seeds on a few questions."""
     print(f"EMD on {len(questions)} questions (K={DEMO_EMD.horizon}, prefixes n ∈ {DEMO_EMD.prefix_lengths}) ...",
           flush=True)
-    rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], DEMO_EMD, args.seed, args.template)
+    rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], DEMO_EMD, args.seed, args.template,
+                       ending=args.template_ending)
     return "Expected martingale drift (L1)\n\n" + markdown_table(
         ["method", "EMD‾ mean ± std", f"EMD_{DEMO_EMD.k}(b), b = 0 … {DEMO_EMD.burn_in}"],
         [[row.method, f"{row.emd_bar:.3f} ± {row.emd_bar_std:.3f}", " ".join(f"{v:.3f}" for v in row.burn_in)]

@@ -24,6 +24,7 @@ from beliefdrift.commands.common import (
     add_model_args,
     add_output_args,
     add_sampling_args,
+    add_template_ending_arg,
     model_from_args,
 )
 from beliefdrift.data.question import MCQuestion
@@ -32,6 +33,7 @@ from beliefdrift.diagnostics.cid import cid_check
 from beliefdrift.diagnostics.marginal import MarginalDrift, average_drift, marginal_drift, marginal_shift
 from beliefdrift.evaluation import base_model, load_adapter
 from beliefdrift.methods import Method, parse_method
+from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
 from beliefdrift.records import RecordWriter, write_atomic
 from beliefdrift.report.diagnostic_plots import plot_curves
 from beliefdrift.report.plots import plot_marginal_drift
@@ -51,6 +53,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def add_run_args(parser: argparse.ArgumentParser, paths: int, steps: int, out: str) -> None:
     """Model, questions, methods, sampling and output options shared by `drift` and `emd`."""
     add_model_args(parser)
+    add_template_ending_arg(parser)
     add_sampling_args(parser, paths=paths, steps=steps)
     add_output_args(parser, out)
     add_data_args(parser, dataset="demo")
@@ -101,6 +104,8 @@ class Models:
 def run_config(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     """The settings that determine a question × method record (what a resumed run must share)."""
     keys = ("command", "model", "dtype", "template", "dataset", "split", "seed", "adapter", "paths", "steps", *names)
+    if args.template_ending != DEFAULT_TEMPLATE_ENDING:  # absent for the default: earlier runs still resume
+        keys += ("template_ending",)
     return {key: str(getattr(args, key)) if isinstance(getattr(args, key), Path) else getattr(args, key)
             for key in keys}
 
@@ -122,7 +127,8 @@ def for_each_unit(
         if question is not current:  # one question's prefills at a time (base and tuned model)
             current, runners = question, {}
         with models.use(method) as lm:
-            runner = runners.setdefault(method.needs_adapter, QuestionRunner(lm, question, args.template))
+            runner = runners.setdefault(method.needs_adapter, QuestionRunner(lm, question, args.template,
+                                                                                args.template_ending))
             writer.write(question.id, {method.name: compute(runner, method)})
     return questions, methods
 

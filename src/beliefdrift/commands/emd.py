@@ -52,7 +52,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--burn-in", type=int, default=10, help="EMD_k(b) for b = 0 … this")
     group.add_argument("--k", type=int, default=10, help="horizon of EMD_k(b)")
     group.add_argument("--burn-in-paths", type=int, default=1, help="sampled burn-in prefixes per question")
-    group.add_argument("--distance", type=_distances, default=("l1", "kl"), help="l1, kl or both (comma list)")
+    group.add_argument("--distance", type=_distances, default=("l1", "kl"),
+                       help="comma list of l1, kl and tv (total variation = ½ L1)")
     group.add_argument("--exact-budget", type=int, default=EXACT_BUDGET,
                        help="enumerate p^(k) exactly when |options|^(k-1) ≤ this, else Monte Carlo")
     group.add_argument("--batch-budget", type=int, default=BATCH_BUDGET, help="most paths per forward pass")

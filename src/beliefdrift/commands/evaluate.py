@@ -13,7 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from beliefdrift.commands.common import add_data_args, add_model_args, add_output_args, add_sampling_args
+from beliefdrift.commands.common import (
+    add_data_args,
+    add_model_args,
+    add_output_args,
+    add_sampling_args,
+    add_template_ending_arg,
+)
 from beliefdrift.commands.report import add_report_args, write_report
 from beliefdrift.evaluation import CONFIG_KEYS, EvalConfig, Ranks, evaluate, load_preset, resolve_config
 
@@ -26,6 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--config", help="YAML preset of settings (e.g. configs/paper.yaml); flags override it")
     add_model_args(parser)
+    add_template_ending_arg(parser)
     parser.add_argument("--adapter", help="LoRA adapter directory of the SC-tuned model (for am-ppr methods)")
     add_sampling_args(parser, paths=defaults.paths, steps=defaults.steps)
     add_data_args(parser)

@@ -4,7 +4,9 @@
                d(p^(k)_n, p^(1)_n);
     EMD_k(b) = mean over questions of d(p^(k)_b, p^(1)_b) at a prefix a_{1:b} sampled from the process (burn-in b),
 
-with d ∈ {L1 = Σ|p − q|, KL(p^(k) ‖ p^(1))}. A martingale has p^(k) = p^(1) for every k, so both are 0.
+with d ∈ {L1 = Σ|p − q|, KL(p^(k) ‖ p^(1)), TV = ½ Σ|p − q|}. A martingale has p^(k) = p^(1) for every k, so all
+are 0. The paper calls its distance "ℓ1 norm (total variation distance)" (Appendix F): `l1` reads the norm, `tv`
+the total variation, half of it.
 
 Seeded methods (SEED_m): every prefix evaluation draws its own seed set S_{1:m} from the direct-query θ with the
 run's generator, and the context is prompt + S_{1:m} + a_{1:n} (the prefix follows the seeds; the top-K prefixes
@@ -24,7 +26,7 @@ from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET, KStep, kstep_predictives
 from beliefdrift.diagnostics.prefixes import burn_in_prefixes, pick_prefix, top_prefixes
 from beliefdrift.methods import Method
-from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 from beliefdrift.resampling import QuestionRunner, draw_seeds, make_generator
 
 KL_FLOOR = 1e-12  # p^(1) is clipped below at this value inside KL (θ can underflow to 0 in float32)
@@ -41,7 +43,16 @@ def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(p > 0, p * (p.clamp_min(KL_FLOOR) / q).log(), torch.zeros_like(p)).sum(-1)
 
 
-DISTANCES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"l1": l1_distance, "kl": kl_divergence}
+def total_variation(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """TV(p, q) = ½ Σ_a |p(a) − q(a)| = max over events E of |p(E) − q(E)|, over the last dimension."""
+    return 0.5 * l1_distance(p, q)
+
+
+DISTANCES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "l1": l1_distance,
+    "kl": kl_divergence,
+    "tv": total_variation,
+}
 
 
 def kstep_drift(probs: torch.Tensor, distance: str) -> torch.Tensor:
@@ -190,6 +201,9 @@ def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: st
     """Mean ± std over questions of per-question `QuestionEMD.summary` dicts (as computed or as read back)."""
     if not summaries:
         raise ValueError(f"no EMD results for {method}")
+    if any(f"emd_bar_{distance}" not in s for s in summaries):
+        raise ValueError(f"{method}: records without the {distance} distance (stored before it existed); "
+                         "run again into a new --out directory")
     bar_mean, bar_std = _mean_std(torch.tensor([s[f"emd_bar_{distance}"] for s in summaries], dtype=torch.float64))
     curve_mean, curve_std = _mean_std(torch.tensor([s[f"emd_k_b_{distance}"] for s in summaries], dtype=torch.float64))
     return EMDRow(method, distance, len(summaries), float(bar_mean), float(bar_std), curve_mean.tolist(),
@@ -204,6 +218,7 @@ def emd_summary(
     seed: int = 0,
     template: str = DEFAULT_PPR_TEMPLATE,
     distance: str = "l1",
+    ending: str = DEFAULT_TEMPLATE_ENDING,
 ) -> list[EMDRow]:
     """EMD‾ and EMD_k(b) of each (PPR-type) method over `questions`, one row per method — the small EMD section of
     a report. AM-PPR methods use `lm` as given (load the adapter into it first)."""
@@ -212,7 +227,7 @@ def emd_summary(
         raise ValueError("EMD needs a resampling method (ppr, ppr-seed<m>, am-ppr…), not direct")
     per_method: dict[str, list[dict[str, Any]]] = {method.title: [] for method in methods}
     for question in questions:
-        runner = QuestionRunner(lm, question, template)
+        runner = QuestionRunner(lm, question, template, ending)
         for method in methods:
             result = question_emd(runner, method.num_seeds, config, emd_generator(seed, question, method))
             per_method[method.title].append(result.summary([distance]))

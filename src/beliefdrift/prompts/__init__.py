@@ -2,24 +2,30 @@
 
 from beliefdrift.prompts.render import (
     DEFAULT_PPR_TEMPLATE,
+    DEFAULT_TEMPLATE_ENDING,
     DIRECT_PREFILL,
     DIRECT_TEMPLATE,
     PPR_TEMPLATES,
+    TEMPLATE_ENDINGS,
     chat_context,
     fill,
     format_question,
     load_template,
     question_prompt,
+    with_ending,
 )
 
 __all__ = [
     "DEFAULT_PPR_TEMPLATE",
+    "DEFAULT_TEMPLATE_ENDING",
     "DIRECT_PREFILL",
     "DIRECT_TEMPLATE",
     "PPR_TEMPLATES",
+    "TEMPLATE_ENDINGS",
     "chat_context",
     "fill",
     "format_question",
     "load_template",
     "question_prompt",
+    "with_ending",
 ]

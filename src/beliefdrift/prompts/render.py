@@ -3,6 +3,11 @@
 A template is a text file whose `{placeholders}` are filled by name; other braces are left alone. The
 rendered template is the user turn; the assistant turn is prefilled (`"Answer: "` for direct query, the
 seed answers or nothing for PPR). Models without a chat template get a plain-text layout.
+
+Template ending: the bundled direct and PPR templates close the question's code fence (`{question}`, newline,
+the closing fence, newline: ending `fence`, the default). Appendix C's figures stop at the opening fence, with the
+question appended after it (x_Q = [I; Q]); ending `paper` renders that literally: the user turn ends with the
+question's last option, fence unclosed.
 """
 
 from __future__ import annotations
@@ -19,21 +24,37 @@ DIRECT_TEMPLATE = "direct"
 PPR_TEMPLATES = ("ppr-llama", "ppr-olmo")
 DEFAULT_PPR_TEMPLATE = "ppr-llama"
 DIRECT_PREFILL = "Answer: "
+TEMPLATE_ENDINGS = ("fence", "paper")
+DEFAULT_TEMPLATE_ENDING = "fence"
+_CLOSING_FENCE = "{question}\n```\n"
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 
-def load_template(name: str) -> str:
-    """A bundled template by name (`direct`, `ppr-llama`, …) or any text file by path."""
+def load_template(name: str, ending: str = DEFAULT_TEMPLATE_ENDING) -> str:
+    """A bundled template by name (`direct`, `ppr-llama`, …) or any text file by path, with its `ending`."""
     path = Path(name)
     if path.suffix == ".txt" and path.is_file():
-        return path.read_text()
+        return with_ending(path.read_text(), ending, name)
     folder = resources.files("beliefdrift.prompts") / "templates"
     bundled = folder / f"{name}.txt"
     if not bundled.is_file():
         available = sorted(p.name.removesuffix(".txt") for p in folder.iterdir())
         raise FileNotFoundError(f"no prompt template {name!r}; bundled: {available}, or pass a .txt path")
-    return bundled.read_text()
+    return with_ending(bundled.read_text(), ending, name)
+
+
+def with_ending(text: str, ending: str, name: str = "template") -> str:
+    """`text` as written (`fence`) or cut after its final `{question}` placeholder (`paper`, see the module
+    docstring); `paper` needs a template that ends with the question's closing fence."""
+    if ending not in TEMPLATE_ENDINGS:
+        raise ValueError(f"unknown template ending {ending!r}; expected one of {', '.join(TEMPLATE_ENDINGS)}")
+    if ending == "fence":
+        return text
+    if not text.endswith(_CLOSING_FENCE):
+        raise ValueError(f"template ending 'paper' needs {name} to end with {_CLOSING_FENCE!r} (the question "
+                         "and its closing fence), which it does not")
+    return text.removesuffix(_CLOSING_FENCE) + "{question}"
 
 
 def fill(template: str, **values: object) -> str:
@@ -54,10 +75,12 @@ def format_question(question: MCQuestion) -> str:
     return f"{question.stem}\n{options}"
 
 
-def question_prompt(template: str, question: MCQuestion, gen_len: int = 100) -> str:
-    """The user turn for an MCQ template."""
+def question_prompt(
+    template: str, question: MCQuestion, gen_len: int = 100, ending: str = DEFAULT_TEMPLATE_ENDING
+) -> str:
+    """The user turn for an MCQ template with the given `ending`."""
     return fill(
-        load_template(template),
+        load_template(template, ending),
         question=format_question(question),
         choice_str=", ".join(question.labels),
         num_choices=question.num_choices,

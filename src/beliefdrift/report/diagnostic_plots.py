@@ -13,7 +13,7 @@ import numpy as np
 from beliefdrift.diagnostics.emd import EMDRow
 from beliefdrift.report.plots import plt, save_figure
 
-DISTANCE_LABELS = {"l1": "L1", "kl": "KL"}
+DISTANCE_LABELS = {"l1": "L1", "kl": "KL", "tv": "TV"}
 
 
 def plot_emd_bars(groups: Mapping[str, Sequence[EMDRow]], path: Path, title: str = "") -> list[Path]:
