@@ -80,16 +80,26 @@ def ppr_tokens(
 
 
 def direct_query(lm: LanguageModel, question: MCQuestion, ending: str = DEFAULT_TEMPLATE_ENDING) -> AnswerDist:
-    """Exact direct-query θ over the labels (probs [K], valid_mass scalar)."""
-    batch = PathBatch.prefill(lm.model, direct_tokens(lm, question, ending))
-    return AnswerDist(batch.dist.probs[0], batch.dist.valid_mass[0])
+    """Exact direct-query θ over the labels (probs [K], valid_mass scalar), on the CPU."""
+    dist = PathBatch.prefill(lm.model, direct_tokens(lm, question, ending)).dist.cpu()
+    return AnswerDist(dist.probs[0], dist.valid_mass[0])
+
+
+def draw_labels(probs: torch.Tensor, count: int, generator: torch.Generator, replacement: bool = False) -> torch.Tensor:
+    """`torch.multinomial(probs, count)` on the device of `probs`, driven by the CPU `generator`: on another device
+    a generator there is seeded from the next draw of `generator`, so a run stays reproducible and the host
+    never waits for the device."""
+    if probs.device != generator.device:
+        seed = int(torch.randint(2**63 - 1, (), generator=generator))
+        generator = torch.Generator(probs.device).manual_seed(seed)
+    return torch.multinomial(probs, count, replacement=replacement, generator=generator)
 
 
 def draw_seeds(probs: torch.Tensor, num_paths: int, m: int, generator: torch.Generator) -> torch.Tensor:
     """Seed answers [J, m]: every entry i.i.d. from `probs` [K], an independent set per path."""
     if m == 0:
-        return torch.empty(num_paths, 0, dtype=torch.long)
-    return torch.multinomial(probs.expand(num_paths, -1), m, replacement=True, generator=generator)
+        return torch.empty(num_paths, 0, dtype=torch.long, device=probs.device)
+    return draw_labels(probs.expand(num_paths, -1), m, generator, replacement=True)
 
 
 def sample_answers(
@@ -100,18 +110,18 @@ def sample_answers(
     `generator` is one generator for the whole batch, or (block size, generator) pairs for consecutive
     blocks of paths that must draw their own streams (e.g. one block per method).
     Returns answers [B, steps], θ [B, steps+1, K] (θ before each answer and after the last) and
-    valid_mass [B, steps+1].
+    valid_mass [B, steps+1], on the model's device (nothing is copied to the host while sampling).
     """
     streams = [(batch.size, generator)] if isinstance(generator, torch.Generator) else list(generator)
     thetas, masses, answers = [batch.dist.probs], [batch.dist.valid_mass], []
     for _ in range(steps):
         blocks = batch.dist.probs.split([size for size, _ in streams])
-        answer = torch.cat([torch.multinomial(p, 1, generator=g) for p, (_, g) in zip(blocks, streams, strict=True)])
+        answer = torch.cat([draw_labels(p, 1, g) for p, (_, g) in zip(blocks, streams, strict=True)])
         batch.advance(answer)
         answers.append(answer[:, 0])
         thetas.append(batch.dist.probs)
         masses.append(batch.dist.valid_mass)
-    empty = torch.empty(batch.size, 0, dtype=torch.long)
+    empty = torch.empty(batch.size, 0, dtype=torch.long, device=batch.dist.probs.device)
     return (torch.stack(answers, 1) if answers else empty), torch.stack(thetas, 1), torch.stack(masses, 1)
 
 
@@ -174,7 +184,9 @@ class QuestionRunner:
         ]
         batch = PathBatch.concat([self.paths(r.num_paths, s) for r, s in zip(requests, seeds, strict=True)])
         steps = max(r.num_steps for r in requests)
-        answers, thetas, masses = sample_answers(batch, steps, [(r.num_paths, r.generator) for r in requests])
+        answers, thetas, masses = (
+            t.cpu() for t in sample_answers(batch, steps, [(r.num_paths, r.generator) for r in requests])
+        )
         blocks = [r.num_paths for r in requests]
         return [
             Trajectories(a[:, : r.num_steps], t[:, : r.num_steps + 1], v[:, : r.num_steps + 1], s)

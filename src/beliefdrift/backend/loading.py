@@ -50,11 +50,19 @@ class LanguageModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the input embedding's device (the first of several under a device map)."""
+        return input_device(self.model)
 
     @property
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
+
+
+def input_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's input embedding (DDP/peft wrappers are looked through)."""
+    while hasattr(model, "module"):
+        model = model.module
+    return model.get_input_embeddings().weight.device
 
 
 def cache_dir() -> Path:
@@ -153,12 +161,33 @@ def model_source(spec: str) -> Path | str:
     return spec  # a hub id
 
 
-def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32") -> LanguageModel:
-    """Load `spec` (registry name, hub id, local directory or .gguf path) in eval mode."""
+ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    device: str = "cpu",
+    dtype: str = "float32",
+    attn_implementation: str = "auto",
+    device_map: str | dict | None = None,
+) -> LanguageModel:
+    """Load `spec` (registry name, hub id, local directory or .gguf path) in eval mode.
+
+    `attn_implementation` (auto = transformers' choice for the model) runs every forward pass the engine does not
+    own; `device_map` ("auto" or an accelerate map) spreads a model over several devices instead of `device`.
+    """
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(f"unknown attention implementation {attn_implementation!r}; expected one of "
+                         f"{', '.join(ATTN_IMPLEMENTATIONS)}")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     source = model_source(spec)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype).to(torch_device)
+    options = {} if attn_implementation == "auto" else {"attn_implementation": attn_implementation}
+    if device_map is not None:
+        options["device_map"] = device_map
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **options)
+    if device_map is None:
+        model.to(torch_device)
     model.eval()
     return LanguageModel(model=model, tokenizer=tokenizer, name=spec)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import torch
 from transformers import DynamicCache
 
+from beliefdrift.backend.loading import input_device
 from beliefdrift.backend.shared_prefix import SharedPrefix, enable_shared_prefix, full_cache
 
 
@@ -30,8 +31,9 @@ class PathCache(Protocol):
 
     size: int
 
-    def extend(self, input_ids: torch.Tensor, **model_kwargs: Any) -> Any:
-        """Append input_ids [B, T] to every path in one forward pass; the model's output for those T tokens."""
+    def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
+        """Append input_ids [B, T] to every path in one forward pass (the first `padding[b]` of row b are padding,
+        never attended to); the model's output for those T tokens."""
 
     def select(self, index: torch.Tensor) -> PathCache:
         """A new cache whose path i continues path `index[i]` of this one."""
@@ -42,8 +44,7 @@ def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: A
     when grad mode is on)."""
     base = _unwrapped(model)
     shared = enable_shared_prefix(base.get_base_model() if hasattr(base, "get_base_model") else base)
-    device = next(model.parameters()).device
-    input_ids = torch.tensor([list(prompt_ids)], device=device)
+    input_ids = torch.tensor([list(prompt_ids)], device=input_device(model))
     cache = full_cache() if shared else DynamicCache(config=base.config)
     out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, **model_kwargs)
     if shared:
@@ -85,12 +86,16 @@ class SharedPrefixCache:
         self.device = prefix.keys[0].device
         self.padding = padding  # [B] on the device, or None when no path is padded
 
-    def extend(self, input_ids: torch.Tensor, **model_kwargs: Any) -> Any:
+    def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
         new = input_ids.shape[1]
+        if padding is not None:
+            if self.suffix_length:
+                raise ValueError("ragged (padded) input only on paths with an empty suffix")
+            self.padding = padding.to(self.device)
         start = self.prefix.length + self.suffix_length
         positions = start + torch.arange(new, device=self.device).expand(self.size, -1)
         if self.padding is not None:
-            positions = positions - self.padding[:, None]
+            positions = (positions - self.padding[:, None]).clamp(min=0)  # clamped: padding slots only
         out = self.model(
             input_ids=input_ids.to(self.device),
             position_ids=positions,
@@ -155,12 +160,19 @@ class PerPathCache:
         self.cache = cache
         self.size = ids.shape[0]
 
-    def extend(self, input_ids: torch.Tensor, **model_kwargs: Any) -> Any:
+    def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
         input_ids = input_ids.to(self.ids.device)
         new = input_ids.shape[1]
-        old = 0 if self.cache is None else self.ids.shape[1]
         ids = torch.cat([self.ids, input_ids], 1)
-        mask = torch.cat([self.mask, torch.ones_like(input_ids)], 1)
+        new_mask = torch.ones_like(input_ids)
+        if padding is not None:
+            new_mask = (torch.arange(new, device=ids.device) >= padding.to(ids.device)[:, None]).long()
+        mask = torch.cat([self.mask, new_mask], 1)
+        if padding is not None:
+            # Padding goes first in every row (sliding windows count slots), so the sequences are re-encoded.
+            order = torch.sort(mask, dim=1, stable=True).indices
+            ids, mask, self.cache = ids.gather(1, order), mask.gather(1, order), None
+        old = 0 if self.cache is None else self.ids.shape[1]
         if self.cache is None:
             self.cache = DynamicCache(config=_unwrapped(self.model).config)
         keep = model_kwargs.pop("logits_to_keep", 0)

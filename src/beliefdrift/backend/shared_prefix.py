@@ -222,3 +222,8 @@ def enable_shared_prefix(model: PreTrainedModel) -> bool:
         )
     model._beliefdrift_shared_prefix = reason is None
     return reason is None
+
+
+def use_per_path_cache(model: PreTrainedModel) -> None:
+    """Serve `model` with a full cache per path even where the shared prefix could (to check one against the other)."""
+    model._beliefdrift_shared_prefix = False

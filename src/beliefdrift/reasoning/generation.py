@@ -1,7 +1,7 @@
 """R rollouts of thought–answer pairs per question, decoded in one batch on a shared prompt cache.
 
 The prompt is prefilled once (`PromptCache`) and its keys/values are shared by every rollout
-(`backend.shared_prefix`); each rollout caches only its own suffix. The suffix starts with the prompt's
+(`backend.path_cache`); each rollout caches only its own suffix. The suffix starts with the prompt's
 last token and the rollout's reasoning seeds (left-padded to a common length, the padding hidden from
 attention), then all rollouts advance one sampled token per forward pass. A rollout stops after N pairs
 (N-th `</ans>`), at an end-of-sequence token, or after `max_new_tokens` generated tokens; finished
@@ -19,10 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
-from beliefdrift.backend import AnswerTokens, LanguageModel, PathBatch
-from beliefdrift.backend.shared_prefix import SharedPrefix
+from beliefdrift.backend import LanguageModel
+from beliefdrift.backend.path_cache import prefill
 from beliefdrift.reasoning.parser import PAIR_SEPARATOR, Pair, PairParser, ParseResult, parse_pairs, render_pair
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]
@@ -53,30 +52,51 @@ class DecodeConfig:
 def _draw(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One index per row of non-negative weights [B, K], drawn ∝ weight by inverting the CDF."""
     cdf = weights.double().cumsum(-1)
-    u = torch.rand(len(weights), 1, generator=generator, dtype=torch.float64) * cdf[:, -1:]
+    u = torch.rand(len(weights), 1, generator=generator, dtype=torch.float64, device=weights.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).clamp(max=weights.shape[-1] - 1)[:, 0]
+
+
+def _most_likely(probs: torch.Tensor, top_p: float, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Probabilities [B, K] in descending order and their token ids, K large enough that every row's first
+    K hold `top_p` of its mass: the top `candidates` where that holds (checked on the host, so on the CPU
+    only), else the whole vocabulary."""
+    if probs.is_cpu:
+        top, order = probs.topk(min(candidates, probs.shape[-1]), -1)
+        if not bool((top.sum(-1) < top_p).any()):
+            return top, order
+    return probs.sort(-1, descending=True)
 
 
 def nucleus_sampler(temperature: float, top_p: float, generator: torch.Generator, candidates: int = 256) -> Sampler:
     """Draw one token per row of logits [B, V] from softmax(logits / T) restricted to the smallest set of
-    most likely tokens whose probability reaches `top_p` (T = 0: greedy). Sampling runs on the CPU with
-    `generator`. Exact: the set is searched among the top `candidates` tokens when they hold `top_p`
-    of the mass (then it lies inside them), else in the fully sorted vocabulary."""
+    most likely tokens whose probability reaches `top_p` (T = 0: greedy).
+
+    Sampling runs on the logits' device, so only the [B] token ids leave it. On the CPU it draws from
+    `generator` and searches the set among the top `candidates` tokens when they hold `top_p` of the mass
+    (then it lies inside them), else in the fully sorted vocabulary. On another device it draws from a
+    generator there, seeded by one draw from `generator` on first use, and always sorts the vocabulary
+    (cheaper there than asking the host whether the candidates suffice)."""
     if temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    generators = {torch.device("cpu"): generator}
+
+    def generator_on(device: torch.device) -> torch.Generator:
+        if device not in generators:
+            seed = int(torch.randint(2**63 - 1, (), generator=generator))
+            generators[device] = torch.Generator(device).manual_seed(seed)
+        return generators[device]
 
     def sample(logits: torch.Tensor) -> torch.Tensor:
-        logits = logits.float().cpu()
+        logits = logits.float()
         if temperature == 0:
             return logits.argmax(-1)
+        draw_from = generator_on(logits.device)
         probs = torch.softmax(logits / temperature, -1)
         if top_p == 1:
-            return _draw(probs, generator)
-        top, order = probs.topk(min(candidates, probs.shape[-1]), -1)
-        if bool((top.sum(-1) < top_p).any()):
-            top, order = probs.sort(-1, descending=True)
+            return _draw(probs, draw_from)
+        top, order = _most_likely(probs, top_p, candidates)
         keep = (top.cumsum(-1) - top) < top_p  # the most likely token is always kept
-        return order.gather(-1, _draw(top * keep, generator)[:, None])[:, 0]
+        return order.gather(-1, _draw(top * keep, draw_from)[:, None])[:, 0]
 
     return sample
 
@@ -90,7 +110,7 @@ class PromptCache:
             raise ValueError("a prompt needs at least two tokens")
         self.lm = lm
         self.prompt_ids = tuple(prompt_ids)
-        self.prefix: SharedPrefix = PathBatch.prefill(lm.model, AnswerTokens(self.prompt_ids[:-1], (), ())).prefix
+        self.paths, _ = prefill(lm.model, self.prompt_ids[:-1], logits_to_keep=1)
 
     @classmethod
     def from_text(cls, lm: LanguageModel, context: str) -> PromptCache:
@@ -128,7 +148,14 @@ class Rollout:
 class _RolloutState:
     """One rollout while decoding: incremental detokenization into the pair parser (text is released only
     when it does not end inside a multi-byte character; `char_end[t]` is where token t's text ends), the
-    queue of tag tokens guided decoding still has to write, and the stop reason."""
+    queue of tag tokens guided decoding still has to write, and the stop reason.
+
+    Each token decodes a short window, not the whole text, as the incremental detokenizers of
+    text-generation-inference and vLLM do: `ids[prefix:]`, from where the previous release began; what its
+    text adds to that of `ids[prefix:read]` (`read`: where the last release ended) is new. The tokens of
+    context before the new text keep tokenizers that drop a leading space at the start of a decode right;
+    releases never end inside a multi-byte character, so a window decodes as it does within the whole text.
+    """
 
     def __init__(self, tokenizer, config: DecodeConfig, tags: dict[str, list[int]]):
         self.tokenizer = tokenizer
@@ -144,9 +171,17 @@ class _RolloutState:
         self.phase_tokens = 0  # tokens the model wrote in the current solution or answer
         self.stop: str | None = None
         self._held = 0  # trailing tokens whose text is not released yet
+        self._prefix = self._read = 0
+        self._read_text = ""  # the text of ids[prefix:read]
 
-    def _decode(self) -> str:
-        return self.tokenizer.decode(self.ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    def _decode(self, start: int) -> str:
+        return self.tokenizer.decode(self.ids[start:], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _release(self, text: str) -> None:
+        """Feed the parser what `text`, the text of the window `ids[prefix:]`, adds to the released text."""
+        self.parser.feed(text[len(self._read_text) :])
+        self._prefix, self._read = self._read, len(self.ids)
+        self._read_text = self._decode(self._prefix)
 
     def step(self, sampled: int, eos: set[int]) -> bool:
         """Append the next token (a queued tag token, else `sampled`); False when it ends the rollout unfed
@@ -157,11 +192,11 @@ class _RolloutState:
             self.stop = "eos"
             return False
         self.ids.append(token)
-        text = self._decode()
+        text = self._decode(self._prefix)
         if text.endswith("\ufffd"):
             self._held += 1
         else:
-            self.parser.feed(text[len(self.parser.text) :])
+            self._release(text)
             self._held = 0
         self.char_end.append(len(self.parser.text))
         self.forced += forced
@@ -201,13 +236,14 @@ class _RolloutState:
                 self.capped += 1
                 self._enqueue("close_answer", answer=True)
 
-    def finish(self, hidden: list[torch.Tensor], seed_text: str) -> Rollout:
+    def finish(self, hidden: torch.Tensor | None, seed_text: str) -> Rollout:
+        """The rollout; `hidden` [≥ T, H] holds its tokens' last hidden states first (None: not collected)."""
         if self._held:
-            self.parser.feed(self._decode()[len(self.parser.text) :])
+            self._release(self._decode(self._prefix))
             self.char_end[-self._held :] = [len(self.parser.text)] * self._held
         result = self.parser.finish()
         pair_tokens = [self.token_range(pair.span) for pair in result.pairs]
-        states = torch.stack(hidden) if hidden else None
+        states = hidden[: len(self.ids)] if hidden is not None and self.ids else None
         return Rollout(seed_text, self.ids, result, pair_tokens, str(self.stop), self.forced, self.capped, states)
 
     def token_range(self, span: tuple[int, int]) -> tuple[int, int]:
@@ -242,41 +278,31 @@ def generate_rollouts(
 ) -> list[Rollout]:
     """One rollout per entry of `seed_texts` (the text prefilled after the prompt; "" for none), decoded
     together on `cache`: one forward pass per generated token for the whole batch."""
-    lm, prefix = cache.lm, cache.prefix
-    tokenizer, model, device = lm.tokenizer, lm.model, lm.device
+    lm = cache.lm
+    tokenizer, device = lm.tokenizer, lm.device
     eos = _end_of_sequence_ids(lm)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
     tags = {name: tokenizer(text, add_special_tokens=False)["input_ids"] for name, text in GUIDE_TAGS.items()}
     firsts = [[cache.prompt_ids[-1], *tokenizer(t, add_special_tokens=False)["input_ids"]] for t in seed_texts]
     width = max(len(f) for f in firsts)
-    padding = torch.tensor([width - len(f) for f in firsts], device=device)
-    suffix = DynamicCache(config=model.config)
-    suffix_length = 0
+    padding = [width - len(f) for f in firsts]
+    rollouts = cache.paths.select(torch.zeros(len(firsts), dtype=torch.long))
 
-    def forward(input_ids: torch.Tensor, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        nonlocal suffix_length
-        start = prefix.length + suffix_length - padding
-        positions = (start[:, None] + torch.arange(input_ids.shape[1], device=device)).clamp(min=0)
-        out = model(
-            input_ids=input_ids,
-            position_ids=positions,
-            past_key_values=suffix,
-            shared_prefix=prefix,
-            suffix_padding=padding if bool(padding.any()) else None,
-            use_cache=True,
-            logits_to_keep=1,
-            output_hidden_states=hidden,
-        )
-        suffix_length += input_ids.shape[1]
-        return out.logits[:, -1], (out.hidden_states[-1][:, -1].float().cpu() if hidden else None)
+    def forward(
+        input_ids: torch.Tensor, hidden: bool, padding: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out = rollouts.extend(input_ids, padding, logits_to_keep=1, output_hidden_states=hidden)
+        return out.logits[:, -1], (out.hidden_states[-1][:, -1] if hidden else None)
 
     first = torch.tensor([[pad] * (width - len(f)) + f for f in firsts], device=device)
-    logits, _ = forward(first, hidden=False)
+    logits, _ = forward(first, hidden=False, padding=torch.tensor(padding) if any(padding) else None)
     states = [_RolloutState(tokenizer, config, tags) for _ in seed_texts]
-    hidden_rows: list[list[torch.Tensor]] = [[] for _ in states]
-    banned = sorted(eos) if config.guided else []
+    # Row r's state at step t is that of its token t (rows are fed from the start until they stop).
+    hidden_steps: torch.Tensor | None = None  # [R, max_new_tokens, H] on the device, filled up to `steps`
+    steps = 0
+    banned = torch.tensor(sorted(eos), device=device) if config.guided and eos else None
     while True:
-        if banned:
+        if banned is not None:
             logits[:, banned] = float("-inf")
         tokens = sampler(logits).tolist()
         fed = [r for r, state in enumerate(states) if state.stop is None and state.step(tokens[r], eos)]
@@ -286,11 +312,14 @@ def generate_rollouts(
         feed = torch.tensor([state.ids[-1] if r in fed else pad for r, state in enumerate(states)], device=device)
         logits, hidden = forward(feed[:, None], hidden=collect_hidden)
         if hidden is not None:
-            for r in fed:
-                hidden_rows[r].append(hidden[r])
+            if hidden_steps is None:
+                hidden_steps = hidden.new_empty((len(states), config.max_new_tokens, hidden.shape[-1]))
+            hidden_steps[:, steps] = hidden
+            steps += 1
         if not running:
             break
-    return [state.finish(hidden_rows[r], seed_texts[r]) for r, state in enumerate(states)]
+    hidden = None if hidden_steps is None else hidden_steps[:, :steps].to("cpu", torch.float32, copy=True)
+    return [state.finish(None if hidden is None else hidden[r], seed_texts[r]) for r, state in enumerate(states)]
 
 
 def seed_pair(rollout: Rollout) -> Pair:

@@ -1,0 +1,134 @@
+"""Every architecture family gives the θ of a plain forward pass (uncached, unpadded, unbatched) through every path
+of the engine: PPR with seeds and padding, exact and Monte Carlo k-step predictives, the chain-of-thought sampler,
+the per-path fallback, with sliding windows shorter than the prompt and soft-capped attention."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from tiny_model import FAMILIES, WINDOW, plain_logits, tiny_family_lm
+
+from beliefdrift.backend import AnswerDist, load_model
+from beliefdrift.backend.shared_prefix import SHARED_PREFIX_ATTENTION, base_implementation, use_per_path_cache
+from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
+from beliefdrift.reasoning.generation import DecodeConfig, PromptCache, generate_rollouts
+from beliefdrift.resampling import PPRRequest, QuestionRunner, make_generator, ppr_tokens, sample_answers
+
+FAMILY_NAMES = list(FAMILIES)
+
+
+@pytest.fixture(scope="module", params=FAMILY_NAMES)
+def family_lm(request):
+    return tiny_family_lm(request.param)
+
+
+def plain_theta(lm, tokens, answers: list[int]) -> torch.Tensor:
+    ids = list(tokens.prompt_ids) + [t for a in answers for t in tokens.answer_ids(a)]
+    return AnswerDist.from_logits(plain_logits(lm.model, ids), torch.tensor(tokens.label_ids)).probs
+
+
+def assert_ppr_matches_plain(lm, question, template) -> None:
+    runner = QuestionRunner(lm, question, template)
+    requests = [PPRRequest(2, 5, make_generator(0, "ppr")), PPRRequest(2, 4, make_generator(0, "s1"), num_seeds=1),
+                PPRRequest(2, 5, make_generator(0, "s3"), num_seeds=3)]
+    tokens = ppr_tokens(lm, question, template)
+    thetas = []
+    for traj in runner.ppr_many(requests):  # paths of different seed counts advance together, left-padded
+        for j, n in itertools.product(range(traj.num_paths), (0, 2, traj.num_steps)):
+            history = traj.seeds[j].tolist() + traj.answers[j, :n].tolist()
+            torch.testing.assert_close(traj.thetas[j, n], plain_theta(lm, tokens, history), atol=1e-4, rtol=0)
+            thetas.append(traj.thetas[j, n])
+    assert torch.stack(thetas).std(0).max() > 1e-2, "θ should depend on the history for the check to mean anything"
+
+
+def test_ppr_with_seeds_and_padding_matches_plain_forward(family_lm, question, history_template):
+    tokens = ppr_tokens(family_lm, question, history_template)
+    if getattr(family_lm.model.config, "sliding_window", None):
+        assert len(tokens.prompt_ids) > 4 * WINDOW, "the sliding window must be shorter than the prompt"
+    assert_ppr_matches_plain(family_lm, question, history_template)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])
+def test_per_path_cache_matches_plain_forward(family, question, history_template):
+    lm = tiny_family_lm(family)
+    use_per_path_cache(lm.model)
+    assert_ppr_matches_plain(lm, question, history_template)
+
+
+def test_exact_k_step_predictive_matches_enumerated_plain_forward(family_lm, question, history_template):
+    tokens = ppr_tokens(family_lm, question, history_template)
+    root = QuestionRunner(family_lm, question, history_template).paths(1, seeds=torch.tensor([[1, 3]]))
+    got = kstep_exact(root, horizon=3)
+    labels = range(len(tokens.label_ids))
+    for k in (1, 2, 3):
+        expected = torch.zeros(len(tokens.label_ids), dtype=torch.float64)
+        for continuation in itertools.product(labels, repeat=k - 1):
+            weight, history = 1.0, [1, 3]
+            for answer in continuation:
+                weight *= float(plain_theta(family_lm, tokens, history)[answer])
+                history = [*history, answer]
+            expected += weight * plain_theta(family_lm, tokens, history).double()
+        torch.testing.assert_close(got.p(k)[0], expected, atol=1e-4, rtol=0)
+
+
+def test_monte_carlo_k_step_predictive_is_the_mean_plain_theta_of_its_rollouts(family_lm, question, history_template):
+    tokens = ppr_tokens(family_lm, question, history_template)
+    root = QuestionRunner(family_lm, question, history_template).paths(1, seeds=torch.tensor([[2]]))
+    got = kstep_monte_carlo(root, horizon=3, num_rollouts=4, generator=make_generator(5))
+    answers, _, _ = sample_answers(root.select([0] * 4), 2, make_generator(5))  # the same draws
+    for k in (1, 2, 3):
+        expected = torch.stack([plain_theta(family_lm, tokens, [2, *row[: k - 1]]) for row in answers.tolist()])
+        torch.testing.assert_close(got.p(k)[0], expected.double().mean(0), atol=1e-4, rtol=0)
+
+
+def test_reasoning_sampler_next_token_distribution_matches_plain_forward(family_lm):
+    tokenizer = family_lm.tokenizer
+    cache = PromptCache.from_text(family_lm, "Solve: two plus three, then explain the sum in a few words.\n")
+    seeds = ["", "<sol>2+3</sol>\n<ans>5</ans>\n\n"]  # ragged first step: the first rollout is left-padded
+    seen: list[torch.Tensor] = []
+
+    def greedy(logits: torch.Tensor) -> torch.Tensor:
+        seen.append(logits.float().log_softmax(-1))
+        return logits.argmax(-1)
+
+    rollouts = generate_rollouts(cache, seeds, DecodeConfig(num_pairs=1, max_new_tokens=8), greedy, False)
+    assert len(cache.prompt_ids) > WINDOW
+    for r, (seed, rollout) in enumerate(zip(seeds, rollouts, strict=True)):
+        context = list(cache.prompt_ids) + tokenizer(seed, add_special_tokens=False)["input_ids"]
+        for t in range(len(rollout.token_ids)):
+            expected = plain_logits(family_lm.model, context + rollout.token_ids[:t]).float().log_softmax(-1)
+            torch.testing.assert_close(seen[t][r], expected, atol=1e-4, rtol=0)
+
+
+def test_unservable_model_falls_back_once_with_a_message(question, history_template, capsys):
+    lm = tiny_family_lm("gpt-oss")
+    assert_ppr_matches_plain(lm, question, history_template)
+    assert_ppr_matches_plain(lm, question, history_template)
+    assert capsys.readouterr().err.count("cannot share one prompt cache between paths (attention sinks)") == 1
+
+
+def test_the_users_attention_implementation_runs_every_other_forward_pass(question, history_template):
+    lm = tiny_family_lm("llama", attn_implementation="eager")
+    twin = tiny_family_lm("llama", attn_implementation="eager")
+    ids = ppr_tokens(lm, question, history_template).prompt_ids
+    QuestionRunner(lm, question, history_template).ppr(2, 2, make_generator(0))
+    assert lm.model.config._attn_implementation == f"{SHARED_PREFIX_ATTENTION}_eager"
+    assert base_implementation(lm.model) == "eager"
+    attentions = lm.model(torch.tensor([ids]), output_attentions=True).attentions  # eager returns its weights
+    assert all(a is not None for a in attentions)
+    assert torch.equal(plain_logits(lm.model, ids), plain_logits(twin.model, ids))
+
+
+def test_device_map_leaves_theta_unchanged(tiny_model_dir, tmp_path, question, history_template):
+    """A model split over the CPU and disk (accelerate's offload hooks) gives the engine's θ bit for bit."""
+    whole = load_model(str(tiny_model_dir))
+    layout = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.norm": "cpu",
+              "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    split = load_model(str(tiny_model_dir), device_map=layout)
+    assert "disk" in split.model.hf_device_map.values()
+    runs = [QuestionRunner(lm, question, history_template).ppr(3, 4, make_generator(1), num_seeds=2)
+            for lm in (whole, split)]
+    assert torch.equal(runs[0].answers, runs[1].answers)
+    torch.testing.assert_close(runs[0].thetas, runs[1].thetas, atol=1e-6, rtol=0)
