@@ -3,6 +3,7 @@
 The trained adapter loads with `beliefdrift.evaluation.load_adapter(lm, path)` (and `--adapter` on the CLI).
 """
 
+from beliefdrift.amortize.backward import backward_sc_loss
 from beliefdrift.amortize.forward import PrefixState, conditionals, encode_prefix, rollout_conditionals
 from beliefdrift.amortize.loss import (
     SCLossOutput,
@@ -31,6 +32,7 @@ __all__ = [
     "SCTrainer",
     "SelfConsistencyLoss",
     "TrainConfig",
+    "backward_sc_loss",
     "conditionals",
     "draw_horizons",
     "encode_prefix",

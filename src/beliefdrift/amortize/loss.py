@@ -12,6 +12,10 @@ For one group (Q, a_{1:n}) with J rollouts A^{(j)} and horizons k1 < k2:
 
 Horizons: k1 ~ U{1 … K−1}, δ ~ U{1 … K−k1}, k2 = k1 + δ (the paper's K = 6).
 
+Predictive scope: with `predictive_paths` = B < J the paths are split into consecutive blocks of B (the update's
+micro-batches) and L_SC, L_pg (p̂, ℓ_j and the advantage baseline) are computed within each block and averaged over
+blocks; L_anc and L_fmt do not depend on the split.
+
 The anchor (ours, λ = 0 in the paper's presets) closes a degenerate minimum of L_SC: a model that puts all its
 mass on one label whatever the history has L_SC = 0. Pulling θ_0 towards where the base model's own resampling
 process is heading keeps what AM-PPR is meant to amortize (q ≈ θ̂_1 ≈ the base PPR estimate) in the objective.
@@ -56,15 +60,23 @@ class SelfConsistencyLoss(nn.Module):
 
     Inputs: log_thetas [J, D+1, |𝒜|] (log θ^{(j)}_d, d = 0 … D, with D ≥ k2 − 1; differentiable), rollouts [J, D']
     (label indices, D' ≥ k1 − 1), the horizons k1 < k2; when λ > 0 the base model's forecast f [|𝒜|], when γ > 0
-    the log label masses log_mass [J, D+1].
+    the log label masses log_mass [J, D+1]. `predictive_paths`: paths per Monte-Carlo predictive (None: all J).
     """
 
-    def __init__(self, beta: float = 0.01, clip: float = 5.0, anchor: float = 0.0, format_weight: float = 0.0):
+    def __init__(
+        self,
+        beta: float = 0.01,
+        clip: float = 5.0,
+        anchor: float = 0.0,
+        format_weight: float = 0.0,
+        predictive_paths: int | None = None,
+    ):
         super().__init__()
         self.beta = beta
         self.clip = clip
         self.anchor = anchor
         self.format_weight = format_weight
+        self.predictive_paths = predictive_paths
 
     def forward(
         self,
@@ -81,18 +93,31 @@ class SelfConsistencyLoss(nn.Module):
             raise ValueError("the anchor term (λ > 0) needs the base model's forecast as target")
         if self.format_weight and log_mass is None:
             raise ValueError("the format term (γ > 0) needs the log label masses")
+        steps = rollouts[:, : k1 - 1].to(log_thetas.device)
+        block = self.predictive_paths
+        if block and block < log_thetas.shape[0]:
+            blocks = zip(log_thetas.split(block), steps.split(block), strict=True)
+            parts = [self._sc_pg(thetas, block_steps, k1, k2) for thetas, block_steps in blocks]
+            sc, pg = (torch.stack(terms).mean() for terms in zip(*parts, strict=True))
+        else:
+            sc, pg = self._sc_pg(log_thetas, steps, k1, k2)
+        zero = torch.zeros((), dtype=sc.dtype, device=sc.device)
+        if forecast is not None:  # KL in float64 (the forecast's precision), reported in the loss's dtype
+            anchor = kl_divergence(forecast.to(log_thetas.device), log_thetas[0, 0].exp()).to(sc.dtype)
+        else:
+            anchor = zero
+        fmt = zero if log_mass is None else -log_mass[:, :k2].mean()
+        loss = sc + self.beta * pg + self.anchor * anchor + self.format_weight * fmt
+        return SCLossOutput(loss, sc, pg, anchor, fmt)
+
+    def _sc_pg(self, log_thetas: torch.Tensor, steps: torch.Tensor, k1: int, k2: int) -> tuple[torch.Tensor, ...]:
+        """(L_SC, L_pg) of a block of paths, its predictives and advantage baseline averaging over that block."""
         target = log_predictive(log_thetas, k2).exp().detach()
         sc = cross_entropy(target, log_predictive(log_thetas, k1))
         per_path = cross_entropy(target, log_thetas[:, k1 - 1])  # ℓ_j
         advantage = (per_path - per_path.mean()).detach().clamp(-self.clip, self.clip)
-        steps = rollouts[:, : k1 - 1].to(log_thetas.device)
         path_log_prob = log_thetas[:, : k1 - 1].gather(-1, steps[..., None]).squeeze(-1).sum(-1)
-        pg = (advantage * path_log_prob).mean()
-        zero = torch.zeros((), dtype=sc.dtype, device=sc.device)
-        anchor = zero if forecast is None else kl_divergence(forecast, log_thetas[0, 0].exp()).to(sc.dtype)
-        fmt = zero if log_mass is None else -log_mass[:, :k2].mean()
-        loss = sc + self.beta * pg + self.anchor * anchor + self.format_weight * fmt
-        return SCLossOutput(loss, sc, pg, anchor, fmt)
+        return sc, (advantage * path_log_prob).mean()
 
 
 def draw_horizons(generator: torch.Generator, horizon: int = 6) -> tuple[int, int]:

@@ -1,8 +1,10 @@
 """SC fine-tuning (AM-PPR): LoRA adapters trained on the SC + PG loss, one query group per optimizer update.
 
 Each update takes one group (Q, a_{1:n}), draws (k1, k2), runs the prompt + prefix once and the group's rollouts
-in chunks of `micro_batch` paths (`micro_batch × grad_accum` paths per update), and takes one AdamW step on
-L = L_SC + β·L_pg (cosine schedule with warm-up). Every update draws its randomness (horizons, rollout subset,
+in chunks of `micro_batch` paths (`micro_batch × grad_accum` paths per update), back-propagates
+L = L_SC + β·L_pg (+ λ·L_anc + γ·L_fmt) one chunk at a time (gradient caching, amortize/backward.py) and takes one
+AdamW step (gradient norm clipped at `max_grad_norm`, cosine schedule with warm-up). Every tensor of an update lives
+on the model's device. Every update draws its randomness (horizons, rollout subset,
 dropout masks, on-policy rollouts) from `make_generator(seed, epoch, group, u)`, so a run resumed from a
 checkpoint ends with the same adapter as an uninterrupted one.
 
@@ -16,6 +18,7 @@ import csv
 import json
 import math
 import os
+import pickle
 import random
 import re
 import shutil
@@ -31,7 +34,8 @@ from typing import Any
 import torch
 import yaml
 
-from beliefdrift.amortize.forward import conditionals
+from beliefdrift.amortize.backward import backward_sc_loss
+from beliefdrift.amortize.forward import Conditionals, enable_gradient_checkpointing
 from beliefdrift.amortize.loss import SCLossOutput, SelfConsistencyLoss, draw_horizons
 from beliefdrift.amortize.rollouts import (
     PREFIX_MODES,
@@ -50,6 +54,7 @@ from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
 from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
 
 MODES = ("offline", "on-policy")
+PREDICTIVE_SCOPES = ("update", "micro_batch")
 # Settings that do not change the trained adapter: a run may resume with different values.
 OPERATIONAL = ("save_steps", "save_total_limit", "eval_steps", "eval_n", "eval_dataset", "eval_split", "eval_horizon",
                "eval_prefix_lengths", "eval_num_rollouts")
@@ -81,6 +86,7 @@ class TrainConfig:
     clip: float = 5.0
     anchor: float = 0.0  # λ of KL(base K-step forecast ‖ θ_0) (ours, see amortize/loss.py; 0 = the paper's loss)
     format_weight: float = 0.0  # γ of −log label mass (ours, see amortize/loss.py; 0 = the paper's loss)
+    predictive_scope: str = "update"  # p̂^(k) averages the paths of the update (on this process) | of each micro_batch
     # LoRA
     lora_r: int = 16
     lora_alpha: int = 8
@@ -90,9 +96,11 @@ class TrainConfig:
     learning_rate: float = 1e-4
     weight_decay: float = 0.01
     warmup_steps: int = 5
-    max_grad_norm: float | None = 1.0
+    max_grad_norm: float | None = 1.0  # clip the update's gradient norm to this (0 or None: no clipping)
     micro_batch: int = 8  # paths per forward chunk
     grad_accum: int = 4  # chunks per update: micro_batch × grad_accum paths per update (per process)
+    gradient_caching: bool = True  # back-propagate chunk by chunk (memory of one chunk; the same gradient)
+    gradient_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
     epochs: int = 2
     steps_per_group: int = 1  # U
     max_steps: int | None = None  # stop after this many updates (the schedule then spans them)
@@ -116,8 +124,10 @@ class TrainConfig:
             problems.append(f"prefix_mode must be one of {PREFIX_MODES}")
         if self.horizon < 2:
             problems.append("horizon must be at least 2")
-        if self.anchor < 0 or self.format_weight < 0:
-            problems.append("anchor and format_weight must be non-negative")
+        if self.predictive_scope not in PREDICTIVE_SCOPES:
+            problems.append(f"predictive_scope must be one of {PREDICTIVE_SCOPES}")
+        if self.anchor < 0 or self.format_weight < 0 or (self.max_grad_norm or 0) < 0:
+            problems.append("anchor, format_weight and max_grad_norm must be non-negative")
         if self.paths_per_update > self.num_rollouts:
             problems.append(f"micro_batch × grad_accum = {self.paths_per_update} exceeds num_rollouts = "
                             f"{self.num_rollouts}")
@@ -245,6 +255,8 @@ class SCTrainer:
         self.updates = plan_updates(len(self.groups), config, self.accelerator.process_index,
                                     self.accelerator.num_processes)
         enable_shared_prefix(base.model)
+        if config.gradient_checkpointing:
+            enable_gradient_checkpointing(base.model)
         torch.manual_seed(config.seed)  # LoRA initialisation
         target = config.target_modules if isinstance(config.target_modules, str) else list(config.target_modules)
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
@@ -256,7 +268,8 @@ class SCTrainer:
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
         scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, len(self.updates))
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(peft_model, optimizer, scheduler)
-        self.loss = SelfConsistencyLoss(config.beta, config.clip, config.anchor, config.format_weight)
+        predictive_paths = config.micro_batch if config.predictive_scope == "micro_batch" else None
+        self.loss = SelfConsistencyLoss(config.beta, config.clip, config.anchor, config.format_weight, predictive_paths)
         self._tokens: dict[str, AnswerTokens] = {}
 
     # -------------------------------------------------------------------------------------------- data
@@ -346,24 +359,35 @@ class SCTrainer:
         generator = make_generator(self.config.seed, "update", update.epoch, group.id, update.u)
         k1, k2 = draw_horizons(generator, self.config.horizon)
         torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))  # LoRA dropout masks
-        rollouts = self.update_rollouts(group, generator, k2 - 1)
+        device = self.accelerator.device
+        rollouts = self.update_rollouts(group, generator, k2 - 1).to(device)
+        forecast = group.forecast.to(device) if self.config.anchor else None  # the anchor's target, only if used
+
+        def loss_fn(conditionals: Conditionals) -> SCLossOutput:
+            return self.loss(conditionals.log_theta, rollouts, k1, k2, forecast, conditionals.log_mass)
+
         self.model.train()
-        log_thetas, log_mass = conditionals(self.model, self.tokens(group.question), group.prefix, rollouts,
-                                            self.config.micro_batch)
-        out: SCLossOutput = self.loss(log_thetas, rollouts, k1, k2, group.forecast, log_mass)
-        self.accelerator.backward(out.loss)
-        grad_norm = float("nan")
-        if self.config.max_grad_norm:
-            grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm))
+        # accelerator.backward(loss) is loss.backward() here, after the fp16 loss scaling
+        scaler = self.accelerator.scaler
+        out = backward_sc_loss(self.model, self.tokens(group.question), group.prefix, rollouts, loss_fn,
+                               self.config.micro_batch, self.config.gradient_caching, scaler.scale if scaler else None)
         lr = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        grad_norm = self.optimizer_step()
         terms = self.accelerator.reduce(torch.stack(list(out)).detach().float(), "mean")
-        anchor = float(terms[3]) if group.forecast is not None else float("nan")
+        anchor = float(terms[3]) if forecast is not None else float("nan")
         return {"step": update.step, "epoch": update.epoch, "group": group.id, "k1": k1, "k2": k2,
                 "loss": float(terms[0]), "sc": float(terms[1]), "pg": float(terms[2]), "anchor": anchor,
                 "format": float(terms[4]), "grad_norm": grad_norm, "lr": lr, "seconds": perf_counter() - start}
+
+    def optimizer_step(self) -> float:
+        """Clip the gradient to norm `max_grad_norm` (0 or None: no clipping), step AdamW and the schedule, clear the
+        gradients; returns the gradient norm before clipping."""
+        max_norm = self.config.max_grad_norm or math.inf  # an infinite bound scales by exactly 1
+        grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), max_norm))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
 
     @torch.no_grad()
     def validate(self, questions: list[MCQuestion]) -> dict[str, float]:
@@ -426,9 +450,9 @@ class SCTrainer:
 
         rank = self.accelerator.process_index
         set_peft_model_state_dict(self.peft_model, load_file(directory / "adapter" / "adapter_model.safetensors"))
-        self.optimizer.load_state_dict(torch.load(directory / f"optimizer.rank{rank}.pt", weights_only=False))
-        self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=False))
-        rng = torch.load(directory / f"rng.rank{rank}.pt", weights_only=False)
+        self.optimizer.load_state_dict(load_plain(directory / f"optimizer.rank{rank}.pt"))
+        self.scheduler.load_state_dict(load_plain(directory / "scheduler.pt"))
+        rng = load_plain(directory / f"rng.rank{rank}.pt")
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
         return json.loads((directory / "state.json").read_text())["step"]
@@ -483,6 +507,17 @@ class SCTrainer:
             os.replace(temporary, final)
         self.accelerator.wait_for_everyone()
         return final
+
+
+def load_plain(path: Path) -> Any:
+    """A torch file of tensors and plain values (numbers, strings, lists, dicts, tuples), read without running
+    pickled code: anything else is refused."""
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = next((line.strip() for line in str(err).splitlines() if "unsupported" in line.lower()), "")
+        raise ValueError(f"{path}: refused to load: a checkpoint holds only tensors and plain values, this file "
+                         f"names other Python objects (tampered with, or not written by beliefdrift). {found}") from err
 
 
 class TrainLog:
