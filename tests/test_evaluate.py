@@ -179,7 +179,7 @@ def test_config_layers_and_adapter_methods(tmp_path: Path, capsys: pytest.Captur
     assert resolve_config(preset, {"adapter": "lora"}).methods == ("ppr", "am-ppr-seed1", "direct")
     with pytest.raises(ValueError, match="am-ppr-seed1 need --adapter"):
         resolve_config({}, {"methods": ["am-ppr-seed1"]})
-    with pytest.raises(ValueError, match="steps must be at least 1"):
+    with pytest.raises(ValueError, match=r"-N/--steps \(setting steps\) must be at least 1"):
         resolve_config({}, {"steps": 0})
     bad = tmp_path / "bad.yaml"
     bad.write_text("paths: 4\nwarmup: 3\n")

@@ -30,10 +30,12 @@ from beliefdrift import __version__
 from beliefdrift.backend import DEFAULT_MODEL, REGISTRY, LanguageModel, load_model
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import DATASETS, load_dataset
+from beliefdrift.data.registry import DATASETS, fingerprint, load_dataset
+from beliefdrift.errors import UserError, check_device, check_model
 from beliefdrift.methods import Method, MethodResult, parse_method, run_methods
 from beliefdrift.metrics import MetricWarning, summarize
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, load_template
+from beliefdrift.resampling import direct_tokens, ppr_tokens
 from beliefdrift.store import STORE_FILE, ResultRow, RunStore, StoreError
 
 # ------------------------------------------------------------------------------------------ configuration
@@ -59,6 +61,7 @@ class EvalConfig:
     data_dir: str | None = None
     qc_path_mass: float = 0.5
     qc_max_fraction: float = 0.5
+    skip_long_prompts: bool = False
 
     @property
     def method_list(self) -> list[Method]:
@@ -68,14 +71,18 @@ class EvalConfig:
     def quality_control(self) -> QualityControl:
         return QualityControl(self.qc_path_mass, self.qc_max_fraction)
 
-    def identity(self) -> dict[str, Any]:
-        """The settings stored with a run; resuming with any of them changed is refused."""
+    def identity(self, questions: Sequence[MCQuestion], skipped: Sequence[MCQuestion] = ()) -> dict[str, Any]:
+        """The settings stored with a run, with the content of its `questions` and the ones `skipped` (prompt
+        longer than the model's context); resuming with any of them changed is refused."""
         template = load_template(self.template, self.template_ending)  # an unknown ending fails here
         return {
             "model": self.model if self.model in REGISTRY else _local_path_or_name(self.model),
             "dataset": self.dataset if self.dataset in DATASETS else _local_path_or_name(self.dataset),
             "split": self.split,
-            "n": self.n,
+            "n": self.n or None,  # 0 and None both mean all questions
+            "questions": len(questions),
+            "questions_sha256": fingerprint(questions),
+            **({"skipped_long_prompts": [q.id for q in skipped]} if self.skip_long_prompts else {}),
             "seed": self.seed,
             "methods": list(self.methods),
             "paths": self.paths,
@@ -86,11 +93,22 @@ class EvalConfig:
             **({"template_ending": self.template_ending} if self.template_ending != DEFAULT_TEMPLATE_ENDING else {}),
             "adapter": _local_path_or_name(self.adapter) if self.adapter else None,
             "dtype": str(resolve_dtype(self.dtype, resolve_device(self.device))).removeprefix("torch."),
+            "device": resolve_device(self.device).type,
             "version": __version__,
         }
 
 
 CONFIG_KEYS = tuple(f.name for f in fields(EvalConfig))
+#: The YAML types a setting's annotation accepts, and how to name them (methods: a string or a list of strings).
+_PRESET_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "str": ((str,), "a string"),
+    "str | None": ((str, type(None)), "a string or null"),
+    "int": ((int,), "an integer"),
+    "int | None": ((int, type(None)), "an integer or null"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "true or false"),
+    "tuple[str, ...]": ((str, list), "a method name or a list of them"),
+}
 
 
 def _local_path_or_name(spec: str) -> str:
@@ -127,7 +145,13 @@ def load_preset(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"--config {path}: expected a mapping of settings, got {type(values).__name__}")
     unknown = sorted(set(values) - set(CONFIG_KEYS))
     if unknown:
-        raise ValueError(f"--config {path}: unknown settings {unknown}; known: {', '.join(CONFIG_KEYS)}")
+        raise UserError(f"--config {path}: unknown settings {unknown}; known: {', '.join(CONFIG_KEYS)}")
+    types = {f.name: str(f.type) for f in fields(EvalConfig)}
+    for key, value in values.items():
+        allowed, expected = _PRESET_TYPES[types[key]]
+        if (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)
+                or (isinstance(value, list) and not all(isinstance(v, str) for v in value))):
+            raise UserError(f"--config {path}: setting {key}: expected {expected}, got {value!r}")
     return values
 
 
@@ -148,9 +172,11 @@ def resolve_config(preset: Mapping[str, Any], given: Mapping[str, Any]) -> EvalC
         if not methods:
             raise ValueError("no methods left to run without --adapter")
     config = EvalConfig(**{**values, "methods": methods})
-    for name in ("paths", "steps"):
+    for name, flag in (("paths", "-J/--paths"), ("steps", "-N/--steps")):
         if getattr(config, name) < 1:
-            raise ValueError(f"{name} must be at least 1, got {getattr(config, name)}")
+            raise UserError(f"{flag} (setting {name}) must be at least 1, got {getattr(config, name)}")
+    if config.n is not None and config.n < 0:
+        raise UserError(f"-n/--n (setting n) must be 0 (all questions) or more, got {config.n}")
     return config
 
 
@@ -298,6 +324,46 @@ def load_questions(config: EvalConfig) -> list[MCQuestion]:
     return questions  # type: ignore[return-value]
 
 
+def prompt_positions(lm: LanguageModel, question: MCQuestion, methods: Sequence[Method], steps: int, template: str,
+                     ending: str) -> int:
+    """Positions the longest of `methods` fills on `question`: its prompt, then (PPR) m seeds and N answers."""
+    needed = [len(direct_tokens(lm, question, ending).prompt_ids)] if not all(m.resamples for m in methods) else []
+    resampling = [m for m in methods if m.resamples]
+    if resampling:
+        tokens = ppr_tokens(lm, question, template, ending=ending)
+        answers = max(m.num_seeds for m in resampling) + steps
+        needed.append(len(tokens.prompt_ids) + answers * tokens.step_length)
+    return max(needed)
+
+
+def split_long_prompts(
+    lm: LanguageModel,
+    questions: Sequence[MCQuestion],
+    methods: Sequence[Method],
+    steps: int,
+    template: str,
+    ending: str,
+    skip: bool,
+) -> tuple[list[MCQuestion], list[MCQuestion]]:
+    """(questions that fit the model's context, questions that do not); with `skip` false a question that does not
+    fit is a UserError naming it. Models without `max_position_embeddings` fit everything."""
+    limit = getattr(lm.model.config, "max_position_embeddings", None)
+    if limit is None:
+        return list(questions), []
+    kept, skipped = [], []
+    for question in questions:
+        needed = prompt_positions(lm, question, methods, steps, template, ending)
+        if needed <= limit:
+            kept.append(question)
+        elif skip:
+            skipped.append(question)
+        else:
+            raise UserError(f"question {question.id} ({question.source or 'no source'}) needs {needed} positions "
+                            f"(prompt, seeds and -N {steps} answers) but {lm.name} has {limit} "
+                            "(max_position_embeddings); shorten it, lower -N/--steps, or pass --skip-long-prompts")
+    return kept, skipped
+
+
 def open_run_store(path: Path, identity: Mapping[str, Any], ranks: Ranks) -> RunStore:
     """Rank 0 creates the store and writes (or checks) the run's identity; the others open it afterwards.
     Every rank raises the same StoreError if rank 0's check failed."""
@@ -326,20 +392,28 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
     path = Path(out) / STORE_FILE
     questions = load_questions(config)
     methods = config.method_list
-    identity = config.identity()
-    with process_group(ranks), open_run_store(path, identity, ranks) as store:
+    check_device(config.device)
+    check_model(config.model)
+    # The store is written only once model and data have loaded, so a failed start leaves no run behind.
+    lm = load_model(config.model, device=config.device, dtype=config.dtype)
+    adapter_lm = load_adapter(lm, config.adapter) if config.adapter else None
+    questions, skipped = split_long_prompts(lm, questions, methods, config.steps, config.template,
+                                            config.template_ending, config.skip_long_prompts)
+    if skipped and ranks.rank == 0:
+        print(f"skipping {len(skipped)} of {len(questions) + len(skipped)} questions whose prompt is longer than the "
+              f"model's context: {', '.join(q.id for q in skipped)}", file=sys.stderr)
+    with process_group(ranks), open_run_store(path, config.identity(questions, skipped), ranks) as store:
         done = store.done()
         mine = [(i, q) for i, q in enumerate(questions) if ranks.owns(i)]
-        todo = [(i, q, [m for m in methods if (q.id, m.name) not in done]) for i, q in mine]
-        todo = [(i, q, missing) for i, q, missing in todo if missing]
-        if todo:
-            lm = load_model(config.model, device=config.device, dtype=config.dtype)
-            adapter_lm = load_adapter(lm, config.adapter) if config.adapter else None
-            with tqdm(total=len(mine), initial=len(mine) - len(todo), unit="question", desc=config.dataset,
-                      disable=not progress or ranks.rank != 0, dynamic_ncols=True) as bar:
-                for position, question, missing in todo:
+        todo = [(i, q) for i, q in mine if any((q.id, m.name) not in done for m in methods)]
+        with tqdm(total=len(mine), initial=len(mine) - len(todo), unit="question", desc=config.dataset,
+                  disable=not progress or ranks.rank != 0, dynamic_ncols=True) as bar:
+            for position, question in todo:
+                done = store.done()  # another process on this directory may have stored it meanwhile
+                missing = [m for m in methods if (question.id, m.name) not in done]
+                if missing:
                     store.add(question_rows(position, question, missing, config, lm, adapter_lm))
-                    bar.update()
+                bar.update()
         ranks.barrier()
     return path
 
@@ -415,10 +489,33 @@ def score_rows(
             if kept:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", MetricWarning)
-                    summary = summarize(probs, targets, n_resamples=n_resamples, seed=seed)
+                    try:
+                        summary = summarize(probs, targets, n_resamples=n_resamples, seed=seed)
+                    except ValueError as err:
+                        raise corrupt_row(kept, probs, estimator, err) from err
             scores.append(MethodScore(parse_method(name), estimator, summary, len(group), len(group) - len(kept),
                                       probs, targets, label_mass))
     return scores
+
+
+def corrupt_row(
+    rows: Sequence[ResultRow], probs: Sequence[np.ndarray], estimator: str | None, err: ValueError
+) -> StoreError:
+    """A StoreError naming the first row whose estimate is not a probability vector over its options (`err`, what
+    the metrics said, when each row is one on its own)."""
+    def valid(row: ResultRow, p: np.ndarray) -> bool:
+        try:
+            summarize([p], [row.target], n_resamples=1)
+        except ValueError:
+            return False
+        return True
+
+    bad = next(((row, p) for row, p in zip(rows, probs, strict=True) if not valid(row, p)), None)
+    if bad is None:
+        return StoreError(f"the stored results of method {rows[0].method} cannot be scored: {err}")
+    row, p = bad
+    return StoreError(f"the stored {estimator or 'estimate'} of question {row.question_id!r}, method {row.method} is "
+                      f"not a probability vector over its {row.num_labels} options (target {row.target}): {p.tolist()}")
 
 
 def score_results(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
 from beliefdrift.data.registry import DATASETS
+from beliefdrift.errors import check_device, check_model
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 
 
@@ -40,7 +41,7 @@ def add_data_args(parser: argparse.ArgumentParser, dataset: str | None = None, n
     group.add_argument("--dataset", default=dataset, help=f"one of {', '.join(DATASETS)} or a file path")
     group.add_argument("--split", default=None, help="dataset split (default: the dataset's evaluation split)")
     group.add_argument("--n", "-n", type=int, default=n,
-                       help="number of questions (deterministic subsample by --seed; default: " +
+                       help="number of questions, 0 for all (deterministic subsample by --seed; default: " +
                             ("all" if n is None else str(n)) + ")")
     group.add_argument("--data-dir", default=None, help="benchmark data directory ($BELIEFDRIFT_DATA)")
 
@@ -50,4 +51,6 @@ def add_output_args(parser: argparse.ArgumentParser, default: str) -> None:
 
 
 def model_from_args(args: argparse.Namespace) -> LanguageModel:
+    check_device(args.device)
+    check_model(args.model)
     return load_model(args.model, device=args.device, dtype=args.dtype)

@@ -28,10 +28,10 @@ from beliefdrift.commands.common import (
     model_from_args,
 )
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import load_dataset
+from beliefdrift.data.registry import fingerprint, load_dataset
 from beliefdrift.diagnostics.cid import cid_check
 from beliefdrift.diagnostics.marginal import MarginalDrift, average_drift, marginal_drift, marginal_shift
-from beliefdrift.evaluation import base_model, load_adapter
+from beliefdrift.evaluation import base_model, load_adapter, split_long_prompts
 from beliefdrift.methods import Method, parse_method
 from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
 from beliefdrift.records import RecordWriter, write_atomic
@@ -62,6 +62,8 @@ def add_run_args(parser: argparse.ArgumentParser, paths: int, steps: int, out: s
                        help=f"comma list of PPR-type methods (default {','.join(BASE_METHODS)}, "
                             f"plus {','.join(ADAPTER_METHODS)} with --adapter)")
     group.add_argument("--adapter", type=Path, default=None, help="peft LoRA directory of the SC-tuned model (AM-PPR)")
+    parser.add_argument("--skip-long-prompts", action="store_true",
+                        help="skip (and count) questions whose prompt and answers exceed the model's context")
 
 
 def methods_from_args(args: argparse.Namespace) -> list[Method]:
@@ -112,25 +114,36 @@ def run_config(args: argparse.Namespace, *names: str) -> dict[str, Any]:
 
 def for_each_unit(
     args: argparse.Namespace,
-    writer: RecordWriter,
+    config: dict[str, Any],
     compute: Callable[[QuestionRunner, Method], dict[str, Any]],
     desc: str,
-) -> tuple[list[MCQuestion], list[Method]]:
-    """Write `compute(runner, method)` (a dict of quantities) for every question × method not written yet."""
+    answers: int,
+) -> tuple[RecordWriter, list[MCQuestion], list[Method]]:
+    """Write `compute(runner, method)` (a dict of quantities) for every question × method not written yet, into
+    the run store of `config` and the questions' fingerprint, opened once model and questions have loaded.
+    `answers` is the most answers a path holds after its seeds (for the check against the model's context)."""
     questions, methods = questions_from_args(args), methods_from_args(args)
+    models = Models(args)
+    questions, skipped = split_long_prompts(models.base, questions, methods, answers, args.template,
+                                            args.template_ending, args.skip_long_prompts)
+    if args.skip_long_prompts:
+        config = {**config, "skipped_long_prompts": [q.id for q in skipped]}
+        print(f"skipped {len(skipped)} questions longer than the model's context", flush=True)
+    writer = RecordWriter(args.out, {**config, "questions_sha256": fingerprint(questions)})
     todo = [(q, m) for q in questions for m in methods if not writer.done(q.id, m.name)]
     print(f"{len(questions)} questions × {len(methods)} methods ({len(questions) * len(methods) - len(todo)} done)",
           flush=True)
-    models = Models(args) if todo else None
     current, runners = None, {}
     for question, method in tqdm(todo, desc=desc, unit="question×method"):
+        if writer.done(question.id, method.name):  # another process on this directory stored it meanwhile
+            continue
         if question is not current:  # one question's prefills at a time (base and tuned model)
             current, runners = question, {}
         with models.use(method) as lm:
             runner = runners.setdefault(method.needs_adapter, QuestionRunner(lm, question, args.template,
                                                                                 args.template_ending))
             writer.write(question.id, {method.name: compute(runner, method)})
-    return questions, methods
+    return writer, questions, methods
 
 
 def trajectory_quantities(runner: QuestionRunner, method: Method, paths: int, steps: int, seed: int) -> dict[str, Any]:
@@ -169,9 +182,9 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    writer = RecordWriter(args.out, run_config(args))
-    questions, methods = for_each_unit(
-        args, writer, lambda runner, m: trajectory_quantities(runner, m, args.paths, args.steps, args.seed), "drift"
+    writer, questions, methods = for_each_unit(
+        args, run_config(args), lambda runner, m: trajectory_quantities(runner, m, args.paths, args.steps, args.seed),
+        "drift", args.steps,
     )
     records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
     writer.write_scalars([(q.id, m.name) for q in questions for m in methods])

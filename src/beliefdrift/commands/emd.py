@@ -23,7 +23,7 @@ from beliefdrift.commands.drift import (
 from beliefdrift.diagnostics.emd import DISTANCES, EMDConfig, aggregate_emd, question_emd
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET
 from beliefdrift.methods import Method
-from beliefdrift.records import RecordWriter, write_atomic
+from beliefdrift.records import write_atomic
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_emd_bars, plot_emd_burn_in
 from beliefdrift.resampling import QuestionRunner, make_generator
 
@@ -89,9 +89,11 @@ def emd_quantities(
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    writer = RecordWriter(args.out, run_config(args, "horizon", "prefix_lengths", "top_k", "burn_in", "k",
-                                               "burn_in_paths", "exact_budget"))
-    questions, methods = for_each_unit(args, writer, lambda runner, m: emd_quantities(runner, m, config, args), "emd")
+    identity = run_config(args, "horizon", "prefix_lengths", "top_k", "burn_in", "k", "burn_in_paths", "exact_budget")
+    answers = max(args.steps, max(config.prefix_lengths, default=0) + config.horizon, config.burn_in + config.k)
+    writer, questions, methods = for_each_unit(
+        args, identity, lambda runner, m: emd_quantities(runner, m, config, args), "emd", answers
+    )
     records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
     writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
 

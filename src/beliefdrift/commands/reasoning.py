@@ -15,7 +15,7 @@ import argparse
 from tqdm import tqdm
 
 from beliefdrift.commands.common import add_data_args, add_model_args, add_output_args, model_from_args
-from beliefdrift.data.registry import load_dataset
+from beliefdrift.data.registry import fingerprint, load_dataset
 from beliefdrift.reasoning.embeddings import EMBEDDINGS
 from beliefdrift.reasoning.experiment import ReasoningConfig, run_experiment, summary_markdown
 from beliefdrift.reasoning.task import ReasoningTask, pairs_template
@@ -78,7 +78,8 @@ def run_command(args: argparse.Namespace) -> int:
     lm = model_from_args(args)
     print(f"{len(tasks)} {args.dataset} questions, R={config.rollouts}, N={config.pairs}, m={config.seeds}, "
           f"τ={config.tau}, {args.format} format ({lm.dtype}, {lm.device})", flush=True)
-    run_info = {"model": args.model, "dataset": args.dataset, "split": args.split, "template": template}
+    run_info = {"model": args.model, "dataset": args.dataset, "split": args.split, "template": template,
+                "questions_sha256": fingerprint(items)}
     summary = run_experiment(
         lm, tasks, config, args.out, run_info, progress=lambda xs: tqdm(xs, desc="reasoning", unit="question")
     )

@@ -2,7 +2,9 @@
 
 Writes tables.md, tables.tex (Table 1: ACC/AUC, Table 2: ECE/NLL/BS; one column group per run),
 metrics.csv (every method and estimator with intervals, n, excluded, nll_clipped) and one reliability
-diagram per method. Questions failing quality control are excluded per method and counted.
+diagram per method. Questions failing quality control are excluded per method and counted. Stores are opened
+read-only; an unfinished run is reported as partial (results stored of planned) in every table's heading and on
+stdout, and questions skipped for a prompt longer than the model's context are counted.
 """
 
 from __future__ import annotations
@@ -39,28 +41,40 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def load_run(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> RunScores:
-    """A run directory's scores, headed by its dataset's name."""
-    with RunStore.open(Path(run_dir) / STORE_FILE, create=False) as store:
+def load_run(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> tuple[RunScores, list[str]]:
+    """A run directory's scores, headed by its dataset's name (marked partial when unfinished), and notes on what
+    is missing from it."""
+    with RunStore.open(Path(run_dir) / STORE_FILE, read_only=True) as store:
         config, rows = store.config(), store.rows()
     if not rows:
         raise StoreError(f"{run_dir}: the run store holds no results yet")
-    return RunScores(dataset_title(str(config.get("dataset", run_dir))), score_rows(rows, qc, n_resamples),
-                     str(config.get("model", "")))
+    label, notes = dataset_title(str(config.get("dataset", run_dir))), []
+    planned = config.get("questions", 0) * len(config.get("methods", []))
+    if len(rows) < planned:
+        label += f" (partial: {len(rows)} of {planned})"
+        notes.append(f"note: {run_dir} is partial: {len(rows)} of {planned} question × method results stored; "
+                     "run its evaluate command again to finish it")
+    skipped = config.get("skipped_long_prompts", [])
+    if skipped:
+        notes.append(f"note: {run_dir}: {len(skipped)} questions skipped, prompt longer than the model's context "
+                     f"({', '.join(skipped)})")
+    return RunScores(label, score_rows(rows, qc, n_resamples), str(config.get("model", ""))), notes
 
 
 def write_report(
     run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000
 ) -> tuple[str, list[Path]]:
-    """Score every run, write tables and reliability diagrams into `out`; return (Markdown tables, files)."""
+    """Score every run, write tables and reliability diagrams into `out`; return (Markdown tables preceded by notes
+    on partial runs and skipped questions, files)."""
     qc = qc or QualityControl()
-    runs = [load_run(run_dir, qc, n_resamples) for run_dir in run_dirs]
+    loaded = [load_run(run_dir, qc, n_resamples) for run_dir in run_dirs]
+    runs, notes = [run for run, _ in loaded], [note for _, run_notes in loaded for note in run_notes]
     labels = [run.label for run in runs]
     runs = [run if labels.count(run.label) == 1 else RunScores(f"{run.label} ({Path(run_dir).name})", run.scores,
                                                                run.model)
             for run, run_dir in zip(runs, run_dirs, strict=True)]
     files = write_tables(runs, out) + reliability_figures(runs, out)
-    return markdown_tables(runs), files
+    return "\n\n".join([*notes, markdown_tables(runs)]), files
 
 
 def run(args: argparse.Namespace) -> int:

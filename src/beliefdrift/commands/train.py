@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, load_train_config
+from beliefdrift.errors import check_device, check_model
 
 
 def _override(text: str) -> tuple[str, object]:
@@ -44,6 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_train_config(args.config, dict(args.overrides))
+    check_device(config.device)
+    check_model(config.model)
     trainer = SCTrainer(config, args.out)
     if trainer.is_main:
         print(f"training {config.model}: {len(trainer.groups)} groups, {len(trainer.updates)} updates per process, "
