@@ -249,3 +249,13 @@ def _stored(path: Path) -> int:
             return db.execute("SELECT count(*) FROM results").fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+def test_cuda_out_of_memory_names_the_setting_to_lower(tiny_model_dir: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr("beliefdrift.evaluation.question_rows", out_of_memory)
+    assert main(evaluate(tiny_model_dir, tmp_path)) == 2
+    assert "out of GPU memory; lower -J/--paths" in error_line(capsys)
