@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -12,7 +13,7 @@ from beliefdrift.backend import LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.estimators import first_step_estimate, martingale_posterior_mean, rao_blackwell_mean
 from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
-from beliefdrift.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator
+from beliefdrift.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator, sample_many
 
 _METHOD = re.compile(r"^(?P<kind>direct|ppr|am-ppr)(?:-seed(?P<m>\d+))?$")
 
@@ -78,15 +79,6 @@ def _request(method: Method, num_paths: int, num_steps: int, generator: torch.Ge
     return PPRRequest(num_paths, 0 if method.kind == "am-ppr" else num_steps, generator, method.num_seeds)
 
 
-def run_method(
-    runner: QuestionRunner, method: Method, num_paths: int, num_steps: int, generator: torch.Generator
-) -> MethodResult:
-    """Apply `method` to the runner's question (for AM-PPR the runner must hold the tuned model)."""
-    if method.kind == "direct":
-        return MethodResult(method, runner.direct.probs.double(), float(runner.direct.valid_mass), {})
-    return _result(method, runner.ppr_many([_request(method, num_paths, num_steps, generator)])[0])
-
-
 def run_methods(
     lm: LanguageModel,
     question: MCQuestion,
@@ -97,16 +89,39 @@ def run_methods(
     template: str,
     ending: str = DEFAULT_TEMPLATE_ENDING,
 ) -> list[MethodResult]:
-    """All `methods` on one question with one model: one prefill per prompt, and the paths of every
-    resampling method advance together. Each method draws from its own generator (run seed, question id,
-    method name), so its result does not depend on which other methods ran. Prompts use the template `ending`."""
-    runner = QuestionRunner(lm, question, template, ending)
+    """All `methods` on one question with one model (see `run_methods_many`)."""
+    return run_methods_many(lm, [question], methods, num_paths, num_steps, seed, template, ending)[0]
+
+
+def run_methods_many(
+    lm: LanguageModel,
+    questions: Sequence[MCQuestion],
+    methods: list[Method],
+    num_paths: int,
+    num_steps: int,
+    seed: int,
+    template: str,
+    ending: str = DEFAULT_TEMPLATE_ENDING,
+) -> list[list[MethodResult]]:
+    """All `methods` on each question with one model: one prefill per prompt, and the paths of every resampling
+    method of every question advance together. Each method draws from its own generator (run seed, question id,
+    method name), so its result does not depend on which other methods or questions ran. Prompts use the
+    template `ending`."""
+    runners = [QuestionRunner(lm, question, template, ending) for question in questions]
     resampling = [m for m in methods if m.resamples]
-    requests = [_request(m, num_paths, num_steps, make_generator(seed, question.id, m.name)) for m in resampling]
-    trajectories = dict(zip((m.name for m in resampling), runner.ppr_many(requests), strict=True)) if requests else {}
-    return [
-        _result(m, trajectories[m.name])
-        if m.resamples
-        else MethodResult(m, runner.direct.probs.double(), float(runner.direct.valid_mass), {})
-        for m in methods
+    jobs = [
+        (runner, [_request(m, num_paths, num_steps, make_generator(seed, runner.question.id, m.name))
+                  for m in resampling])
+        for runner in runners
     ]
+    sampled = sample_many(jobs) if resampling else [[] for _ in runners]
+    results = []
+    for runner, trajectories in zip(runners, sampled, strict=True):
+        by_name = dict(zip((m.name for m in resampling), trajectories, strict=True))
+        results.append([
+            _result(m, by_name[m.name])
+            if m.resamples
+            else MethodResult(m, runner.direct.probs.double(), float(runner.direct.valid_mass), {})
+            for m in methods
+        ])
+    return results

@@ -176,24 +176,48 @@ class QuestionRunner:
     def ppr_many(self, requests: Sequence[PPRRequest]) -> list[Trajectories]:
         """Several PPR variants at once: their paths advance together, one forward pass per step (paths
         with fewer seeds are left-padded); each request draws from its own generator, seeds first."""
+        return sample_many([(self, requests)])[0]
+
+    def seeded_paths(self, requests: Sequence[PPRRequest]) -> tuple[list[torch.Tensor], PathBatch]:
+        """Each request's seeds [J, m] (drawn first from its generator) and its paths, ready to sample."""
         seeds = [
             draw_seeds(self.direct.probs, r.num_paths, r.num_seeds, r.generator)
             if r.num_seeds  # the direct-query prefill is only paid for when seeds are drawn
             else torch.empty(r.num_paths, 0, dtype=torch.long)
             for r in requests
         ]
-        batch = PathBatch.concat([self.paths(r.num_paths, s) for r, s in zip(requests, seeds, strict=True)])
+        return seeds, PathBatch.concat([self.paths(r.num_paths, s) for r, s in zip(requests, seeds, strict=True)])
+
+
+def sample_many(jobs: Sequence[tuple[QuestionRunner, Sequence[PPRRequest]]]) -> list[list[Trajectories]]:
+    """The PPR requests of several questions, their paths advanced together in one batch (one forward pass per
+    step for all of them). Each request draws from its own generator and each question attends to its own
+    prompt, so a question's trajectories do not depend on which others share its batch. Questions whose answers
+    are other tokens (another number of options) go in separate batches."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (runner, _) in enumerate(jobs):
+        tokens = runner.ppr_prompt.tokens
+        groups.setdefault(tuple(tokens.answer_ids(k) for k in range(len(tokens.label_ids))), []).append(i)
+    results: list[list[Trajectories]] = [[] for _ in jobs]
+    for members in groups.values():
+        requests = [r for i in members for r in jobs[i][1]]
+        seeds, batches = zip(*(jobs[i][0].seeded_paths(jobs[i][1]) for i in members), strict=True)
+        batch = PathBatch.concat(list(batches))
         steps = max(r.num_steps for r in requests)
         answers, thetas, masses = (
             t.cpu() for t in sample_answers(batch, steps, [(r.num_paths, r.generator) for r in requests])
         )
         blocks = [r.num_paths for r in requests]
-        return [
+        trajectories = iter(
             Trajectories(a[:, : r.num_steps], t[:, : r.num_steps + 1], v[:, : r.num_steps + 1], s)
             for r, s, a, t, v in zip(
-                requests, seeds, answers.split(blocks), thetas.split(blocks), masses.split(blocks), strict=True
+                requests, (s for group in seeds for s in group), answers.split(blocks), thetas.split(blocks),
+                masses.split(blocks), strict=True,
             )
-        ]
+        )
+        for i in members:
+            results[i] = [next(trajectories) for _ in jobs[i][1]]
+    return results
 
 
 def run_ppr(

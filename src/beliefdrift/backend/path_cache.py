@@ -16,7 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from beliefdrift.backend.loading import input_device
-from beliefdrift.backend.shared_prefix import SharedPrefix, enable_shared_prefix, full_cache
+from beliefdrift.backend.shared_prefix import PromptRuns, SharedPrefix, enable_shared_prefix, full_cache
 
 
 def _unwrapped(model: torch.nn.Module) -> Any:
@@ -48,7 +48,7 @@ def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: A
     cache = full_cache() if shared else DynamicCache(config=base.config)
     out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, **model_kwargs)
     if shared:
-        return SharedPrefixCache(model, SharedPrefix.from_cache(cache), 1), out
+        return SharedPrefixCache(model, [SharedPrefix.from_cache(cache)]), out
     return PerPathCache(model, input_ids, torch.ones_like(input_ids), cache), out
 
 
@@ -58,7 +58,7 @@ def fork(cache: PathCache, copies: int) -> PathCache:
 
 
 def concat(caches: Sequence[PathCache]) -> PathCache:
-    """One cache holding every path of `caches` (forked from one prefill), shorter histories left-padded."""
+    """One cache holding every path of `caches` (of one prompt or several), shorter histories left-padded."""
     kind = type(caches[0])
     if any(type(c) is not kind for c in caches):
         raise ValueError("cannot concatenate caches of different kinds")
@@ -66,25 +66,35 @@ def concat(caches: Sequence[PathCache]) -> PathCache:
 
 
 class SharedPrefixCache:
-    """The prompt's keys/values once, each path's suffix on its own; `padding[b]` leading suffix slots of path b
-    are padding (hidden from its attention and not counted in its positions)."""
+    """Each prompt's keys/values once, each path's suffix on its own. `prompts[b]` is the prompt path b continues
+    (several questions can share one batch); `padding[b]` leading suffix slots of path b are padding (hidden from
+    its attention and not counted in its positions)."""
 
     def __init__(
         self,
         model: torch.nn.Module,
-        prefix: SharedPrefix,
-        size: int,
+        prompts: Sequence[SharedPrefix],
         suffix: DynamicCache | None = None,
         suffix_length: int = 0,
         padding: torch.Tensor | None = None,
     ):
         self.model = model
-        self.prefix = prefix
-        self.size = size
+        self.prompts = list(prompts)
+        self.size = len(self.prompts)
         self.suffix = suffix if suffix is not None else full_cache()
         self.suffix_length = suffix_length
-        self.device = prefix.keys[0].device
+        self.device = self.prompts[0].keys[0].device
         self.padding = padding  # [B] on the device, or None when no path is padded
+        runs: list[list] = []
+        for prompt in self.prompts:
+            if runs and runs[-1][0] is prompt:
+                runs[-1][1] += 1
+            else:
+                runs.append([prompt, 1])
+        self.runs = PromptRuns(tuple((prompt, count) for prompt, count in runs))
+        self._start: int | torch.Tensor = self.prompts[0].length  # each path's first suffix position
+        if len(runs) > 1:
+            self._start = torch.tensor([p.length for p in self.prompts], device=self.device)[:, None]
 
     def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
         new = input_ids.shape[1]
@@ -92,15 +102,14 @@ class SharedPrefixCache:
             if self.suffix_length:
                 raise ValueError("ragged (padded) input only on paths with an empty suffix")
             self.padding = padding.to(self.device)
-        start = self.prefix.length + self.suffix_length
-        positions = start + torch.arange(new, device=self.device).expand(self.size, -1)
+        positions = self._start + self.suffix_length + torch.arange(new, device=self.device).expand(self.size, -1)
         if self.padding is not None:
             positions = (positions - self.padding[:, None]).clamp(min=0)  # clamped: padding slots only
         out = self.model(
             input_ids=input_ids.to(self.device),
             position_ids=positions,
             past_key_values=self.suffix,
-            shared_prefix=self.prefix,
+            shared_prefix=self.runs,
             suffix_padding=self.padding,
             use_cache=True,
             **model_kwargs,
@@ -109,18 +118,18 @@ class SharedPrefixCache:
         return out
 
     def select(self, index: torch.Tensor) -> SharedPrefixCache:
-        index = torch.as_tensor(index, dtype=torch.long).to(self.device)
+        index = torch.as_tensor(index, dtype=torch.long)
+        prompts = [self.prompts[i] for i in index.tolist()]
+        index = index.to(self.device)
         suffix = None
         if self.suffix_length:
             suffix = DynamicCache([(layer.keys[index], layer.values[index]) for layer in self.suffix.layers])
         padding = self.padding[index] if self.padding is not None else None
-        return SharedPrefixCache(self.model, self.prefix, len(index), suffix, self.suffix_length, padding)
+        return SharedPrefixCache(self.model, prompts, suffix, self.suffix_length, padding)
 
     @staticmethod
     def concat(caches: Sequence[SharedPrefixCache]) -> SharedPrefixCache:
         first = caches[0]
-        if any(c.prefix is not first.prefix for c in caches):
-            raise ValueError("only paths forked from the same prefilled prompt can be concatenated")
         length = max(c.suffix_length for c in caches)
         padding = None
         if any(c.padding is not None or c.suffix_length < length for c in caches):
@@ -129,10 +138,10 @@ class SharedPrefixCache:
         if length:
             rows = [
                 tuple(torch.cat([c._padded(layer, part, length) for c in caches]) for part in (0, 1))
-                for layer in range(len(first.prefix.keys))
+                for layer in range(len(first.prompts[0].keys))
             ]
             suffix = DynamicCache(rows)
-        return SharedPrefixCache(first.model, first.prefix, sum(c.size for c in caches), suffix, length, padding)
+        return SharedPrefixCache(first.model, [p for c in caches for p in c.prompts], suffix, length, padding)
 
     def _padding(self) -> torch.Tensor:
         if self.padding is None:
@@ -141,7 +150,7 @@ class SharedPrefixCache:
 
     def _padded(self, layer: int, part: int, length: int) -> torch.Tensor:
         """This cache's suffix keys (part 0) or values (part 1) of `layer`, left-padded with zeros to `length`."""
-        like = self.prefix.keys[layer]
+        like = self.prompts[0].keys[layer]
         gap = like.new_zeros(self.size, like.shape[1], length - self.suffix_length, like.shape[3])
         if not self.suffix_length:
             return gap

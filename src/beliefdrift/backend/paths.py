@@ -34,8 +34,9 @@ class AnswerDist:
 
 
 class PathBatch:
-    """B answer paths after one prompt, each path caching only its own answers when the model allows it
-    (`backend.path_cache`). `dist` holds every path's current θ, on the model's device."""
+    """B answer paths after a prompt (or after several prompts with the same answer tokens, one per question),
+    each path caching only its own answers when the model allows it (`backend.path_cache`). `dist` holds every
+    path's current θ, on the model's device; `tokens` are the first prompt's (their answer tokens are shared)."""
 
     def __init__(self, tokens: AnswerTokens, cache: PathCache, dist: AnswerDist, device: torch.device):
         self.tokens = tokens
@@ -59,13 +60,18 @@ class PathBatch:
 
     def select(self, index: torch.Tensor | list[int]) -> PathBatch:
         """A new batch whose path i continues path `index[i]` of this one (fork with repeats, or subset)."""
-        index = torch.as_tensor(index, dtype=torch.long).to(self._label_ids.device)
-        dist = AnswerDist(self.dist.probs[index], self.dist.valid_mass[index])
+        index = torch.as_tensor(index, dtype=torch.long)
+        on_device = index.to(self._label_ids.device)
+        dist = AnswerDist(self.dist.probs[on_device], self.dist.valid_mass[on_device])
         return PathBatch(self.tokens, self.cache.select(index), dist, self._label_ids.device)
 
     @staticmethod
     def concat(batches: list[PathBatch]) -> PathBatch:
-        """One batch holding every path of `batches` (same prompt), shorter histories left-padded."""
+        """One batch holding every path of `batches` (of one prompt or of several with the same answer tokens),
+        shorter histories left-padded."""
+        if any(b._answer_ids.shape != batches[0]._answer_ids.shape or not torch.equal(b._answer_ids,
+               batches[0]._answer_ids) for b in batches):
+            raise ValueError("only paths with the same answer tokens can share a batch")
         dist = AnswerDist(torch.cat([b.dist.probs for b in batches]), torch.cat([b.dist.valid_mass for b in batches]))
         first = batches[0]
         return PathBatch(first.tokens, concat([b.cache for b in batches]), dist, first._label_ids.device)

@@ -59,6 +59,14 @@ class SharedPrefix:
         return self.keys[0].shape[-2]
 
 
+@dataclass(frozen=True)
+class PromptRuns:
+    """The prompts of a batch of paths: `runs[i] = (prefix, count)` says the next `count` paths continue `prefix`
+    (several questions in one batch; each run is attended to exactly as if it were alone)."""
+
+    runs: tuple[tuple[SharedPrefix, int], ...]
+
+
 def full_cache() -> DynamicCache:
     """A cache that keeps every position on every layer (no sliding-window truncation)."""
     return DynamicCache()
@@ -93,7 +101,7 @@ def shared_prefix_attention(
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
-    shared_prefix: SharedPrefix | None = None,
+    shared_prefix: SharedPrefix | PromptRuns | None = None,
     suffix_padding: torch.Tensor | None = None,
     sliding_window: int | None = None,
     softcap: float | None = None,
@@ -114,14 +122,42 @@ def shared_prefix_attention(
     for unsupported in ("s_aux", "sinks"):
         if kwargs.get(unsupported) is not None:
             raise NotImplementedError(f"shared-prefix attention does not support attention sinks ({unsupported})")
-    shared_prefix.served.add(module.layer_idx)
-    prefix_keys = shared_prefix.keys[module.layer_idx][0]  # [H_kv, P, D]
-    prefix_values = shared_prefix.values[module.layer_idx][0]
+    runs = shared_prefix.runs if isinstance(shared_prefix, PromptRuns) else ((shared_prefix, query.shape[0]),)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    dropout = dropout if module.training else 0.0
+    if len(runs) == 1:
+        return _attend(module.layer_idx, runs[0][0], query, key, value, suffix_padding, scale, sliding_window,
+                       softcap, dropout), None
+    outputs, start = [], 0
+    for prefix, count in runs:
+        rows = slice(start, start + count)
+        padding = suffix_padding[rows] if suffix_padding is not None else None
+        outputs.append(_attend(module.layer_idx, prefix, query[rows], key[rows], value[rows], padding, scale,
+                               sliding_window, softcap, dropout))
+        start += count
+    return torch.cat(outputs), None
+
+
+def _attend(
+    layer: int,
+    prefix: SharedPrefix,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    suffix_padding: torch.Tensor | None,
+    scale: float,
+    sliding_window: int | None,
+    softcap: float | None,
+    dropout: float,
+) -> torch.Tensor:
+    """Attention of paths that all continue `prefix` (see `shared_prefix_attention`): [B, T, H, D]."""
+    prefix.served.add(layer)
+    prefix_keys = prefix.keys[layer][0]  # [H_kv, P, D]
+    prefix_values = prefix.values[layer][0]
     batch, heads, new, dim = query.shape
     kv_heads, suffix = key.shape[1], key.shape[2]
     prompt_len = prefix_keys.shape[1]
     group = heads // kv_heads
-    scale = scaling if scaling is not None else dim**-0.5
     # Query head h reads kv head h // group (the repeat_kv layout); fold (path, group, token) together.
     grouped = query.reshape(batch, kv_heads, group * new, dim)
     flat = grouped.transpose(0, 1).reshape(kv_heads, batch * group * new, dim)
@@ -136,12 +172,12 @@ def shared_prefix_attention(
     if prompt_visible is not None:
         scores[..., :prompt_len].masked_fill_(~prompt_visible.repeat(1, group, 1)[:, None], float("-inf"))
     weights = torch.softmax(scores, -1).to(query.dtype)
-    if dropout and module.training:
+    if dropout:
         weights = torch.nn.functional.dropout(weights, p=dropout)
     prefix_weights = weights[..., :prompt_len].transpose(0, 1).reshape(kv_heads, batch * group * new, prompt_len)
     out = (prefix_weights @ prefix_values).reshape(kv_heads, batch, group * new, dim).transpose(0, 1)
     out = out + weights[..., prompt_len:] @ value
-    return out.reshape(batch, heads, new, dim).transpose(1, 2).contiguous(), None
+    return out.reshape(batch, heads, new, dim).transpose(1, 2).contiguous()
 
 
 def _base_attention(module: torch.nn.Module):

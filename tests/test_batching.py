@@ -1,0 +1,34 @@
+"""Many questions in one engine batch give, bit for bit, what each question gives alone (float32, CPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tiny_model import SKY_QUESTION
+
+from beliefdrift.methods import parse_method, run_methods, run_methods_many
+
+METHODS = [parse_method(name) for name in ("direct", "ppr", "ppr-seed1", "ppr-seed3")]
+
+
+def questions():
+    """Prompts of different lengths, and one question with another number of options (its own batch)."""
+    longer = dataclasses.replace(SKY_QUESTION, id="q-sky-long", stem="On a clear summer day at noon, what color is the sky?")
+    three = dataclasses.replace(SKY_QUESTION, id="q-three", choices=("green", "blue", "red"), labels=("A", "B", "C"))
+    grass = dataclasses.replace(SKY_QUESTION, id="q-grass", stem="What color is fresh grass?", answer="A")
+    return [SKY_QUESTION, longer, three, grass]
+
+
+def test_batched_questions_are_bit_identical_to_one_at_a_time(tiny_lm, history_template):
+    batched = run_methods_many(tiny_lm, questions(), METHODS, 4, 5, 7, history_template)
+    for question, results in zip(questions(), batched, strict=True):
+        alone = run_methods(tiny_lm, question, METHODS, 4, 5, 7, history_template)
+        for got, expected in zip(results, alone, strict=True):
+            assert torch.equal(got.probs, expected.probs), (question.id, got.method.name)
+            if expected.trajectories is not None:
+                assert torch.equal(got.trajectories.answers, expected.trajectories.answers)
+                assert torch.equal(got.trajectories.thetas, expected.trajectories.thetas)
+                assert torch.equal(got.trajectories.seeds, expected.trajectories.seeds)
+    # The questions really differ, so a mix-up between them would show.
+    assert not torch.equal(batched[0][1].trajectories.thetas, batched[1][1].trajectories.thetas)
