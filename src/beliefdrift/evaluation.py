@@ -58,6 +58,8 @@ class EvalConfig:
     adapter: str | None = None
     dtype: str = "auto"
     device: str = "cpu"
+    attn_implementation: str = "auto"  # for the forward passes the engine does not own
+    device_map: str | None = None  # accelerate's, for a model larger than one device; results do not depend on it
     data_dir: str | None = None
     qc_path_mass: float = 0.5
     qc_max_fraction: float = 0.5
@@ -94,6 +96,8 @@ class EvalConfig:
             "adapter": _local_path_or_name(self.adapter) if self.adapter else None,
             "dtype": str(resolve_dtype(self.dtype, resolve_device(self.device))).removeprefix("torch."),
             "device": resolve_device(self.device).type,
+            # absent when transformers chooses, so that runs stored before the option existed still resume
+            **({"attn_implementation": self.attn_implementation} if self.attn_implementation != "auto" else {}),
             "version": __version__,
         }
 
@@ -395,7 +399,8 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
     check_device(config.device)
     check_model(config.model)
     # The store is written only once model and data have loaded, so a failed start leaves no run behind.
-    lm = load_model(config.model, device=config.device, dtype=config.dtype)
+    lm = load_model(config.model, device=config.device, dtype=config.dtype,
+                    attn_implementation=config.attn_implementation, device_map=config.device_map)
     adapter_lm = load_adapter(lm, config.adapter) if config.adapter else None
     questions, skipped = split_long_prompts(lm, questions, methods, config.steps, config.template,
                                             config.template_ending, config.skip_long_prompts)

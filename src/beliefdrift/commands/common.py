@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
+from beliefdrift.backend.loading import ATTN_IMPLEMENTATIONS
 from beliefdrift.data.registry import DATASETS
 from beliefdrift.errors import check_device, check_model
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
@@ -17,6 +18,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     group.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                        help="auto = bf16 where bf16 matmuls are fast (AMX/AVX512-BF16 CPUs, CUDA), else float32")
+    group.add_argument("--attn-implementation", default="auto", choices=ATTN_IMPLEMENTATIONS,
+                       help="attention for every forward pass the engine does not own (auto: transformers' choice)")
+    group.add_argument("--device-map", default=None,
+                       help="'auto' spreads a model too large for one GPU over all visible devices (accelerate)")
     group.add_argument("--template", default=DEFAULT_PPR_TEMPLATE,
                        help="PPR prompt: ppr-llama, ppr-olmo, or a .txt template path")
 
@@ -53,4 +58,5 @@ def add_output_args(parser: argparse.ArgumentParser, default: str) -> None:
 def model_from_args(args: argparse.Namespace) -> LanguageModel:
     check_device(args.device)
     check_model(args.model)
-    return load_model(args.model, device=args.device, dtype=args.dtype)
+    return load_model(args.model, device=args.device, dtype=args.dtype,
+                      attn_implementation=args.attn_implementation, device_map=args.device_map)
