@@ -21,10 +21,11 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property, partial
 from typing import Any, NamedTuple
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
+import torch
 
 __all__ = [
     "METRIC_NAMES",
@@ -40,6 +41,7 @@ __all__ = [
     "ece",
     "nll",
     "reliability_bins",
+    "resample_indices",
     "summarize",
 ]
 
@@ -71,20 +73,20 @@ class _Batch:
     def n(self) -> int:
         return int(self.targets.shape[0])
 
-    @property
+    @cached_property
     def predictions(self) -> np.ndarray:
         # np.argmax returns the first maximal index: ties are broken toward the lowest index.
         return np.argmax(self.probs, axis=1)
 
-    @property
+    @cached_property
     def confidences(self) -> np.ndarray:
         return np.max(self.probs, axis=1)
 
-    @property
+    @cached_property
     def correct(self) -> np.ndarray:
         return self.predictions == self.targets
 
-    @property
+    @cached_property
     def p_true(self) -> np.ndarray:
         return self.probs[np.arange(self.n), self.targets]
 
@@ -158,8 +160,86 @@ def _normalise(probs: Any, targets: Any) -> _Batch:
 
 
 # --------------------------------------------------------------------------------------------------
-# metrics
+# metrics: a vectorised core per metric, (batch, index [R, n]) -> R values, one per resample
 # --------------------------------------------------------------------------------------------------
+
+#: ``core(batch, index)``: the metric on each row of the index matrix ``[R, n]`` (row r lists the
+#: questions of resample r), as an array ``[R]``.
+_Core = Callable[[_Batch, np.ndarray], np.ndarray]
+
+
+def _identity(n: int) -> np.ndarray:
+    """The index matrix ``[1, n]`` of the sample itself."""
+    return np.arange(n)[None, :]
+
+
+def _offset_bincount(keys: np.ndarray, size: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """Per-resample histograms ``[R, size]`` of ``keys [R, n]`` (values in 0..size−1): resample r's keys are
+    shifted by r·size so one flat ``np.bincount`` fills every row."""
+    rows = keys.shape[0]
+    flat = (keys + size * np.arange(rows)[:, None]).ravel()
+    flat_weights = None if weights is None else weights.ravel()
+    return np.bincount(flat, weights=flat_weights, minlength=rows * size).reshape(rows, size)
+
+
+def _bin_index(confidences: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bin b (0-based) of each confidence under the right-closed convention ((b)/B, (b+1)/B].
+
+    Edges are ``k / B`` computed by true division, so a confidence given as e.g. ``0.4`` (= 6/15
+    rounded) sits exactly on its edge and goes to the lower bin.  Confidence 0 goes to the first bin,
+    confidence 1 (or a hair above, within the row-sum tolerance) to the last.
+    """
+    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+    # side="left": index i with edges[i-1] < c <= edges[i], i.e. the right-closed bin i-1.
+    idx = np.searchsorted(edges, confidences, side="left") - 1
+    return np.clip(idx, 0, n_bins - 1), edges
+
+
+def _accuracy_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
+    return batch.correct[index].mean(axis=1)
+
+
+def _auroc_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
+    """With the distinct scores v_1 < … < v_U and a resample's correct (P_u) and wrong (N_u) counts at v_u:
+    AUC = Σ_u P_u (Σ_{w<u} N_w + ½ N_u) / (P N), P = Σ P_u, N = Σ N_u (the midrank statistic), NaN when
+    P = 0 or N = 0.  The numerator is summed twice over in integers, so the only rounding is the division.
+    """
+    _, level = np.unique(batch.confidences, return_inverse=True)
+    n_levels = int(level.max()) + 1
+    counts = _offset_bincount((2 * level + batch.correct)[index], 2 * n_levels)
+    wrong, right = counts[:, 0::2], counts[:, 1::2]  # [R, U]
+    below = np.cumsum(wrong, axis=1) - wrong
+    twice_pairs = np.sum(right * (2 * below + wrong), axis=1)
+    denominator = 2 * right.sum(axis=1) * wrong.sum(axis=1)
+    return np.divide(twice_pairs, denominator, out=np.full(index.shape[0], math.nan), where=denominator > 0)
+
+
+def _bin_sums(batch: _Batch, index: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per resample and bin: n_b, Σ_{B_b} c_i and Σ_{B_b} t_i, each ``[R, n_bins]``."""
+    bins, _ = _bin_index(batch.confidences, n_bins)
+    keys = bins[index]
+    count = _offset_bincount(keys, n_bins)
+    conf_sum = _offset_bincount(keys, n_bins, batch.confidences[index])
+    acc_sum = _offset_bincount(keys, n_bins, batch.correct[index].astype(np.float64))
+    return count, conf_sum, acc_sum
+
+
+def _ece_core(batch: _Batch, index: np.ndarray, n_bins: int = 15) -> np.ndarray:
+    count, conf_sum, acc_sum = _bin_sums(batch, index, n_bins)
+    nonempty = count > 0
+    mean_conf = np.divide(conf_sum, count, out=np.zeros_like(conf_sum), where=nonempty)
+    mean_acc = np.divide(acc_sum, count, out=np.zeros_like(acc_sum), where=nonempty)
+    return np.sum(count / index.shape[1] * np.abs(mean_acc - mean_conf), axis=1)
+
+
+def _nll_core(batch: _Batch, index: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    return -np.log(np.maximum(batch.p_true, eps))[index].mean(axis=1)
+
+
+def _brier_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
+    diff = batch.probs.copy()
+    diff[np.arange(batch.n), batch.targets] -= 1.0
+    return np.sum(diff**2, axis=1)[index].mean(axis=1)
 
 
 def accuracy(probs: Any, targets: Any) -> float:
@@ -169,20 +249,18 @@ def accuracy(probs: Any, targets: Any) -> float:
     uniform row predicts option 0.
     """
     batch = _normalise(probs, targets)
-    return float(np.mean(batch.correct))
+    return float(_accuracy_core(batch, _identity(batch.n))[0])
 
 
 def auroc(probs: Any, targets: Any) -> float:
     """AUROC of correctness detection: P(s⁺ > s⁻) + ½ P(s⁺ = s⁻), with score s_i = max_k p_i^(k)
     and label t_i = 1{ŷ_i = y_i} (s⁺ from correct, s⁻ from incorrect questions).
 
-    Computed with :func:`sklearn.metrics.roc_auc_score` (which counts ties ½).  When all predictions
-    are correct or all are wrong the metric is undefined: returns NaN and warns with
+    When all predictions are correct or all are wrong the metric is undefined: returns NaN and warns with
     :class:`MetricWarning`.
     """
     batch = _normalise(probs, targets)
-    labels = batch.correct
-    n_correct = int(labels.sum())
+    n_correct = int(batch.correct.sum())
     if n_correct == 0 or n_correct == batch.n:
         warnings.warn(
             f"AUROC is undefined: all {batch.n} predictions are "
@@ -191,7 +269,7 @@ def auroc(probs: Any, targets: Any) -> float:
             stacklevel=2,
         )
         return math.nan
-    return float(roc_auc_score(labels.astype(np.int64), batch.confidences))
+    return float(_auroc_core(batch, _identity(batch.n))[0])
 
 
 @dataclass(frozen=True)
@@ -218,37 +296,23 @@ class ReliabilityBins:
         return np.where(self.count > 0, np.abs(np.nan_to_num(self.accuracy - self.confidence)), 0.0)
 
 
-def _bin_index(confidences: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bin b (0-based) of each confidence under the right-closed convention ((b)/B, (b+1)/B].
-
-    Edges are ``k / B`` computed by true division, so a confidence given as e.g. ``0.4`` (= 6/15
-    rounded) sits exactly on its edge and goes to the lower bin.  Confidence 0 goes to the first bin,
-    confidence 1 (or a hair above, within the row-sum tolerance) to the last.
-    """
-    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-    # side="left": index i with edges[i-1] < c <= edges[i], i.e. the right-closed bin i-1.
-    idx = np.searchsorted(edges, confidences, side="left") - 1
-    return np.clip(idx, 0, n_bins - 1), edges
+def _check_n_bins(n_bins: Any) -> int:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}")
+    return int(n_bins)
 
 
 def reliability_bins(probs: Any, targets: Any, n_bins: int = 15) -> ReliabilityBins:
     """Reliability-diagram bins: B_b = {i : c_i ∈ ((b−1)/B, b/B]} (c = 0 in the first bin), with
     n_b = |B_b|, conf_b = mean_{B_b} c_i and acc_b = mean_{B_b} 1{ŷ_i = y_i}.
     """
-    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}")
-    n_bins = int(n_bins)
+    n_bins = _check_n_bins(n_bins)
     batch = _normalise(probs, targets)
-    conf = batch.confidences
-    idx, edges = _bin_index(conf, n_bins)
-    count = np.bincount(idx, minlength=n_bins)
-    conf_sum = np.bincount(idx, weights=conf, minlength=n_bins)
-    acc_sum = np.bincount(idx, weights=batch.correct.astype(np.float64), minlength=n_bins)
+    count, conf_sum, acc_sum = (sums[0] for sums in _bin_sums(batch, _identity(batch.n), n_bins))
     nonempty = count > 0
-    mean_conf = np.full(n_bins, np.nan)
-    mean_acc = np.full(n_bins, np.nan)
-    mean_conf[nonempty] = conf_sum[nonempty] / count[nonempty]
-    mean_acc[nonempty] = acc_sum[nonempty] / count[nonempty]
+    mean_conf = np.divide(conf_sum, count, out=np.full(n_bins, np.nan), where=nonempty)
+    mean_acc = np.divide(acc_sum, count, out=np.full(n_bins, np.nan), where=nonempty)
+    _, edges = _bin_index(batch.confidences, n_bins)
     return ReliabilityBins(edges=edges, count=count, confidence=mean_conf, accuracy=mean_acc, n=batch.n)
 
 
@@ -256,8 +320,9 @@ def ece(probs: Any, targets: Any, n_bins: int = 15) -> float:
     """Expected calibration error: ECE = Σ_b (n_b/N) |acc_b − conf_b| over the equal-width bins
     ((b−1)/B, b/B] of :func:`reliability_bins` (empty bins contribute 0).
     """
-    bins = reliability_bins(probs, targets, n_bins=n_bins)
-    return float(np.sum(bins.count / bins.n * bins.gap))
+    n_bins = _check_n_bins(n_bins)
+    batch = _normalise(probs, targets)
+    return float(_ece_core(batch, _identity(batch.n), n_bins)[0])
 
 
 @dataclass(frozen=True)
@@ -282,18 +347,14 @@ def nll(probs: Any, targets: Any, eps: float = 1e-6) -> NLLResult:
     if not (eps > 0 and math.isfinite(eps)):
         raise ValueError(f"eps must be a positive finite number; got {eps!r}")
     batch = _normalise(probs, targets)
-    p = batch.p_true
-    clipped = int(np.count_nonzero(p < eps))
-    value = float(np.mean(-np.log(np.maximum(p, eps))))
-    return NLLResult(value=value, clipped=clipped)
+    clipped = int(np.count_nonzero(batch.p_true < eps))
+    return NLLResult(value=float(_nll_core(batch, _identity(batch.n), eps)[0]), clipped=clipped)
 
 
 def brier(probs: Any, targets: Any) -> float:
     """Brier score: BS = (1/N) Σ_i Σ_k (p_i^(k) − 1{k = y_i})² (sum over classes, mean over questions)."""
     batch = _normalise(probs, targets)
-    diff = batch.probs.copy()
-    diff[np.arange(batch.n), batch.targets] -= 1.0
-    return float(np.mean(np.sum(diff**2, axis=1)))
+    return float(_brier_core(batch, _identity(batch.n))[0])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -309,9 +370,63 @@ class Interval(NamedTuple):
     high: float
 
 
-def _resample_indices(n: int, n_resamples: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, n, size=(n_resamples, n))
+def resample_indices(n: int, n_resamples: int, generator: np.random.Generator | torch.Generator) -> np.ndarray:
+    """The bootstrap index matrix ``[n_resamples, n]``: row r lists the n items of resample r, drawn
+    uniformly from 0..n−1 with replacement.
+
+    Drawn in one call, ``generator.integers(0, n, size=(n_resamples, n))`` for a numpy generator and
+    ``torch.randint(n, (n_resamples, n), generator=generator)`` for a torch one, so a seed keeps giving
+    the same resamples.
+    """
+    if isinstance(generator, torch.Generator):
+        return torch.randint(n, (n_resamples, n), generator=generator).numpy()
+    return generator.integers(0, n, size=(n_resamples, n))
+
+
+#: The vectorised core of each metric of this module.
+_CORES: dict[Callable[..., Any], Callable[..., np.ndarray]] = {
+    accuracy: _accuracy_core,
+    auroc: _auroc_core,
+    ece: _ece_core,
+    nll: _nll_core,
+    brier: _brier_core,
+}
+
+
+def _core_of(metric_fn: Callable[..., Any]) -> _Core:
+    """The core computing ``metric_fn`` on every resample at once: that of a metric of this module, or of a
+    ``functools.partial`` of one with keyword options (``partial(ece, n_bins=10)``); for any other callable,
+    a loop calling ``metric_fn`` on each resample's rows (MetricWarnings suppressed)."""
+    options = metric_fn.keywords if isinstance(metric_fn, partial) and not metric_fn.args else {}
+    core = _CORES.get(metric_fn.func if options else metric_fn)
+    if core is not None:
+        return partial(core, **options)
+
+    def looped(batch: _Batch, index: np.ndarray) -> np.ndarray:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MetricWarning)
+            return np.array([float(metric_fn(batch.probs[rows], batch.targets[rows])) for rows in index])
+
+    return looped
+
+
+def _check_bootstrap_args(n_resamples: Any, level: float) -> int:
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer; got {n_resamples!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1; got {level!r}")
+    return int(n_resamples)
+
+
+def _interval(metric_fn: Callable[..., Any], batch: _Batch, index: np.ndarray, level: float) -> Interval:
+    """Point estimate and the (1∓level)/2 percentiles of the metric over the resamples, NaN ones ignored."""
+    point = float(metric_fn(batch.probs, batch.targets))
+    stats = _core_of(metric_fn)(batch, index)
+    if np.all(np.isnan(stats)):
+        return Interval(point, math.nan, math.nan)
+    alpha = 100.0 * (1.0 - level) / 2.0
+    low, high = np.nanpercentile(stats, [alpha, 100.0 - alpha])
+    return Interval(point, float(low), float(high))
 
 
 def bootstrap_ci(
@@ -323,31 +438,20 @@ def bootstrap_ci(
     seed: int = 0,
 ) -> Interval:
     """Percentile bootstrap over questions: resample N questions with replacement ``n_resamples``
-    times (``numpy.random.default_rng(seed)``); [low, high] = the (1∓level)/2 percentiles of the
-    resampled metric values.
+    times (:func:`resample_indices` with ``numpy.random.default_rng(seed)``); [low, high] = the
+    (1∓level)/2 percentiles of the resampled metric values.
 
-    ``metric_fn(probs, targets)`` must return something ``float()`` accepts (``nll`` works).  It
-    receives the resampled rows as a zero-padded ``[N, K_max]`` array (ragged input included).  NaN
-    resamples (e.g. AUROC on a resample with one class) are ignored; their :class:`MetricWarning` is
-    suppressed.  If every resample is NaN, low and high are NaN.  Note that for a biased statistic such
-    as ECE the percentile interval need not contain the point estimate.
+    ``metric_fn(probs, targets)`` must return something ``float()`` accepts (``nll`` works).  The metrics
+    of this module (and ``functools.partial``s of them with keyword options) are computed on all
+    resamples at once; any other callable is called per resample with the resampled rows as a
+    zero-padded ``[N, K_max]`` array (ragged input included).  NaN resamples (e.g. AUROC on a resample
+    with one class) are ignored; their :class:`MetricWarning` is suppressed.  If every resample is NaN,
+    low and high are NaN.  Note that for a biased statistic such as ECE the percentile interval need not
+    contain the point estimate.
     """
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
-        raise ValueError(f"n_resamples must be a positive integer; got {n_resamples!r}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must lie strictly between 0 and 1; got {level!r}")
+    n_resamples = _check_bootstrap_args(n_resamples, level)
     batch = _normalise(probs, targets)
-    point = float(metric_fn(batch.probs, batch.targets))
-    stats = np.empty(int(n_resamples), dtype=np.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MetricWarning)
-        for r, idx in enumerate(_resample_indices(batch.n, int(n_resamples), seed)):
-            stats[r] = float(metric_fn(batch.probs[idx], batch.targets[idx]))
-    if np.all(np.isnan(stats)):
-        return Interval(point, math.nan, math.nan)
-    alpha = 100.0 * (1.0 - level) / 2.0
-    low, high = np.nanpercentile(stats, [alpha, 100.0 - alpha])
-    return Interval(point, float(low), float(high))
+    return _interval(metric_fn, batch, resample_indices(batch.n, n_resamples, np.random.default_rng(seed)), level)
 
 
 def summarize(
@@ -364,22 +468,23 @@ def summarize(
 
     Returns ``{"ACC", "AUC", "ECE", "NLL", "BS"}`` → :class:`Interval` ``(point, low, high)``, plus
     ``"n"`` (number of questions), ``"nll_clipped"`` (true-label probabilities clipped to ``eps``),
-    ``"level"`` and ``"n_resamples"``.  All metrics use the same resamples (same ``seed``).  AUROC's
-    point is NaN, with a :class:`MetricWarning`, when only one class is present.
+    ``"level"`` and ``"n_resamples"``.  All metrics use the same resamples, those of
+    :func:`bootstrap_ci` with ``seed``.  AUROC's point is NaN, with a :class:`MetricWarning`, when only
+    one class is present.
     """
+    n_resamples = _check_bootstrap_args(n_resamples, level)
     batch = _normalise(probs, targets)
-    fns: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
+    index = resample_indices(batch.n, n_resamples, np.random.default_rng(seed))
+    fns: dict[str, Callable[..., Any]] = {
         "ACC": accuracy,
         "AUC": auroc,
-        "ECE": lambda p, t: ece(p, t, n_bins=n_bins),
-        "NLL": lambda p, t: nll(p, t, eps=eps),
+        "ECE": partial(ece, n_bins=n_bins),
+        "NLL": partial(nll, eps=eps),
         "BS": brier,
     }
     out: dict[str, Any] = {"n": batch.n, "nll_clipped": nll(batch.probs, batch.targets, eps=eps).clipped}
     for name in METRIC_NAMES:
-        out[name] = bootstrap_ci(
-            fns[name], batch.probs, batch.targets, n_resamples=n_resamples, level=level, seed=seed
-        )
+        out[name] = _interval(fns[name], batch, index, level)
     out["level"] = level
-    out["n_resamples"] = int(n_resamples)
+    out["n_resamples"] = n_resamples
     return out

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from beliefdrift.metrics import resample_indices
+
 
 @dataclass(frozen=True)
 class CIDCheck:
@@ -48,7 +50,7 @@ def cid_check(
     paths with replacement `resamples` times (with `generator`) and take the (1 ∓ level)/2 quantiles of D̄."""
     differences = half_differences(answers, num_labels)
     paths = differences.shape[0]
-    index = torch.randint(paths, (resamples, paths), generator=generator)
+    index = torch.from_numpy(resample_indices(paths, resamples, generator))
     means = differences[index].mean(1)  # [resamples, |𝒜|]
     tail = (1 - level) / 2
     low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)
