@@ -115,3 +115,52 @@ def _set_rng_state(state: RNGState, device: torch.device) -> None:
     torch.set_rng_state(state[0])
     if state[1] is not None:
         torch.cuda.set_rng_state(state[1], device)
+
+
+class SavedTensorMeter:
+    """Bytes of the tensors autograd keeps for backward passes of graphs built inside the context (each storage
+    once, the model's parameters left out): `current` and `peak`. What one graph or one micro-batch costs, on any
+    device."""
+
+    def __init__(self, model: torch.nn.Module | None = None):
+        self.current = self.peak = 0
+        self._held: dict[int, int] = {}  # storage address → how many saved tensors use it
+        self._parameters = {p.untyped_storage().data_ptr() for p in model.parameters()} if model is not None else set()
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def __enter__(self) -> SavedTensorMeter:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+
+    def _pack(self, tensor: torch.Tensor) -> object:
+        address = tensor.untyped_storage().data_ptr()
+        if address in self._parameters or not address:
+            return tensor
+        self._held[address] = self._held.get(address, 0) + 1
+        if self._held[address] == 1:
+            self.current += tensor.untyped_storage().nbytes()
+            self.peak = max(self.peak, self.current)
+        return _Saved(self, tensor.detach(), address)  # detached: a saved output would reference its own node
+
+    @staticmethod
+    def _unpack(saved: object) -> torch.Tensor:
+        return saved.tensor if isinstance(saved, _Saved) else saved  # type: ignore[return-value]
+
+    def _release(self, tensor: torch.Tensor, address: int) -> None:
+        self._held[address] -= 1
+        if not self._held[address]:
+            del self._held[address]
+            self.current -= tensor.untyped_storage().nbytes()
+
+
+class _Saved:
+    """A tensor saved for backward, counted by its meter until the graph that saved it is freed."""
+
+    def __init__(self, meter: SavedTensorMeter, tensor: torch.Tensor, address: int):
+        self.meter, self.tensor, self.address = meter, tensor, address
+
+    def __del__(self) -> None:
+        self.meter._release(self.tensor, self.address)
