@@ -1,4 +1,5 @@
 """Chain-of-thought extension: batched pair generation equals fresh forward passes, seeded runs reproduce,
+the sampler draws today's tokens on the CPU, incremental detokenization equals decoding the whole text,
 reasoning seeds come first and are not curve positions, centroid cosines, answers, CLI resume."""
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer, decoders, models
+from transformers import PreTrainedTokenizerFast
 
 from beliefdrift.cli import main
 from beliefdrift.data import MathProblem
@@ -32,7 +37,7 @@ from beliefdrift.reasoning import (
 from beliefdrift.reasoning.answers import answer_totals
 from beliefdrift.reasoning.embeddings import SENTENCE_PACKAGE, SentenceEmbedder, mean_pool
 from beliefdrift.reasoning.experiment import summarize
-from beliefdrift.reasoning.generation import _end_of_sequence_ids
+from beliefdrift.reasoning.generation import _end_of_sequence_ids, _RolloutState
 from beliefdrift.reasoning.parser import PAIR_SEPARATOR
 from beliefdrift.resampling import make_generator
 from beliefdrift.store import STORE_FILE, RunStore
@@ -103,6 +108,125 @@ def test_same_seed_same_tokens(tiny_lm, task):
     assert tokens(7) == first
     assert tokens(8) != first
     assert first[0] != first[1], "rollouts of one batch draw different tokens"
+
+
+def test_rollouts_stopping_early_keep_their_own_hidden_states(tiny_lm, task):
+    cache = pairs_cache(tiny_lm, task)
+    free = DecodeConfig(num_pairs=2, max_new_tokens=60)
+    rollouts = generate_rollouts(cache, [""] * 3, free, nucleus_sampler(1.0, 0.95, make_generator(0, "a")))
+    assert sorted(len(r.token_ids) for r in rollouts) == [0, 1, 25], "the test needs rollouts ending early at EOS"
+    for rollout in rollouts:
+        if not rollout.token_ids:
+            assert rollout.hidden is None
+            continue
+        _, states = fresh(tiny_lm, list(cache.prompt_ids) + rollout.token_ids)
+        torch.testing.assert_close(rollout.hidden, states[len(cache.prompt_ids) :], atol=1e-4, rtol=0)
+
+
+# Tokens drawn by the sampler before it moved onto the logits' device (it copied them to the CPU), from
+# make_generator(5, name), six draws each from the same logits: sampling on the CPU must not change.
+TODAYS_DRAWS = {
+    "greedy": (0.0, 1.0, 256, [[175, 232, 85]] * 6),
+    "full": (1.0, 1.0, 256, [[186, 167, 85], [56, 172, 85], [186, 39, 85], [245, 232, 36], [186, 167, 85],
+                             [20, 232, 85]]),
+    "top": (0.8, 0.9, 256, [[175, 232, 36], [175, 172, 85], [56, 172, 85], [186, 172, 129], [56, 232, 122],
+                            [175, 232, 36]]),
+    "fallback": (1.5, 0.95, 4, [[186, 232, 202], [54, 232, 33], [200, 232, 262], [245, 167, 48], [163, 52, 122],
+                                [104, 232, 13]]),  # 4 candidates never hold 95%: the sorted-vocabulary path
+}
+
+
+@pytest.mark.parametrize("name", list(TODAYS_DRAWS))
+def test_sampler_draws_todays_tokens_on_the_cpu(name):
+    temperature, top_p, candidates, expected = TODAYS_DRAWS[name]
+    logits = torch.randn(3, 300, generator=torch.Generator().manual_seed(123)) * 4
+    sample = nucleus_sampler(temperature, top_p, make_generator(5, name), candidates=candidates)
+    assert [sample(logits).tolist() for _ in expected] == expected
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_sampler_on_cuda_is_reproducible_and_stays_in_the_nucleus():
+    logits = (torch.randn(4, 1000, generator=torch.Generator().manual_seed(0)) * 4).cuda()
+    probs = torch.softmax(logits / 0.8, -1).sort(-1, descending=True)
+    outside = (probs.values.cumsum(-1) - probs.values >= 0.9).scatter(-1, probs.indices, probs.values >= 0)
+
+    def draws(seed: int) -> torch.Tensor:
+        sample = nucleus_sampler(0.8, 0.9, make_generator(seed, "cuda"))
+        return torch.stack([sample(logits) for _ in range(50)])
+
+    first = draws(0)
+    assert first.is_cuda and torch.equal(draws(0), first) and not torch.equal(draws(1), first)
+    assert not outside.gather(-1, first.T).any()
+
+
+def whole_text_decoding(tokenizer, ids: list[int]) -> tuple[str, list[int]]:
+    """Text and `char_end` as the decoder computed them before it decoded incrementally: the whole text
+    after every token, released unless it ends in U+FFFD; tokens still held at the end end with the text."""
+    text, char_end, held = "", [], 0
+    for n in range(1, len(ids) + 1):
+        whole = tokenizer.decode(ids[:n], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if whole.endswith("\ufffd"):
+            held += 1
+        else:
+            text, held = text + whole[len(text) :], 0
+        char_end.append(len(text))
+    if held:
+        text += whole[len(text) :]
+        char_end[-held:] = [len(text)] * held
+    return text, char_end
+
+
+def token_sequences(tokenizer) -> st.SearchStrategy[list[int]]:
+    """Any tokens of the vocabulary, special ones included, mixed with runs cut out of the tokens of text
+    with multi-byte characters, so that sequences start, end and break off inside characters."""
+    encoded = tokenizer("naïve café – θ → 😀 日本語 </ans>", add_special_tokens=False)["input_ids"]
+    run = st.integers(0, len(encoded) - 1).flatmap(lambda i: st.integers(i + 1, len(encoded)).map(
+        lambda j: encoded[i:j]))
+    return st.lists(st.one_of(st.integers(0, len(tokenizer) - 1).map(lambda t: [t]), run), max_size=12).map(
+        lambda runs: [t for r in runs for t in r])
+
+
+def assert_incremental_decoding_is_whole_decoding(tokenizer, ids: list[int]) -> None:
+    state = _RolloutState(tokenizer, DecodeConfig(num_pairs=100, max_new_tokens=1000), {})
+    for token in ids:
+        state.step(token, eos=set())
+    rollout = state.finish(None, "")
+    assert rollout.text == tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    assert (rollout.text, state.char_end) == whole_text_decoding(tokenizer, ids)
+    assert rollout.pairs == parse_pairs(rollout.text).pairs
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_incremental_detokenization_is_whole_text_decoding(tiny_lm, data):
+    assert_incremental_decoding_is_whole_decoding(tiny_lm.tokenizer, data.draw(token_sequences(tiny_lm.tokenizer)))
+
+
+@pytest.mark.integration
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_incremental_detokenization_is_whole_text_decoding_default_tokenizer(default_lm, data):
+    tokenizer = default_lm.tokenizer
+    assert_incremental_decoding_is_whole_decoding(tokenizer, data.draw(token_sequences(tokenizer)))
+
+
+def sentencepiece_tokenizer() -> PreTrainedTokenizerFast:
+    """Llama-2 style: words start with "▁", other characters fall back to byte tokens <0xXX> (ids 0–255),
+    and decoding turns each "▁" into a space but drops the text's first space."""
+    words = ["▁hello", "▁world", "▁", "!"]
+    vocab = {f"<0x{b:02X}>": b for b in range(256)} | {w: 256 + i for i, w in enumerate(words)}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    return PreTrainedTokenizerFast(tokenizer_object=backend)
+
+
+@pytest.mark.parametrize("ids", [[256, 257, 0xE2, 0x82, 0xAC, 256, 259], [258, 257, 0xC3, 0xA9, 257, 0xE2, 0x82]])
+def test_incremental_detokenization_keeps_the_space_a_decode_strips(ids):
+    """Decoding only the new token would drop the space of "▁world" ("hello" + "world"); the window's
+    context tokens keep it. (Byte runs here are whole characters, or cut off at the end: byte fallback
+    decodes a run that mixes a character with a broken one as all U+FFFD, in one call too.)"""
+    assert_incremental_decoding_is_whole_decoding(sentencepiece_tokenizer(), ids)
 
 
 def test_reasoning_seeds_come_first_and_are_not_curve_positions(tiny_lm, task):
