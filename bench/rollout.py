@@ -1,6 +1,7 @@
 """PPR rollout throughput: the naive `model.generate` way vs our shared-prefix engine, in one run.
 
     python bench/rollout.py [--model smollm2-135m-instruct] [--paths 32] [--steps 50] [--questions 2]
+    python bench/rollout.py --shape llama-3.1-8b --device cuda [--steps 100]   # GPU: random weights, real shape
 
 (a) naive: `generate(do_sample=True, num_return_sequences=J, max_new_tokens=2N, output_scores=True)`, then
     parse the text into answers and read θ off the scores — what a researcher would write first;
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Olmo2Config, PretrainedConfig, Qwen2Config
 
-from beliefdrift.backend import DEFAULT_MODEL, load_model
-from beliefdrift.backend.loading import resolve_dtype
+from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
+from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.methods import parse_method, run_methods_many
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
 from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
 
@@ -46,16 +50,17 @@ def forward_flops(model: torch.nn.Module, new_tokens: int, context: int, logits_
 def naive_rollout(lm, question, paths: int, steps: int, seed: int) -> tuple[float, float]:
     """Seconds and FLOPs of the naive generate-and-parse rollout for one question."""
     tokens = ppr_tokens(lm, question, DEFAULT_PPR_TEMPLATE)
-    prompt = torch.tensor([tokens.prompt_ids])
+    prompt = torch.tensor([tokens.prompt_ids], device=lm.device)
     torch.manual_seed(seed)
     start = time.perf_counter()
     with torch.no_grad():
         out = lm.model.generate(
             prompt, attention_mask=torch.ones_like(prompt), do_sample=True, num_return_sequences=paths,
-            max_new_tokens=2 * steps, output_scores=True, return_dict_in_generate=True, top_k=0, top_p=1.0,
+            max_new_tokens=2 * steps, min_new_tokens=2 * steps, output_scores=True, return_dict_in_generate=True,
+            top_k=0, top_p=1.0,
             pad_token_id=lm.tokenizer.pad_token_id or lm.tokenizer.eos_token_id,
         )
-    label_ids = torch.tensor(tokens.label_ids)
+    label_ids = torch.tensor(tokens.label_ids, device=lm.device)
     for j in range(paths):  # parse: answers from the text, θ from the score at each answer position
         text = lm.tokenizer.decode(out.sequences[j, prompt.shape[1]:], skip_special_tokens=True)
         answers = [line.strip() for line in text.split("\n") if line.strip() in question.labels]
@@ -88,7 +93,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--questions", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="random weights of this shape: the GPU sweep below")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto")
     args = parser.parse_args()
+    if args.shape:
+        shape_sweep(args)
+        return
     questions = load_dataset("demo", n=args.questions, seed=args.seed)
     auto = resolve_dtype("auto", torch.device("cpu"))
     peaks = {torch.float32: matmul_peak(torch.float32)}
@@ -113,6 +124,97 @@ def main() -> None:
     print(f"\nJ={args.paths}, N={args.steps}, {len(questions)} questions")
     for name, _, rate, _ in rows[1:]:
         print(f"{name}: {rate / naive:.1f}x naive")
+
+
+SHAPES: dict[str, Callable[[], PretrainedConfig]] = {
+    "tiny": lambda: LlamaConfig(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
+                                num_key_value_heads=2, vocab_size=49152),
+    "llama-3.1-8b": lambda: LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                        rope_theta=500000.0, max_position_embeddings=131072),
+    "olmo-2-7b": lambda: Olmo2Config(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                     num_attention_heads=32, num_key_value_heads=32, vocab_size=100352,
+                                     max_position_embeddings=4096),
+    "qwen2.5-7b": lambda: Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                                      num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                                      max_position_embeddings=32768),
+}
+
+
+def shaped_model(shape: str, device: torch.device, dtype: torch.dtype) -> LanguageModel:
+    """Random weights of a real model's shape, made on the device (no download), with the default tokenizer."""
+    tokenizer = load_model(DEFAULT_MODEL).tokenizer
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(SHAPES[shape](), dtype=dtype).eval()
+    return LanguageModel(model, tokenizer, shape)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(device: torch.device, work: Callable[[], object]) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    work()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def copy_bandwidth(device: torch.device, megabytes: int = 1024, repeats: int = 10) -> float:
+    """Bytes/s moved by a device-to-device copy (each byte read once and written once)."""
+    source = torch.empty(megabytes * 2**20, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    return 2 * source.numel() * repeats / timed(device, lambda: [target.copy_(source) for _ in range(repeats)])
+
+
+def device_matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 4096, repeats: int = 20) -> float:
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    a @ a
+    return 2 * size**3 * repeats / timed(device, lambda: [a @ a for _ in range(repeats)])
+
+
+def shape_sweep(args: argparse.Namespace) -> None:
+    """Engine ms/step against the weight-read floor, over paths and over batched questions, and naive generate.
+
+    A step is one answer on every path; its time includes the run's prefills (prompt, direct query), which N
+    steps amortize. The floor is the time to read every weight once at the copy bandwidth measured here; the
+    roofline is the matmul peak measured here over the FLOPs of one path-answer."""
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    lm = shaped_model(args.shape, device, dtype)
+    weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    floor = weight_bytes / copy_bandwidth(device)
+    peak = device_matmul_peak(device, dtype)
+    questions = load_dataset("demo", n=16, seed=args.seed)
+    tokens = ppr_tokens(lm, questions[0], DEFAULT_PPR_TEMPLATE)
+    flops_per_answer = forward_flops(lm.model, tokens.step_length, len(tokens.prompt_ids) + args.steps, 1)
+    print(f"{args.shape} on {device} ({dtype}): {weight_bytes / 2**30:.1f} GiB of weights; weight-read floor "
+          f"{floor * 1e3:.2f} ms/step; matmul peak {peak / 1e12:.0f} TFLOP/s; compute roofline "
+          f"{peak / flops_per_answer:,.0f} path-answers/s; prompt {len(tokens.prompt_ids)} tokens, N={args.steps}")
+    print("\n| paths | ms/step | × floor | path-answers/s | of roofline |\n|---|---|---|---|---|")
+    for paths in (1, 8, 32, 96, 384):
+        seconds = timed(device, lambda p=paths: QuestionRunner(lm, questions[0]).ppr(p, args.steps, make_generator(0)))
+        print(f"| {paths} | {seconds / args.steps * 1e3:.1f} | {seconds / args.steps / floor:.1f} | "
+              f"{paths * args.steps / seconds:,.0f} | {paths * args.steps / seconds * flops_per_answer / peak:.1%} |")
+    methods = [parse_method(m) for m in ("ppr", "ppr-seed1", "ppr-seed5")]
+    print(f"\n| questions × 3 methods × {args.paths} paths | ms/step | × floor | path-answers/s | of roofline |"
+          "\n|---|---|---|---|---|")
+    engine_rate = 0.0
+    for count in (1, 2, 4, 8, 16):
+        batch = questions[:count]
+        seconds = timed(device, lambda b=batch: run_methods_many(lm, b, methods, args.paths, args.steps, 0,
+                                                                  DEFAULT_PPR_TEMPLATE))
+        rate = count * 3 * args.paths * args.steps / seconds
+        engine_rate = engine_rate or rate
+        print(f"| {count} | {seconds / args.steps * 1e3:.1f} | {seconds / args.steps / floor:.1f} | {rate:,.0f} | "
+              f"{rate * flops_per_answer / peak:.1%} |")
+    seconds = timed(device, lambda: naive_rollout(lm, questions[0], 3 * args.paths, args.steps, args.seed))
+    naive = 3 * args.paths * args.steps / seconds
+    print(f"\nnaive generate(num_return_sequences={3 * args.paths}): {naive:,.0f} path-answers/s; engine on one "
+          f"question {engine_rate / naive:.1f}x naive")
 
 
 if __name__ == "__main__":
