@@ -179,3 +179,31 @@ def test_invalid_horizons_are_rejected():
         SelfConsistencyLoss()(log_thetas(), ROLLOUTS, k1=2, k2=2)
     with pytest.raises(ValueError, match="k1 < k2"):
         SelfConsistencyLoss()(log_thetas(), ROLLOUTS, k1=2, k2=4)
+
+
+def test_micro_batch_predictive_scope_averages_the_loss_of_each_micro_batch():
+    # Paths 1–2 are THETAS, paths 3–4 are identical (θ_1 = (.1, .1, .8), θ_2 = (.05, .05, .9)); θ_0 is shared.
+    # k1 = 2, k2 = 3. Scope "update": p̂^(3) = (.225, .15, .625), p̂^(2) = (.25, .25, .5) over all four paths.
+    # Scope "micro_batch" (2 paths): the first pair's L_SC, L_pg (as in the first test) and the second pair's
+    # L_SC = H(θ_2, θ_1), L_pg = 0 (equal ℓ_j, zero advantages), averaged.
+    second = [THETA0, [0.1, 0.1, 0.8], [0.05, 0.05, 0.9]]
+    thetas = torch.tensor([*THETAS, second, second], dtype=torch.float64).log()
+    rollouts = torch.tensor([[0, 2], [1, 0], [2, 1], [2, 1]])
+    update = SelfConsistencyLoss(beta=0.5)(thetas, rollouts, k1=2, k2=3)
+    sc_update = -(0.225 * math.log(0.25) + 0.15 * math.log(0.25) + 0.625 * math.log(0.5))
+    assert float(update.sc) == pytest.approx(sc_update, abs=1e-12)
+    assert float(SelfConsistencyLoss(beta=0.5, predictive_paths=4)(thetas, rollouts, 2, 3).loss) == float(update.loss)
+
+    scoped = SelfConsistencyLoss(beta=0.5, predictive_paths=2)(thetas, rollouts, k1=2, k2=3)
+    first = SelfConsistencyLoss(beta=0.5)(log_thetas(), ROLLOUTS, k1=2, k2=3)
+    sc_second = -(0.05 * math.log(0.1) + 0.05 * math.log(0.1) + 0.9 * math.log(0.8))
+    assert float(scoped.sc) == pytest.approx((float(first.sc) + sc_second) / 2, abs=1e-12)
+    assert float(scoped.pg) == pytest.approx(float(first.pg) / 2, abs=1e-12)
+    assert float(scoped.loss) == pytest.approx(float(scoped.sc) + 0.5 * float(scoped.pg), abs=1e-12)
+    assert abs(float(scoped.sc) - sc_update) > 0.1, "the two readings differ here"
+    # A split into equal blocks leaves the anchor and the format term unchanged.
+    log_mass = torch.full((4, 3), 0.8, dtype=torch.float64).log()
+    kwargs = {"forecast": torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64), "log_mass": log_mass}
+    full = SelfConsistencyLoss(anchor=1.0, format_weight=1.0)(thetas, rollouts, 2, 3, **kwargs)
+    split = SelfConsistencyLoss(anchor=1.0, format_weight=1.0, predictive_paths=2)(thetas, rollouts, 2, 3, **kwargs)
+    assert (float(split.anchor), float(split.format)) == (float(full.anchor), float(full.format))

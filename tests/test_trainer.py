@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 from transformers.modeling_layers import GradientCheckpointingLayer
 
@@ -441,6 +442,12 @@ def test_presets_and_overrides():
     for config in (llama, olmo):
         lora = (config.lora_r, config.lora_alpha, config.lora_dropout, config.target_modules)
         assert lora == (16, 8, 0.05, "all-linear") and (config.beta, config.clip) == (0.01, 5)
+    for name in ("train-paper-llama.yaml", "train-paper-olmo.yaml"):  # the two readings the paper leaves open
+        preset = yaml.safe_load((ROOT / "configs" / name).read_text())
+        assert (preset["max_grad_norm"], preset["predictive_scope"]) == (1.0, "update"), name
+    assert (TrainConfig().max_grad_norm, TrainConfig().predictive_scope) == (1.0, "update")
+    with pytest.raises(ValueError, match="predictive_scope"):
+        load_train_config(None, {"predictive_scope": "batch"})
     config = load_train_config(None, {"learning_rate": "3e-4", "prefix_lengths": [0, 2], "max_grad_norm": None})
     assert config.learning_rate == 3e-4 and config.prefix_lengths == (0, 2) and config.max_grad_norm is None
     with pytest.raises(ValueError, match="unknown training settings"):
