@@ -111,6 +111,18 @@ def test_cid_statistic_by_hand():
     assert flagged.l1 == pytest.approx(2.0) and not flagged.consistent
 
 
+def test_cid_band_is_the_percentile_bootstrap_over_paths():
+    # The shared resampler draws the paths as torch.randint did, so stored bands (and "c.i.d. rejected") stay.
+    answers = torch.randint(3, (9, 6), generator=torch.Generator().manual_seed(1))
+    check = cid_check(answers, 3, make_generator(0, "q"), resamples=400, level=0.9)
+    index = torch.randint(9, (400, 9), generator=make_generator(0, "q"))
+    means = half_differences(answers, 3)[index].mean(1)
+    tail = (1 - 0.9) / 2
+    low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)
+    assert torch.equal(check.low, low) and torch.equal(check.high, high)
+    assert (check.low < check.difference).all() and (check.difference < check.high).all()
+
+
 def test_record_writer_resumes_and_checks_settings(tmp_path):
     writer = RecordWriter(tmp_path, {"K": 10, "lengths": (0, 2)})
     assert not writer.done("q/1", "ppr")

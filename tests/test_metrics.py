@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import math
 import warnings
+from functools import partial
 
 import numpy as np
 import pytest
+import torch
+from sklearn.metrics import roc_auc_score
 
 from beliefdrift.metrics import (
     METRIC_NAMES,
     Interval,
     MetricWarning,
     NLLResult,
+    _accuracy_core,
+    _auroc_core,
     _bin_index,
+    _brier_core,
+    _ece_core,
+    _nll_core,
+    _normalise,
     accuracy,
     auroc,
     bootstrap_ci,
@@ -21,6 +30,7 @@ from beliefdrift.metrics import (
     ece,
     nll,
     reliability_bins,
+    resample_indices,
     summarize,
 )
 
@@ -463,3 +473,122 @@ def test_summarize_one_class_warns_once_and_reports_nan_auc() -> None:
     assert len([w for w in record if issubclass(w.category, MetricWarning)]) == 1
     assert math.isnan(out["AUC"].point)
     assert out["ACC"].point == 1.0
+
+
+# ------------------------------------------------------------------------------ vectorised bootstrap
+
+
+def _rows_with_confidence(conf: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows [c, (1−c)/(k−1), …] with the maximum c at a random position (c > 1/k)."""
+    rows = np.tile((1 - conf[:, None]) / (k - 1), (1, k))
+    rows[np.arange(conf.size), rng.integers(0, k, conf.size)] = conf
+    return rows
+
+
+def _catalogue() -> dict[str, tuple[object, np.ndarray]]:
+    """Inputs whose resamples hit the hard cases: tied scores, confidences on bin edges and equal to 1,
+    argmax ties, ragged rows, and resamples with one class."""
+    rng = np.random.default_rng(123)
+    ties = _rows_with_confidence(rng.choice([0.4, 0.5, 0.6, 0.7, 0.9], size=60), 3, rng)
+    edges = _rows_with_confidence(rng.integers(6, 16, size=60) / 15, 3, rng)  # j/15, 1.0 included
+    one_hot = np.eye(3)[rng.integers(0, 3, size=30)]
+    uniform = np.vstack([np.full((20, 4), 0.25), _random_problem(5, 20, 4)[0]])
+    nearly_right, _ = _random_problem(6, 8, 3)
+    return {
+        "continuous": _random_problem(0, 50, 4),
+        "ties": (ties, rng.integers(0, 3, size=60)),
+        "bin edges": (edges, rng.integers(0, 3, size=60)),
+        "confidence one": (np.vstack([one_hot, edges[:30]]), rng.integers(0, 3, size=60)),
+        "argmax ties": (uniform, rng.integers(0, 4, size=40)),
+        "ragged": _ragged_problem(7, 40),
+        "one wrong in eight": (nearly_right, np.r_[(nearly_right[0].argmax() + 1) % 3, nearly_right[1:].argmax(1)]),
+    }
+
+
+CATALOGUE = _catalogue()
+
+
+def _resamples(n: int, seed: int = 0) -> np.ndarray:
+    return resample_indices(n, 300, np.random.default_rng(seed))
+
+
+def test_catalogue_covers_the_hard_cases() -> None:
+    conf = {name: _normalise(*problem).confidences for name, problem in CATALOGUE.items()}
+    assert len(np.unique(conf["ties"])) == 5
+    assert np.isin(np.arange(6, 15) / 15, conf["bin edges"]).all() and (conf["bin edges"] == 1.0).any()
+    assert (conf["confidence one"] == 1.0).sum() >= 30
+    batch = _normalise(*CATALOGUE["one wrong in eight"])
+    assert batch.correct.sum() == 7
+
+
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_vectorised_auroc_matches_sklearn_per_resample(name: str) -> None:
+    batch = _normalise(*CATALOGUE[name])
+    index = _resamples(batch.n)
+    got = _auroc_core(batch, index)
+    assert got.shape == (index.shape[0],)
+    single_class = 0
+    for value, rows in zip(got, index, strict=True):
+        labels = batch.correct[rows]
+        if labels.all() or not labels.any():
+            assert math.isnan(value)
+            single_class += 1
+        else:
+            assert value == pytest.approx(roc_auc_score(labels, batch.confidences[rows]), abs=1e-12)
+    if name == "one wrong in eight":
+        assert 0 < single_class < index.shape[0]  # (7/8)^8 ≈ 34% of resamples miss the wrong answer
+
+
+def _reference_ece(conf: np.ndarray, correct: np.ndarray, n_bins: int) -> float:
+    """ECE with each bin's members found by comparing with the edges k/B one bin at a time."""
+    total = 0.0
+    for b in range(n_bins):
+        low, high = b / n_bins, (b + 1) / n_bins
+        members = ((conf > low) | (b == 0)) & ((conf <= high) | (b == n_bins - 1))
+        if members.any():
+            total += members.sum() / conf.size * abs(correct[members].mean() - conf[members].mean())
+    return total
+
+
+@pytest.mark.parametrize("n_bins", [5, 10, 15])
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_vectorised_ece_matches_scalar_per_resample(name: str, n_bins: int) -> None:
+    probs, targets = CATALOGUE[name]
+    batch = _normalise(probs, targets)
+    index = _resamples(batch.n, seed=n_bins)
+    got = _ece_core(batch, index, n_bins)
+    for value, rows in zip(got, index, strict=True):
+        assert value == pytest.approx(ece(batch.probs[rows], batch.targets[rows], n_bins=n_bins), abs=1e-12)
+        assert value == pytest.approx(_reference_ece(batch.confidences[rows], batch.correct[rows], n_bins), abs=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_vectorised_means_match_scalar_per_resample(name: str) -> None:
+    batch = _normalise(*CATALOGUE[name])
+    index = _resamples(batch.n)
+    cores = ((_accuracy_core, accuracy), (_brier_core, brier), (partial(_nll_core, eps=0.2), partial(nll, eps=0.2)))
+    for core, scalar in cores:
+        expected = [float(scalar(batch.probs[rows], batch.targets[rows])) for rows in index]
+        np.testing.assert_allclose(core(batch, index), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_bootstrap_vectorised_equals_per_resample_loop(name: str) -> None:
+    # A lambda is not one of the module's metrics, so bootstrap_ci scores it one resample at a time.
+    probs, targets = CATALOGUE[name]
+    metrics = (accuracy, auroc, brier, nll, ece, partial(ece, n_bins=10), partial(nll, eps=0.2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MetricWarning)
+        for fn in metrics:
+            for level in (0.95, 0.5):
+                fast = bootstrap_ci(fn, probs, targets, n_resamples=200, level=level, seed=3)
+                slow = bootstrap_ci(lambda p, t, fn=fn: fn(p, t), probs, targets, n_resamples=200, level=level, seed=3)
+                np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-12)
+
+
+def test_resample_indices_draws_as_numpy_and_torch_do() -> None:
+    index = resample_indices(7, 50, np.random.default_rng(4))
+    assert index.shape == (50, 7)
+    np.testing.assert_array_equal(index, np.random.default_rng(4).integers(0, 7, size=(50, 7)))
+    drawn = resample_indices(7, 50, torch.Generator().manual_seed(4))
+    np.testing.assert_array_equal(drawn, torch.randint(7, (50, 7), generator=torch.Generator().manual_seed(4)))
