@@ -1,4 +1,5 @@
-"""Seconds per SC optimizer update and peak RSS when training the default model on the CPU.
+"""Seconds per SC optimizer update and peak RSS when training the default model on the CPU; with --memory, the peak
+memory of one update's forward and backward passes against the paths per update, with and without gradient caching.
 
 Each precision runs in its own subprocess (peak RSS is per process): fp32 for a few updates after a warm-up one,
 bf16 likewise where bf16 matmuls are fast (AVX512-BF16/AMX CPUs, CUDA) and for ONE update only (no warm-up)
@@ -6,6 +7,15 @@ elsewhere, where they are emulated and ~100x slower than fp32. Rollouts are gene
 Prints prompt length, seconds per update, peak RSS, and the bf16/fp32 ratio.
 
     python bench/train.py [--config configs/train-cpu.yaml] [--updates 3] [--threads 1] [--skip-bf16]
+
+--memory builds a model of a named shape with random weights (no download), LoRA as in the paper presets, a random
+prompt and random rollouts of depth K − 1 = 5 (the deepest update, k = (5, 6)), and runs one update's backward
+pass (`backward_sc_loss`) for each paths-per-update × {one graph, gradient caching} [× gradient checkpointing].
+It reports the bytes autograd saved for backward at peak (any device) and, on CUDA, torch.cuda.max_memory_allocated
+(weights included):
+
+    python bench/train.py --memory                                          # tiny shape, CPU
+    python bench/train.py --memory --shape llama-3.1-8b --device cuda --checkpointing
 
 On a CPU shared with other jobs, use --threads 1: with two threads on two busy cores every op waits for the
 descheduled second thread (we measured a 12x slowdown of the same forward pass).
@@ -74,6 +84,67 @@ def prepare_rollouts(config_path: str, out: str) -> None:
     save_rollouts(groups, Path(out) / "rollouts", {"bench": True})
 
 
+SHAPES = {
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 259},
+    "llama-3.1-8b": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                     "rope_theta": 500000.0},
+}
+
+
+def memory(shape: str, device: str, dtype: str, paths: list[int], micro_batch: int, prompt: int,
+           checkpointing: bool) -> None:
+    """Peak memory of one update's backward pass on a random model of `shape` (see the module doc)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from beliefdrift.amortize import SelfConsistencyLoss, backward_sc_loss
+    from beliefdrift.amortize.backward import SavedTensorMeter
+    from beliefdrift.amortize.forward import enable_gradient_checkpointing
+    from beliefdrift.backend import AnswerTokens
+    from beliefdrift.backend.shared_prefix import enable_shared_prefix
+
+    torch.manual_seed(0)
+    config = LlamaConfig(**SHAPES[shape], max_position_embeddings=8192, tie_word_embeddings=False)
+    with torch.device(device):
+        model = LlamaForCausalLM._from_config(config, dtype=getattr(torch, dtype), attn_implementation="sdpa")
+    enable_shared_prefix(model)
+    lora = LoraConfig(r=16, lora_alpha=8, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
+    model = get_peft_model(model, lora).train()
+    vocab = config.vocab_size
+    tokens = AnswerTokens(tuple(torch.randint(vocab, (prompt,)).tolist()), (10, 11, 12, 13, 14), (15,))
+    loss = SelfConsistencyLoss()
+    weights = torch.cuda.memory_allocated() if device == "cuda" else 0
+    print(f"{shape} ({sum(p.numel() for p in model.parameters()) / 1e9:.2f}B parameters, {dtype}) on {device}: "
+          f"prompt {prompt} tokens, micro-batch {micro_batch}, depth 5" + (f", weights {weights / 2**30:.2f} GiB"
+                                                                          if weights else ""))
+    print("| paths | backward | checkpointing | autograd saved (MiB) | CUDA peak (GiB) | seconds |")
+    print("|---|---|---|---|---|---|")
+    for checkpoint in (False, True) if checkpointing else (False,):
+        if checkpoint:
+            enable_gradient_checkpointing(model)
+        for caching in (False, True):
+            for j in paths:
+                rollouts = torch.randint(5, (j, 5), device=device)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                start = perf_counter()
+                with SavedTensorMeter(model) as meter:
+                    backward_sc_loss(model, tokens, (), rollouts, lambda c, r=rollouts: loss(c.log_theta, r, 5, 6),
+                                     micro_batch, caching)
+                peak = ""
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                    peak = f"{torch.cuda.max_memory_allocated() / 2**30:.2f}"
+                seconds = perf_counter() - start
+                model.zero_grad(set_to_none=True)
+                print(f"| {j} | {'caching' if caching else 'one graph'} | {'on' if checkpoint else 'off'} | "
+                      f"{meter.peak / 2**20:.1f} | {peak} | {seconds:.2f} |", flush=True)
+
+
 def main() -> None:
     import torch
 
@@ -84,6 +155,14 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=3, help="timed fp32 updates (after one warm-up)")
     parser.add_argument("--threads", type=int, help="torch threads per worker (OMP_NUM_THREADS; default: all cores)")
     parser.add_argument("--skip-bf16", action="store_true")
+    parser.add_argument("--memory", action="store_true", help="peak memory against paths per update (module doc)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny", help="--memory: the model's shape")
+    parser.add_argument("--device", default="cpu", help="--memory: cpu or cuda")
+    parser.add_argument("--memory-dtype", default="bfloat16", help="--memory: weight dtype")
+    parser.add_argument("--paths", type=int, nargs="+", default=[8, 16, 32], help="--memory: paths per update")
+    parser.add_argument("--micro-batch", type=int, default=4, help="--memory: paths per forward pass")
+    parser.add_argument("--prompt-tokens", type=int, default=500, help="--memory: prompt length")
+    parser.add_argument("--checkpointing", action="store_true", help="--memory: also with gradient checkpointing")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
@@ -91,6 +170,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         worker(args.config, args.out, args.dtype, args.updates, args.warm_up)
+        return
+    if args.memory:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        memory(args.shape, args.device, args.memory_dtype, args.paths, args.micro_batch, args.prompt_tokens,
+               args.checkpointing)
         return
     with tempfile.TemporaryDirectory() as tmp:
         prepare_rollouts(args.config, tmp)

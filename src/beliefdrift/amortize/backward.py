@@ -70,7 +70,7 @@ def backward_sc_loss(
     first = _detached(state.first)
     out = loss_fn(join(repeat_first(first, rollouts.shape[0]), cached))
     outputs = [*first, *(t for c in cached for t in c)]
-    grads = torch.autograd.grad(scale(out.loss), outputs)
+    grads = torch.autograd.grad(scale(out.loss), outputs, allow_unused=True)  # None: a term the loss leaves out
     first_grads, chunk_grads = grads[:2], [grads[i : i + 2] for i in range(2, len(grads), 2)]
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -81,8 +81,9 @@ def backward_sc_loss(
     sums: list[torch.Tensor | None] = [None] * (len(params) + len(leaves))
     for m in reversed(range(len(chunks))):
         _set_rng_state(seeds[m], device)
-        again = rollout_conditionals(model, tokens, detached, chunks[m])
-        parts = torch.autograd.grad(again, params + leaves, chunk_grads[m], allow_unused=True)
+        used = [(t, g) for t, g in zip(rollout_conditionals(model, tokens, detached, chunks[m]), chunk_grads[m],
+                                       strict=True) if g is not None]
+        parts = torch.autograd.grad([t for t, _ in used], params + leaves, [g for _, g in used], allow_unused=True)
         sums = [_accumulate(total, part) for total, part in zip(sums, parts, strict=True)]
     _set_rng_state(after, device)
     for param, total in zip(params, sums[: len(params)], strict=True):
