@@ -14,7 +14,8 @@ METHODS = [parse_method(name) for name in ("direct", "ppr", "ppr-seed1", "ppr-se
 
 def questions():
     """Prompts of different lengths, and one question with another number of options (its own batch)."""
-    longer = dataclasses.replace(SKY_QUESTION, id="q-sky-long", stem="On a clear summer day at noon, what color is the sky?")
+    longer = dataclasses.replace(SKY_QUESTION, id="q-sky-long",
+                                 stem="On a clear summer day at noon, what color is the sky?")
     three = dataclasses.replace(SKY_QUESTION, id="q-three", choices=("green", "blue", "red"), labels=("A", "B", "C"))
     grass = dataclasses.replace(SKY_QUESTION, id="q-grass", stem="What color is fresh grass?", answer="A")
     return [SKY_QUESTION, longer, three, grass]
@@ -32,3 +33,25 @@ def test_batched_questions_are_bit_identical_to_one_at_a_time(tiny_lm, history_t
                 assert torch.equal(got.trajectories.seeds, expected.trajectories.seeds)
     # The questions really differ, so a mix-up between them would show.
     assert not torch.equal(batched[0][1].trajectories.thetas, batched[1][1].trajectories.thetas)
+
+
+def test_evaluate_batch_questions_stores_the_same_results(tiny_model_dir, tmp_path):
+    from beliefdrift.cli import main
+    from beliefdrift.store import RunStore
+
+    def stored(batch: int) -> dict:
+        out = tmp_path / f"batch-{batch}"
+        argv = ["evaluate", "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "5", "-J", "4", "-N", "3",
+                "--methods", "direct", "ppr", "ppr-seed2", "--dtype", "float32", "--bootstrap", "10",
+                "--batch-questions", str(batch), "--out", str(out)]
+        assert main(argv) == 0
+        with RunStore.open(out / "run.sqlite", read_only=True) as store:
+            return {(r.question_id, r.method): r for r in store.rows()}
+
+    one, three = stored(1), stored(3)
+    assert one.keys() == three.keys() and len(one) == 15
+    for key, row in one.items():
+        other = three[key]
+        assert row.probs.tobytes() == other.probs.tobytes(), key
+        if row.answers is not None:
+            assert row.answers.tobytes() == other.answers.tobytes() and row.thetas.tobytes() == other.thetas.tobytes()

@@ -258,4 +258,4 @@ def test_cuda_out_of_memory_names_the_setting_to_lower(tiny_model_dir: Path, tmp
 
     monkeypatch.setattr("beliefdrift.evaluation.question_rows", out_of_memory)
     assert main(evaluate(tiny_model_dir, tmp_path)) == 2
-    assert "out of GPU memory; lower -J/--paths" in error_line(capsys)
+    assert "out of GPU memory; lower --batch-questions or -J/--paths" in error_line(capsys)

@@ -56,7 +56,7 @@ def test_question_rows_match_run_methods(tiny_lm, question: MCQuestion) -> None:
     methods = [parse_method(name) for name in ("direct", "ppr", "ppr-seed2")]
     config = EvalConfig(seed=7, paths=3, steps=4)
     expected = {r.method.name: r for r in run_methods(tiny_lm, question, methods, 3, 4, 7, config.template)}
-    rows = {row.method: row for row in question_rows(5, question, methods, config, tiny_lm)}
+    rows = {row.method: row for row in question_rows([(5, question)], methods, config, tiny_lm)}
     assert rows.keys() == expected.keys()
     for name, row in rows.items():
         assert row.probs.tobytes() == expected[name].probs.numpy().tobytes()
@@ -72,7 +72,7 @@ def test_question_rows_match_run_methods(tiny_lm, question: MCQuestion) -> None:
     assert rows["direct"].valid_mass.shape == (1, 1) and rows["direct"].answers is None
     assert rows["direct"].valid_mass[0, 0] == expected["direct"].valid_mass
     # Re-running a question gives the same bits (what a resumed run relies on).
-    again = question_rows(5, question, methods, config, tiny_lm)
+    again = question_rows([(5, question)], methods, config, tiny_lm)
     assert [row_key(r) for r in again] == [row_key(rows[r.method]) for r in again]
 
 
@@ -100,8 +100,8 @@ def test_load_adapter(tiny_model_dir: Path, tmp_path: Path, question: MCQuestion
 
     config = EvalConfig(paths=3, steps=4)
     methods = [parse_method(name) for name in ("direct", "ppr-seed1", "am-ppr-seed1")]
-    rows = {row.method: row for row in question_rows(0, question, methods, config, lm, tuned)}
-    base_rows = {row.method: row for row in question_rows(0, question, methods[:2], config, untouched)}
+    rows = {row.method: row for row in question_rows([(0, question)], methods, config, lm, tuned)}
+    base_rows = {row.method: row for row in question_rows([(0, question)], methods[:2], config, untouched)}
     # The base methods run without the adapter. (Not bit-exact: PEFT freezes the base weights, and with
     # requires_grad=False torch picks another matmul kernel for lm_head, which rounds differently.)
     for name in ("direct", "ppr-seed1"):
@@ -119,7 +119,7 @@ def test_load_adapter(tiny_model_dir: Path, tmp_path: Path, question: MCQuestion
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         load_adapter(lm, tmp_path)
     with pytest.raises(ValueError, match="need an adapter"):
-        question_rows(0, question, methods, config, untouched)
+        question_rows([(0, question)], methods, config, untouched)
 
 
 # ----------------------------------------------------------------------------------------- quality control

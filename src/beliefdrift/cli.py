@@ -22,6 +22,7 @@ COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning", "train"]
 RESUMABLE = {"drift", "emd", "evaluate", "reasoning", "train"}
 #: What to lower when a command runs out of GPU memory.
 MEMORY_SETTINGS = {
+    "evaluate": "--batch-questions or -J/--paths (paths run together)",
     "train": "micro_batch (paths per forward pass) or paths_per_update",
     "emd": "--batch-budget (paths per forward pass) or -J/--paths",
     "reasoning": "-R/--rollouts or --max-new-tokens",

@@ -32,7 +32,7 @@ from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import DATASETS, fingerprint, load_dataset
 from beliefdrift.errors import UserError, check_device, check_model
-from beliefdrift.methods import Method, MethodResult, parse_method, run_methods
+from beliefdrift.methods import Method, MethodResult, parse_method, run_methods_many
 from beliefdrift.metrics import MetricWarning, summarize
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, load_template
 from beliefdrift.resampling import direct_tokens, ppr_tokens
@@ -60,6 +60,7 @@ class EvalConfig:
     device: str = "cpu"
     attn_implementation: str = "auto"  # for the forward passes the engine does not own
     device_map: str | None = None  # accelerate's, for a model larger than one device; results do not depend on it
+    batch_questions: int = 0  # questions per engine batch (0: 16 on a GPU, 1 on the CPU); results do not depend on it
     data_dir: str | None = None
     qc_path_mass: float = 0.5
     qc_max_fraction: float = 0.5
@@ -290,20 +291,20 @@ def result_row(position: int, question: MCQuestion, result: MethodResult, second
 
 
 def question_rows(
-    position: int,
-    question: MCQuestion,
+    batch: Sequence[tuple[int, MCQuestion]],
     methods: Sequence[Method],
     config: EvalConfig,
     lm: LanguageModel,
     adapter_lm: LanguageModel | None = None,
 ) -> list[ResultRow]:
-    """Run `methods` on one question: the base-model methods in one `run_methods` call (one prefill per
-    prompt, all PPR variants advancing together), the AM-PPR methods in another on the adapter. Each method
-    draws from `make_generator(seed, question id, method name)`; each row records the wall time of the call
-    it was part of."""
+    """Run `methods` on a batch of (position, question): the base-model methods in one `run_methods_many` call
+    (one prefill per prompt, the PPR variants of every question advancing together), the AM-PPR methods in
+    another on the adapter. Each method draws from `make_generator(seed, question id, method name)`, so the
+    results do not depend on the batch; each row records its share of the wall time of the call."""
     tuned = [m for m in methods if m.needs_adapter]
     if tuned and adapter_lm is None:
         raise ValueError(f"{', '.join(m.name for m in tuned)} need an adapter")
+    questions = [question for _, question in batch]
     rows = []
     for model, group, context in (
         (lm, [m for m in methods if not m.needs_adapter], base_model(adapter_lm)),
@@ -313,11 +314,21 @@ def question_rows(
             continue
         with context:
             start = perf_counter()
-            results = run_methods(model, question, group, config.paths, config.steps, config.seed, config.template,
-                                  config.template_ending)
-            seconds = perf_counter() - start
-        rows += [result_row(position, question, result, seconds) for result in results]
+            results = run_methods_many(model, questions, group, config.paths, config.steps, config.seed,
+                                       config.template, config.template_ending)
+            seconds = (perf_counter() - start) / len(batch)
+        rows += [
+            result_row(position, question, result, seconds)
+            for (position, question), question_results in zip(batch, results, strict=True)
+            for result in question_results
+        ]
     return rows
+
+
+def questions_per_batch(config: EvalConfig, device: torch.device) -> int:
+    """`batch_questions`, or when 0: 16 on a GPU (many paths per forward pass keep it busy), 1 on the CPU (where
+    a batch of one question's paths already fills the cores)."""
+    return config.batch_questions or (16 if device.type == "cuda" else 1)
 
 
 def load_questions(config: EvalConfig) -> list[MCQuestion]:
@@ -413,12 +424,17 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
         todo = [(i, q) for i, q in mine if any((q.id, m.name) not in done for m in methods)]
         with tqdm(total=len(mine), initial=len(mine) - len(todo), unit="question", desc=config.dataset,
                   disable=not progress or ranks.rank != 0, dynamic_ncols=True) as bar:
-            for position, question in todo:
-                done = store.done()  # another process on this directory may have stored it meanwhile
-                missing = [m for m in methods if (question.id, m.name) not in done]
-                if missing:
-                    store.add(question_rows(position, question, missing, config, lm, adapter_lm))
-                bar.update()
+            size = questions_per_batch(config, lm.device)
+            for chunk in (todo[i : i + size] for i in range(0, len(todo), size)):
+                done = store.done()  # another process on this directory may have stored some meanwhile
+                pending: dict[tuple[str, ...], list[tuple[int, MCQuestion]]] = {}
+                for position, question in chunk:
+                    missing = tuple(m.name for m in methods if (question.id, m.name) not in done)
+                    if missing:
+                        pending.setdefault(missing, []).append((position, question))
+                for names, batch in pending.items():
+                    store.add(question_rows(batch, [parse_method(n) for n in names], config, lm, adapter_lm))
+                bar.update(len(chunk))
         ranks.barrier()
     return path
 

@@ -38,6 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_data_args(parser)
     parser.add_argument("--methods", nargs="+", help="e.g. direct ppr ppr-seed1 ppr-seed5 (or comma-separated)")
     add_output_args(parser, "beliefdrift-out/evaluate")
+    parser.add_argument("--batch-questions", type=int,
+                        help="questions whose paths advance together in one engine batch (default: 16 on a GPU, 1 on "
+                             "the CPU); the results do not depend on it")
     parser.add_argument("--skip-long-prompts", action="store_true",
                         help="skip (and count) questions whose prompt, seeds and answers exceed the model's context "
                              "instead of stopping at the first")
