@@ -1,6 +1,7 @@
 """Every architecture family gives the θ of a plain forward pass (uncached, unpadded, unbatched) through every path
-of the engine: PPR with seeds and padding, exact and Monte Carlo k-step predictives, the chain-of-thought sampler,
-the per-path fallback, with sliding windows shorter than the prompt and soft-capped attention."""
+of the engine: PPR with seeds and padding, exact and Monte Carlo k-step predictives, the SC-training conditionals
+with their gradients, the chain-of-thought sampler, the per-path fallback, with sliding windows shorter than the
+prompt and soft-capped attention."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 from tiny_model import FAMILIES, WINDOW, plain_logits, tiny_family_lm
 
+from beliefdrift.amortize.forward import conditionals
 from beliefdrift.backend import AnswerDist, load_model
 from beliefdrift.backend.shared_prefix import SHARED_PREFIX_ATTENTION, base_implementation, use_per_path_cache
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
@@ -81,6 +83,35 @@ def test_monte_carlo_k_step_predictive_is_the_mean_plain_theta_of_its_rollouts(f
     for k in (1, 2, 3):
         expected = torch.stack([plain_theta(family_lm, tokens, [2, *row[: k - 1]]) for row in answers.tolist()])
         torch.testing.assert_close(got.p(k)[0], expected.double().mean(0), atol=1e-4, rtol=0)
+
+
+def test_sc_conditionals_and_their_gradients_match_plain_forward(family_lm, question, history_template):
+    """log θ and log label mass after every rollout answer (SC training), and ∂(Σ w·log θ + Σ v·log mass)/∂φ."""
+    model, tokens = family_lm.model, ppr_tokens(family_lm, question, history_template)
+    prefix, rollouts = [1, 3], torch.tensor([[0, 2, 2], [3, 1, 0], [2, 2, 1]])
+    weights = torch.Generator().manual_seed(0)
+    w = torch.randn(3, 4, len(tokens.label_ids), generator=weights)
+    v = torch.randn(3, 4, generator=weights)
+    model.zero_grad()
+    got = conditionals(model, tokens, prefix, rollouts, micro_batch=2)
+    ((got.log_theta * w).sum() + (got.log_mass * v).sum()).backward()
+    engine_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    label_ids = torch.tensor(tokens.label_ids)
+    total = 0.0
+    for j, d in itertools.product(range(3), range(4)):
+        answers = prefix + rollouts[j, :d].tolist()
+        ids = list(tokens.prompt_ids) + [t for a in answers for t in tokens.answer_ids(a)]
+        logits = model(torch.tensor([ids])).logits[0, -1].float()
+        log_theta = logits[label_ids].log_softmax(-1)
+        log_mass = logits[label_ids].logsumexp(-1) - logits.logsumexp(-1)
+        torch.testing.assert_close(got.log_theta[j, d].detach(), log_theta.detach(), atol=1e-4, rtol=0)
+        torch.testing.assert_close(got.log_mass[j, d].detach(), log_mass.detach(), atol=1e-4, rtol=0)
+        total = total + (log_theta * w[j, d]).sum() + log_mass * v[j, d]
+    total.backward()
+    for param, engine in zip(model.parameters(), engine_grads, strict=True):
+        torch.testing.assert_close(engine, param.grad, atol=1e-4, rtol=1e-3)
+    model.zero_grad()
 
 
 def test_reasoning_sampler_next_token_distribution_matches_plain_forward(family_lm):

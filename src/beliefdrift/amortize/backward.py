@@ -74,10 +74,13 @@ def backward_sc_loss(
     first_grads, chunk_grads = grads[:2], [grads[i : i + 2] for i in range(2, len(grads), 2)]
 
     params = [p for p in model.parameters() if p.requires_grad]
-    keys, values = state.prefix.keys, state.prefix.values
+    # The micro-batches attend to leaf copies of the prompt's cache; without one they re-run their whole sequences.
+    keys, values = (state.prefix.keys, state.prefix.values) if state.prefix is not None else ((), ())
     leaves = [t.detach().requires_grad_() for t in (*keys, *values)]
-    detached = PrefixState(replace(state.prefix, keys=tuple(leaves[: len(keys)]), values=tuple(leaves[len(keys) :])),
-                           first)
+    shared = None
+    if state.prefix is not None:
+        shared = replace(state.prefix, keys=tuple(leaves[: len(keys)]), values=tuple(leaves[len(keys) :]))
+    detached = PrefixState(state.ids, shared, first)
     sums: list[torch.Tensor | None] = [None] * (len(params) + len(leaves))
     for m in reversed(range(len(chunks))):
         _set_rng_state(seeds[m], device)

@@ -27,6 +27,8 @@ from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from beliefdrift.backend import AnswerTokens
+from beliefdrift.backend.loading import input_device
+from beliefdrift.backend.path_cache import shares_prefix
 from beliefdrift.backend.shared_prefix import SharedPrefix
 
 
@@ -79,26 +81,29 @@ def _label_log_probs(logits: torch.Tensor, label_ids: torch.Tensor) -> Condition
 
 @dataclass(frozen=True)
 class PrefixState:
-    """The prompt + prefix a_{1:n} encoded once: its KV cache (with graph) and log θ_n = log p_φ(· | a_{1:n})
-    with its log label mass."""
+    """The prompt + prefix a_{1:n} encoded once: its token ids [1, L], its KV cache (with graph; None for a model
+    the shared prefix cannot serve) and log θ_n = log p_φ(· | a_{1:n}) with its log label mass."""
 
-    prefix: SharedPrefix
+    ids: torch.Tensor
+    prefix: SharedPrefix | None
     first: Conditionals  # log θ [|𝒜|], log mass []
 
 
 def encode_prefix(model: torch.nn.Module, tokens: AnswerTokens, prefix: Sequence[int]) -> PrefixState:
     """One forward pass over the prompt followed by the answers `prefix` (label indices), as batch 1.
 
-    Gradients flow when grad mode is on. The model must use the shared-prefix attention
-    (`enable_shared_prefix`), which is plain SDPA here because no prefix is passed.
+    Gradients flow when grad mode is on. The pass runs the model's own attention; the rollouts then attend to the
+    cache through `shared_prefix_attention` (`backend.shared_prefix`), or run as full sequences where the model
+    cannot be served that way.
     """
-    device = next(model.parameters()).device
-    ids = list(tokens.prompt_ids) + [t for answer in prefix for t in tokens.answer_ids(answer)]
+    device = input_device(model)
+    ids = torch.tensor([list(tokens.prompt_ids) + [t for answer in prefix for t in tokens.answer_ids(answer)]],
+                       device=device)
     cache = one_pass_cache()
-    logits = model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True,
-                   logits_to_keep=1).logits
-    label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)
-    return PrefixState(SharedPrefix.from_cache(cache), _label_log_probs(logits[0, -1], label_ids))
+    logits = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+    label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=logits.device)
+    shared = SharedPrefix.from_cache(cache) if shares_prefix(model) else None
+    return PrefixState(ids, shared, _label_log_probs(logits[0, -1], label_ids))
 
 
 def rollout_conditionals(
@@ -108,22 +113,25 @@ def rollout_conditionals(
 
     Entry [b, d−1] is log p_φ(· | a_{1:n}, A^{(b)}_{n+1:n+d}), read at the last token of answer d.
     """
-    device = next(model.parameters()).device
+    device = state.ids.device
     answer_ids = torch.tensor([tokens.answer_ids(i) for i in range(len(tokens.label_ids))], device=device)
     batch, depth = rollouts.shape
     input_ids = answer_ids[rollouts.to(device)].reshape(batch, -1)
-    step = tokens.step_length
-    positions = state.prefix.length + torch.arange(input_ids.shape[1], device=device).expand(batch, -1)
-    read = torch.arange(1, depth + 1, device=device) * step - 1  # last token of every answer
-    logits = model(
-        input_ids=input_ids,
-        position_ids=positions,
-        past_key_values=one_pass_cache(),
-        shared_prefix=state.prefix,
-        use_cache=True,
-        logits_to_keep=read,
-    ).logits
-    label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)
+    read = torch.arange(1, depth + 1, device=device) * tokens.step_length - 1  # last token of every answer
+    if state.prefix is None:  # a full sequence per path: prompt, prefix and rollout in one plain pass
+        sequences = torch.cat([state.ids.expand(batch, -1), input_ids], 1)
+        logits = model(input_ids=sequences, logits_to_keep=read + state.ids.shape[1]).logits
+    else:
+        positions = state.prefix.length + torch.arange(input_ids.shape[1], device=device).expand(batch, -1)
+        logits = model(
+            input_ids=input_ids,
+            position_ids=positions,
+            past_key_values=one_pass_cache(),
+            shared_prefix=state.prefix,
+            use_cache=True,
+            logits_to_keep=read,
+        ).logits
+    label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=logits.device)
     return _label_log_probs(logits, label_ids)
 
 

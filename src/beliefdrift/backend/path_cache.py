@@ -39,11 +39,17 @@ class PathCache(Protocol):
         """A new cache whose path i continues path `index[i]` of this one."""
 
 
+def shares_prefix(model: torch.nn.Module) -> bool:
+    """Whether the engine serves `model` (or the model inside a DDP/peft wrapper) with one shared prompt cache."""
+    base = _unwrapped(model)
+    return enable_shared_prefix(base.get_base_model() if hasattr(base, "get_base_model") else base)
+
+
 def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: Any) -> tuple[PathCache, Any]:
     """One path holding the prompt after a single forward pass over it, and that pass's output (gradients flow
     when grad mode is on)."""
     base = _unwrapped(model)
-    shared = enable_shared_prefix(base.get_base_model() if hasattr(base, "get_base_model") else base)
+    shared = shares_prefix(model)
     input_ids = torch.tensor([list(prompt_ids)], device=input_device(model))
     cache = full_cache() if shared else DynamicCache(config=base.config)
     out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, **model_kwargs)
