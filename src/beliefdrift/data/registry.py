@@ -59,6 +59,7 @@ _LAYOUTS = {
         {
             "train": ("arc_challenge/ARC-Challenge-Train.jsonl", "train"),
             "dev": ("arc_challenge/ARC-Challenge-Dev.jsonl", "validation"),
+            "test": ("arc_challenge/ARC-Challenge-Test.jsonl", "test"),
         },
         "dev",
         load_arc,
