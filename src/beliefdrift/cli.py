@@ -18,7 +18,7 @@ import torch
 from beliefdrift.errors import UserError
 from beliefdrift.store import STORE_FILE, RunStore, StoreError
 
-COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning", "train"]
+COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning", "train", "paper"]
 RESUMABLE = {"drift", "emd", "evaluate", "reasoning", "train"}
 #: What to lower when a command runs out of GPU memory.
 MEMORY_SETTINGS = {

@@ -1,0 +1,171 @@
+"""`DIR/report.html` of `beliefdrift paper`: one self-contained page (figures embedded as base64 PNG, no external
+resources) rendered from templates/report.html.j2.
+
+Every table is read from the Markdown the stages wrote (report's tables.md, drift's and emd's summary.md, the
+reasoning summary through `summary_markdown`), so the page shows the same numbers as the files beside it; every PNG
+in a stage's directory is embedded. Per stage: the command line, status, wall time and the resolved settings its
+run store (or train's config.yaml) holds; then the model and data fingerprints and the environment.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import yaml
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from beliefdrift.reasoning.experiment import summary_markdown
+from beliefdrift.records import write_atomic
+from beliefdrift.store import STORE_FILE, RunStore
+
+HTML_FILE = "report.html"
+LIBRARIES = ("beliefdrift", "torch", "transformers", "peft", "accelerate", "numpy", "jinja2")
+#: Run-identity keys shown as fingerprints (what the results were computed from).
+FINGERPRINT_KEYS = ("model", "adapter", "dataset", "split", "questions", "questions_sha256", "template_sha256",
+                    "dtype", "device")
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+class StageSpec(Protocol):
+    name: str
+    command: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Markdown table: the line before it (its caption), header cells and rows of cells."""
+
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class Section:
+    """What the page shows of one stage."""
+
+    name: str
+    command: str
+    record: Mapping[str, Any]
+    tables: list[Table] = field(default_factory=list)
+    figures: list[tuple[str, str]] = field(default_factory=list)  # (file name, base64 PNG)
+    settings: str = ""
+    fingerprints: dict[str, Any] = field(default_factory=dict)
+
+
+def environment() -> dict[str, Any]:
+    """Library versions and the device the process runs on."""
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    cuda = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return {"python": platform.python_version(), "libraries": versions, "platform": platform.platform(),
+            "processor": _cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cuda": cuda}
+
+
+def _cpu_name() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.processor())
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def markdown_tables(text: str) -> list[Table]:
+    """The tables of a Markdown text (a `| … |` header line, a `|---|` rule, `| … |` rows), each captioned by the
+    non-blank line before it (bold markers dropped)."""
+    lines, tables, caption, i = text.splitlines(), [], "", 0
+    while i < len(lines):
+        line = lines[i].strip()
+        rule = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if line.startswith("|") and rule.startswith("|") and set(rule) <= set("|-: "):
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                rows.append(_cells(lines[i]))
+                i += 1
+            tables.append(Table(caption.replace("**", ""), _cells(line), rows))
+            caption = ""
+            continue
+        caption = line or caption
+        i += 1
+    return tables
+
+
+def stage_tables(directory: Path, command: str) -> list[Table]:
+    """The tables a stage wrote: tables.md (evaluate, report), summary.md (drift, emd), the reasoning summary."""
+    if command == "reasoning":
+        path = directory / "summary.json"
+        return markdown_tables(summary_markdown(json.loads(path.read_text()))) if path.is_file() else []
+    for name in ("tables.md", "summary.md"):
+        if (directory / name).is_file():
+            return markdown_tables((directory / name).read_text())
+    return []
+
+
+def resolved_settings(directory: Path, command: str) -> dict[str, Any]:
+    """The settings a stage ran with: its run store's identity, or train's config.yaml."""
+    if command == "train":
+        path = directory / "config.yaml"
+        return yaml.safe_load(path.read_text()) if path.is_file() else {}
+    store = directory / STORE_FILE
+    if not store.is_file():
+        return {}
+    with RunStore.open(store, read_only=True) as opened:
+        return opened.config()
+
+
+def fingerprints(directory: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Identity keys naming the model and data, plus the sha256 of a trained adapter's weights."""
+    shown = {key: settings[key] for key in FINGERPRINT_KEYS if settings.get(key) is not None}
+    for weights in (directory / "adapter" / ADAPTER_WEIGHTS, Path(str(settings.get("adapter"))) / ADAPTER_WEIGHTS):
+        if weights.is_file():
+            shown["adapter_weights_sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
+            break
+    return shown
+
+
+def section(out: Path, stage: StageSpec, record: Mapping[str, Any]) -> Section:
+    directory = out / stage.name
+    settings = resolved_settings(directory, stage.command)
+    figures = [(path.name, base64.b64encode(path.read_bytes()).decode()) for path in sorted(directory.glob("*.png"))]
+    return Section(stage.name, stage.command, record, stage_tables(directory, stage.command), figures,
+                   yaml.safe_dump(settings, sort_keys=False, allow_unicode=True) if settings else "",
+                   fingerprints(directory, settings))
+
+
+def render(out: Path, record: Mapping[str, Any], stages: Sequence[StageSpec]) -> str:
+    """The page for the run in `out` (`record`: stages.json) over the stages that have a record."""
+    done = [stage for stage in stages if stage.name in record["stages"]]
+    ordered = [s for s in done if s.command == "report"] + [s for s in done if s.command != "report"]
+    sections = [section(out, stage, record["stages"][stage.name]) for stage in ordered]
+    templates = Environment(loader=PackageLoader("beliefdrift.report", "templates"),
+                            autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
+    total = sum(entry.get("seconds", 0.0) for entry in record["stages"].values())
+    return templates.get_template("report.html.j2").render(
+        record=record, sections=sections, stages=[(s.name, record["stages"][s.name]) for s in done], total=total)
+
+
+def write_html(out: Path, record: Mapping[str, Any], stages: Sequence[StageSpec]) -> Path:
+    """Render and write `out/report.html` atomically."""
+    path = out / HTML_FILE
+    write_atomic(path, render(out, record, stages))
+    return path
