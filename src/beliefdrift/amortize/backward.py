@@ -37,7 +37,7 @@ from beliefdrift.amortize.loss import SCLossOutput
 from beliefdrift.backend import AnswerTokens
 
 LossFunction = Callable[[Conditionals], SCLossOutput]
-RNGState = tuple[torch.Tensor, torch.Tensor | None]
+RNGState = tuple[torch.Tensor, list[torch.Tensor]]
 
 
 def backward_sc_loss(
@@ -58,15 +58,14 @@ def backward_sc_loss(
         out = loss_fn(conditionals(model, tokens, prefix, rollouts, micro_batch))
         scale(out.loss).backward()
         return out
-    device = next(model.parameters()).device
     state = encode_prefix(model, tokens, prefix)  # its graph is back-propagated once, at the end
     chunks = rollouts.split(micro_batch) if rollouts.shape[1] else ()
     seeds, cached = [], []
     with torch.no_grad():
         for chunk in chunks:
-            seeds.append(_rng_state(device))
+            seeds.append(_rng_state())
             cached.append(_detached(rollout_conditionals(model, tokens, state, chunk)))
-    after = _rng_state(device)
+    after = _rng_state()
     first = _detached(state.first)
     out = loss_fn(join(repeat_first(first, rollouts.shape[0]), cached))
     outputs = [*first, *(t for c in cached for t in c)]
@@ -83,12 +82,12 @@ def backward_sc_loss(
     detached = PrefixState(state.ids, shared, first)
     sums: list[torch.Tensor | None] = [None] * (len(params) + len(leaves))
     for m in reversed(range(len(chunks))):
-        _set_rng_state(seeds[m], device)
+        _set_rng_state(seeds[m])
         used = [(t, g) for t, g in zip(rollout_conditionals(model, tokens, detached, chunks[m]), chunk_grads[m],
                                        strict=True) if g is not None]
         parts = torch.autograd.grad([t for t, _ in used], params + leaves, [g for _, g in used], allow_unused=True)
         sums = [_accumulate(total, part) for total, part in zip(sums, parts, strict=True)]
-    _set_rng_state(after, device)
+    _set_rng_state(after)
     for param, total in zip(params, sums[: len(params)], strict=True):
         param.grad = _accumulate(param.grad, total)
     prefix_outputs = [*state.first, *keys, *values]
@@ -110,15 +109,15 @@ def _accumulate(total: torch.Tensor | None, part: torch.Tensor | None) -> torch.
     return total.add_(part)
 
 
-def _rng_state(device: torch.device) -> RNGState:
-    """The generators dropout draws from on `device` (CPU, and the device's own on CUDA)."""
-    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+def _rng_state() -> RNGState:
+    """The generators dropout draws from: the CPU's and every GPU's (a model may be split over several)."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
 
 
-def _set_rng_state(state: RNGState, device: torch.device) -> None:
+def _set_rng_state(state: RNGState) -> None:
     torch.set_rng_state(state[0])
-    if state[1] is not None:
-        torch.cuda.set_rng_state(state[1], device)
+    if state[1]:
+        torch.cuda.set_rng_state_all(state[1])
 
 
 class SavedTensorMeter:
