@@ -1,0 +1,66 @@
+"""On a CUDA GPU (skipped without one): every command end to end on a tiny model, and θ on the GPU equal to θ on the
+CPU for every architecture family (float32, so the two differ only by kernel rounding)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from tiny_model import FAMILIES, tiny_family_lm
+
+from beliefdrift.backend import LanguageModel
+from beliefdrift.cli import main
+from beliefdrift.diagnostics.kstep import kstep_exact
+from beliefdrift.resampling import QuestionRunner
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+TINY = ["-J", "3", "-N", "3"]
+
+
+def on(lm: LanguageModel, device: str) -> LanguageModel:
+    return LanguageModel(lm.model.to(device), lm.tokenizer, lm.name)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_theta_on_the_gpu_equals_theta_on_the_cpu(family, question, history_template):
+    """The same histories (seeds, answers, padding) give the same θ and exact k-step predictives on both devices."""
+    seeds = torch.tensor([[0, 1], [2, 2], [3, 0]])
+    results = []
+    for lm in (tiny_family_lm(family), on(tiny_family_lm(family), "cuda")):
+        runner = QuestionRunner(lm, question, history_template)
+        batch = runner.paths(3, seeds)
+        batch.advance(torch.tensor([1, 3, 2]))
+        results.append((batch.dist.probs.cpu(), batch.dist.valid_mass.cpu(), kstep_exact(batch, 3).probs))
+    for cpu, gpu in zip(*results, strict=True):
+        torch.testing.assert_close(gpu.to(cpu.dtype), cpu, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_every_command_runs_on_the_gpu(tiny_model_dir: Path, history_template: str, tmp_path: Path, dtype: str):
+    model = ["--model", str(tiny_model_dir), "--device", "cuda", "--dtype", dtype, "--template", history_template]
+    data = ["--dataset", "demo", "-n", "2"]
+    assert main(["evaluate", *model, *data, *TINY, "--methods", "direct", "ppr", "ppr-seed1", "--bootstrap", "10",
+                 "--batch-questions", "2", "--out", str(tmp_path / "evaluate")]) == 0
+    assert main(["report", str(tmp_path / "evaluate"), "--bootstrap", "10"]) == 0
+    assert main(["drift", *model, *data, *TINY, "--methods", "ppr,ppr-seed1", "--out", str(tmp_path / "drift")]) == 0
+    assert main(["emd", *model, *data, *TINY, "--methods", "ppr", "--K", "3", "--prefix-lengths", "0,1",
+                 "--burn-in", "1", "--k", "3", "--out", str(tmp_path / "emd")]) == 0
+    assert main(["reasoning", *model[:6], *data, "-R", "2", "-N", "1", "-m", "1", "--tau", "1",
+                 "--max-new-tokens", "24", "--seed-max-new-tokens", "12", "--out", str(tmp_path / "reasoning")]) == 0
+    assert main(["demo", *model, "--n", "2", *TINY, "--emd-questions", "1", "--reasoning-questions", "1",
+                 "--out", str(tmp_path / "demo")]) == 0
+
+
+@pytest.mark.parametrize("anchor", [0.0, 1.0])
+def test_train_command_runs_on_the_gpu(tiny_model_dir: Path, history_template: str, tmp_path: Path, anchor: float):
+    preset = {"model": str(tiny_model_dir), "template": history_template, "dataset": "demo", "n": 1,
+              "prefix_lengths": [2], "num_rollouts": 8, "micro_batch": 4, "grad_accum": 2, "epochs": 1,
+              "steps_per_group": 2, "warmup_steps": 0, "eval_n": 0, "device": "cuda", "dtype": "bfloat16"}
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(preset))
+    out = tmp_path / "train"
+    assert main(["train", "--config", str(config), "--out", str(out), f"anchor={anchor}"]) == 0
+    assert (out / "adapter").is_dir()
