@@ -37,7 +37,7 @@ from beliefdrift.reasoning import (
 from beliefdrift.reasoning.answers import answer_totals
 from beliefdrift.reasoning.embeddings import SENTENCE_PACKAGE, SentenceEmbedder, mean_pool
 from beliefdrift.reasoning.experiment import summarize
-from beliefdrift.reasoning.generation import _end_of_sequence_ids, _RolloutState
+from beliefdrift.reasoning.generation import _end_of_sequence_ids, _ends_with_tag, _RolloutState
 from beliefdrift.reasoning.parser import PAIR_SEPARATOR
 from beliefdrift.resampling import make_generator
 from beliefdrift.store import STORE_FILE, RunStore
@@ -208,6 +208,13 @@ def test_incremental_detokenization_is_whole_text_decoding(tiny_lm, data):
 def test_incremental_detokenization_is_whole_text_decoding_default_tokenizer(default_lm, data):
     tokenizer = default_lm.tokenizer
     assert_incremental_decoding_is_whole_decoding(tokenizer, data.draw(token_sequences(tokenizer)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["</sol>", "</SoL>", "<ans>", "<ANS>", "<anſ>", "İ", "Σ", "K", "s", ">", " ", "\n\t"]),
+                max_size=6).map("".join), st.sampled_from(["</sol>", "<ans>"]))
+def test_guided_tag_check_reads_only_the_end_of_the_text(text, tag):
+    assert _ends_with_tag(text, tag) == text.rstrip().lower().endswith(tag)
 
 
 def sentencepiece_tokenizer() -> PreTrainedTokenizerFast:

@@ -145,6 +145,15 @@ class Rollout:
         return self.parse.pairs
 
 
+def _ends_with_tag(text: str, tag: str) -> bool:
+    """`text.rstrip().lower().endswith(tag)` for a lower-case ASCII tag, reading only the text's end (only
+    characters that are ASCII letters or symbols lower-case to those)."""
+    end = len(text)
+    while end and text[end - 1].isspace():
+        end -= 1
+    return text[max(0, end - len(tag)) : end].lower() == tag
+
+
 class _RolloutState:
     """One rollout while decoding: incremental detokenization into the pair parser (text is released only
     when it does not end inside a multi-byte character; `char_end[t]` is where token t's text ends), the
@@ -216,14 +225,13 @@ class _RolloutState:
     def _guide(self) -> None:
         """Queue the tags the format needs next, judging from the text written so far."""
         text = self.parser.text
-        tail = text.rstrip().lower()
         if self.parser.num_pairs > self.pairs_guided:
             self.pairs_guided = self.parser.num_pairs
             self._enqueue("next", answer=False)
         elif not self.in_answer:
-            if tail.endswith("</sol>"):
+            if _ends_with_tag(text, "</sol>"):
                 self._enqueue("answer", answer=True)
-            elif tail.endswith("<ans>"):
+            elif _ends_with_tag(text, "<ans>"):
                 self.in_answer, self.phase_tokens = True, 0
             elif self.phase_tokens >= self.config.max_solution_tokens:
                 self.capped += 1
