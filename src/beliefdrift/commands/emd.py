@@ -3,7 +3,9 @@
 For each question × method: EMD‾ (d(p^(k)_n, p^(1)_n) averaged over k = 2 … K at one of the top-K prefixes of each
 length n ∈ 𝒩), EMD_k(b) at sampled burn-in prefixes b = 0 … B, and the c.i.d. check on J × N PPR paths. Stores
 each question × method's records in the run store (resumable); writes records.csv, summary.md/json, EMD‾ bars and
-EMD_k(b) curves.
+EMD_k(b) curves. Beside every EMD figure: its noise floor, the EMD the same estimator gives for Pólya-urn
+martingales matched to each record (`diagnostics.noise_floor`), computed from the stored records with its own
+generator (the measured numbers do not depend on it; old stores get a floor too).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from beliefdrift.commands.drift import (
     to_json,
     trajectory_quantities,
 )
-from beliefdrift.diagnostics.emd import DISTANCES, EMDConfig, aggregate_emd, question_emd
+from beliefdrift.diagnostics.emd import DISTANCES, EMDConfig, EMDRow, aggregate_emd, question_emd
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET
+from beliefdrift.diagnostics.noise_floor import floor_generator, replicate_summaries, with_floor
 from beliefdrift.methods import Method
 from beliefdrift.records import write_atomic
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_emd_bars, plot_emd_burn_in
@@ -57,6 +60,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--exact-budget", type=int, default=EXACT_BUDGET,
                        help="enumerate p^(k) exactly when |options|^(k-1) ≤ this, else Monte Carlo")
     group.add_argument("--batch-budget", type=int, default=BATCH_BUDGET, help="most paths per forward pass")
+    group.add_argument("--noise-floor-replicates", type=int, default=100, metavar="R",
+                       help="EMD of R matched Pólya-urn martingales per question: the floor printed beside every "
+                            "EMD figure, with its 95%% interval and whether EMD lies above it (0: off)")
     parser.set_defaults(func=run)
 
 
@@ -87,6 +93,20 @@ def emd_quantities(
     }
 
 
+def _emd_cells(row: EMDRow, points: list[int]) -> list[str]:
+    """EMD‾ and EMD_k(b) at the burn-in `points` as mean ± std, each followed by its floor when `row` has one."""
+    cells = [f"{row.emd_bar:.4f} ± {row.emd_bar_std:.4f}"]
+    if row.floor_replicates:
+        cells += [f"{row.floor:.4f} [{row.floor_low:.4f}, {row.floor_high:.4f}]",
+                  f"{'yes' if row.above_floor else 'no'} ({row.floor_p:.3f})"]
+    for b in points:
+        cells.append(f"{row.burn_in[b]:.4f} ± {row.burn_in_std[b]:.4f}")
+        if row.floor_replicates:
+            low, high = row.burn_in_floor_low[b], row.burn_in_floor_high[b]
+            cells.append(f"{row.burn_in_floor[b]:.4f} [{low:.4f}, {high:.4f}]")
+    return cells
+
+
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     identity = run_config(args, "horizon", "prefix_lengths", "top_k", "burn_in", "k", "burn_in_paths", "exact_budget")
@@ -97,21 +117,27 @@ def run(args: argparse.Namespace) -> int:
     records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
     writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
 
+    floors = {m.name: replicate_summaries(records[m.name], [floor_generator(args.seed, q, m) for q in questions],
+                                          config, args.noise_floor_replicates, args.distance)
+              for m in methods} if args.noise_floor_replicates else {}
+
     summary: dict[str, Any] = {}
     header = ["method", "questions"]
     for distance in args.distance:
         label = DISTANCE_LABELS[distance]
-        header += [f"EMD‾ ({label})", f"EMD_{args.k}(0) ({label})"]
-        header += [f"EMD_{args.k}({args.burn_in}) ({label})"] if args.burn_in else []
+        floor = ["floor [95%]"] if floors else []
+        header += [f"EMD‾ ({label})", *floor, *(["> floor (p)"] if floors else [])]
+        header += [f"EMD_{args.k}(0) ({label})", *floor]
+        header += [f"EMD_{args.k}({args.burn_in}) ({label})", *floor] if args.burn_in else []
     header += ["c.i.d. ‖D̄‖₁", "c.i.d. rejected"]
     rows = {m.name: [m.title, str(len(questions))] for m in methods}
     for distance in args.distance:
         emd_rows = [aggregate_emd(m.title, records[m.name], distance) for m in methods]
+        if floors:
+            emd_rows = [with_floor(row, floors[m.name]) for m, row in zip(methods, emd_rows, strict=True)]
         for method, row in zip(methods, emd_rows, strict=True):
             summary.setdefault(method.name, {})[distance] = row.__dict__
-            cells = [(row.emd_bar, row.emd_bar_std), (row.burn_in[0], row.burn_in_std[0])]
-            cells += [(row.burn_in[-1], row.burn_in_std[-1])] if args.burn_in else []
-            rows[method.name] += [f"{mean:.4f} ± {std:.4f}" for mean, std in cells]
+            rows[method.name] += _emd_cells(row, [0, len(row.burn_in) - 1] if args.burn_in else [0])
         plot_emd_bars({args.dataset: emd_rows}, args.out / f"emd_bar_{distance}", title=f"K = {args.horizon}")
         plot_emd_burn_in(emd_rows, args.k, args.out / f"emd_k_b_{distance}", title=args.dataset)
     for method in methods:
@@ -122,6 +148,10 @@ def run(args: argparse.Namespace) -> int:
         rows[method.name] += [f"{cid['cid_l1_mean']:.3f} ± {cid['cid_l1_std']:.3f}",
                               f"{cid['cid_rejected']}/{cid['questions']}"]
     table = markdown_table(header, list(rows.values()))
+    if floors:
+        table += (f"\n\nfloor: mean [2.5%, 97.5%] of the same figure for {args.noise_floor_replicates} replicates of "
+                  "Pólya-urn martingales matched to each question's θ and spread (exact martingales: EMD = 0, so the "
+                  "floor is the estimator's noise); > floor: EMD‾ above the 97.5% point, p one-sided")
     print(table)
     write_atomic(args.out / "summary.md", table + "\n")
     write_atomic(args.out / "summary.json", to_json(summary))

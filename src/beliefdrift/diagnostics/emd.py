@@ -23,7 +23,7 @@ import torch
 
 from beliefdrift.backend import LanguageModel, PathBatch
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET, KStep, kstep_predictives
+from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET, AnswerProcess, KStep, kstep_predictives
 from beliefdrift.diagnostics.prefixes import burn_in_prefixes, pick_prefix, top_prefixes
 from beliefdrift.methods import Method
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
@@ -147,7 +147,7 @@ def question_emd(
         batch = root.select([0])
         if length:
             batch.advance(torch.tensor([prefix.answers]))
-        ksteps.append(_predictives(batch, config.horizon, config, generator))
+        ksteps.append(predictives(batch, config.horizon, config, generator))
         prefixes.append(prefix.answers)
         seed_sets += seeds
         proven.append(top.exact)
@@ -155,7 +155,7 @@ def question_emd(
     root, _ = _root(runner, num_seeds, config.burn_in_paths, generator)
     first, kth = [], []
     for _, batch, _ in burn_in_prefixes(root, config.burn_in, generator):
-        predictive = _predictives(batch, config.k, config, generator)
+        predictive = predictives(batch, config.k, config, generator)
         first.append(predictive.p(1))
         kth.append(predictive.p(config.k))
     return QuestionEMD(
@@ -170,7 +170,8 @@ def question_emd(
     )
 
 
-def _predictives(batch: PathBatch, horizon: int, config: EMDConfig, generator: torch.Generator) -> KStep:
+def predictives(batch: AnswerProcess, horizon: int, config: EMDConfig, generator: torch.Generator) -> KStep:
+    """p^(k), k = 1 … `horizon`, with the settings of `config` (J, budgets): the one estimator of every EMD."""
     return kstep_predictives(batch, horizon, config.num_rollouts, generator, config.exact_budget, config.batch_budget)
 
 
@@ -181,7 +182,8 @@ def emd_generator(seed: int, question: MCQuestion, method: Method) -> torch.Gene
 
 @dataclass(frozen=True)
 class EMDRow:
-    """One method's EMD over questions: EMD‾ mean ± std and the EMD_k(b) curve mean ± std (b = 0 … B)."""
+    """One method's EMD over questions: EMD‾ mean ± std and the EMD_k(b) curve mean ± std (b = 0 … B); with
+    `noise_floor.with_floor`, also each figure's noise floor (mean, 95% interval) and whether it is above it."""
 
     method: str
     distance: str
@@ -190,6 +192,16 @@ class EMDRow:
     emd_bar_std: float
     burn_in: list[float]
     burn_in_std: list[float]
+    floor: float | None = None
+    floor_low: float | None = None
+    floor_high: float | None = None
+    above_floor: bool | None = None
+    floor_p: float | None = None
+    floor_replicates: int = 0
+    burn_in_floor: list[float] | None = None
+    burn_in_floor_low: list[float] | None = None
+    burn_in_floor_high: list[float] | None = None
+    burn_in_above_floor: list[bool] | None = None
 
 
 def _mean_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

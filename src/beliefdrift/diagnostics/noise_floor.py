@@ -1,0 +1,180 @@
+"""EMD noise floor: the EMD our estimator reports for an exact martingale measured with the same settings.
+
+With J Monte Carlo continuations p̂^(k) = (1/J) Σ_j θ^{(j)}_{n+k−1} is unbiased, but d(p̂^(k), p^(1)) ≥ 0 is not: a
+martingale (p^(k) = p^(1)) scores E d(p̂^(k), θ_n) > 0, shrinking about as 1/√J for L1. Exact enumeration has no
+such floor. The floor is what the unchanged estimator (`kstep_predictives`: same J, K, k and budgets, hence exact
+or Monte Carlo as the measurement was) gives on a null process matched to each stored question × method record.
+
+Null process: a Pólya urn (the Dirichlet–categorical predictive with concentration α),
+
+    θ_{t+1} = (1 − w_t) θ_t + w_t e_{A_{t+1}},  w_{t+1} = w_t / (1 + w_t)   (w_t = 1 / (α + t + 1)),
+
+an exact martingale, E[θ_{t+1} | θ_t] = θ_t, for every θ_0 and α: its EMD is 0, so whatever the estimator reports
+on it is noise. Chosen over a bootstrap of the rollouts because the records keep only the averaged p̂^(k), and
+resampling a drifting process's rollouts measures noise around its drift, not around a martingale; and over a
+constant-step martingale because the urn is the Bayesian (c.i.d.) predictive the paper holds up as the ideal.
+It has one parameter beyond θ, matched per question × method:
+
+- θ at each measured prefix (and burn-in point) is the observed p^(1) there;
+- α by the method of moments on the spread of θ across the record's J × N PPR paths: for any martingale the
+  variance across paths grows by the step variances (orthogonal increments),
+  V_n − V_0 = Σ_{t<n} E‖θ_{t+1} − θ_t‖² with V_n = Σ_a Var θ_n(a), and for the urn
+  E‖θ_n − θ_0‖² = (1 − E‖θ_0‖²) · n w_0² / (1 + (n − 1) w_0); w_0 solves the sum of both over n = 1 … N.
+  A prefix of length n continues the urn at w_n = w_0 / (1 + n w_0).
+
+Each of R replicates is a `QuestionEMD` of the urn, aggregated over questions by `aggregate_emd` as the
+measurement is; the floor of an EMD figure is the mean of its R replicate values with their 2.5–97.5%
+quantiles. `above_floor`: the measured value exceeds the 97.5% quantile (a one-sided Monte Carlo test at level
+2.5%); `floor_p` = (1 + #{replicates ≥ measured}) / (R + 1) is its p-value. The floor draws from its own
+generator (run seed, question, method, "floor"), so the measured numbers never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from beliefdrift.backend import AnswerDist
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.diagnostics.emd import EMDConfig, EMDRow, QuestionEMD, aggregate_emd, predictives
+from beliefdrift.methods import Method
+from beliefdrift.resampling import make_generator
+
+LEVEL = 0.95  # two-sided coverage of the floor's interval
+FLOOR_FIELDS = ("kstep", "prefix_lengths", "burn_in_first", "marginal_mean", "marginal_std")
+
+
+class UrnProcess:
+    """Pólya-urn paths as an `AnswerProcess`: θ_t [B, |𝒜|] (float64) and the next step's weight w_t [B]."""
+
+    def __init__(self, probs: torch.Tensor, weight: torch.Tensor):
+        self.dist = AnswerDist(probs, torch.ones(len(probs), dtype=probs.dtype))
+        self.weight = weight
+
+    @property
+    def size(self) -> int:
+        return len(self.weight)
+
+    def select(self, index: torch.Tensor | list[int]) -> UrnProcess:
+        index = torch.as_tensor(index, dtype=torch.long)
+        return UrnProcess(self.dist.probs[index], self.weight[index])
+
+    def advance(self, answers: torch.Tensor) -> AnswerDist:
+        """θ ← (1 − w) θ + w e_a and w ← w / (1 + w), once per column of answers [B, steps]."""
+        probs, weight = self.dist.probs, self.weight
+        for step in answers.reshape(self.size, -1).T:
+            chosen = torch.nn.functional.one_hot(step, probs.shape[1]).to(probs.dtype)
+            probs = probs + weight[:, None] * (chosen - probs)
+            weight = weight / (1 + weight)
+        self.dist, self.weight = AnswerDist(probs, self.dist.valid_mass), weight
+        return self.dist
+
+
+def urn_spread(weight: float, steps: torch.Tensor) -> torch.Tensor:
+    """E‖θ_n − θ_0‖² / (1 − ‖θ_0‖²) of the urn with first weight w_0 = `weight` at n = `steps`: n w² / (1 + (n−1)w)."""
+    return steps * weight**2 / (1 + (steps - 1) * weight)
+
+
+def fit_weight(mean: torch.Tensor, std: torch.Tensor, iterations: int = 60) -> float:
+    """The urn's first step weight w_0 ∈ [0, 1] matched to paths' θ_n mean and std [N+1, |𝒜|] (module docstring):
+    (Σ_n V_n − V_0)⁺ = (1 − ‖mean_0‖² − V_0) Σ_n urn_spread(w_0, n), solved by bisection (Σ urn_spread increases
+    in w_0 from 0 to N)."""
+    variance = std.double().square().sum(-1)
+    steps = torch.arange(1, len(variance), dtype=torch.float64)
+    if not len(steps):
+        raise ValueError("the noise floor needs paths of at least one answer (-N ≥ 1) to match the spread of θ")
+    room = float(1 - mean[0].double().square().sum() - variance[0])
+    gained = float((variance[1:] - variance[0]).sum())
+    target = max(gained, 0.0) / room if room > 0 else 0.0
+    low, high = 0.0, 1.0
+    if target >= float(urn_spread(high, steps).sum()):
+        return high
+    for _ in range(iterations):
+        middle = (low + high) / 2
+        low, high = (middle, high) if float(urn_spread(middle, steps).sum()) < target else (low, middle)
+    return low
+
+
+def floor_generator(seed: int, question: MCQuestion, method: Method) -> torch.Generator:
+    """The floor's generator for one question × method: its own stream, never the measurement's."""
+    return make_generator(seed, question.id, method.name, "floor")
+
+
+def _urn_predictives(
+    theta: torch.Tensor, weight: torch.Tensor, horizon: int, replicates: int, config: EMDConfig,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, bool]:
+    """p^(k), k = 1 … `horizon`, of urns at θ [M, |𝒜|] with weights [M], estimated R times: [R, M, horizon, |𝒜|]."""
+    rows = theta.shape[0]
+    urns = UrnProcess(theta.repeat(replicates, 1), weight.repeat(replicates))
+    result = predictives(urns, horizon, config, generator)
+    return result.probs.reshape(replicates, rows, horizon, -1), result.exact
+
+
+def question_floor(
+    record: Mapping[str, Any], config: EMDConfig, replicates: int, generator: torch.Generator
+) -> list[QuestionEMD]:
+    """R replicates of `question_emd`'s output for the urn matched to one stored question × method record."""
+    missing = [name for name in FLOOR_FIELDS if name not in record]
+    if missing:
+        raise ValueError(f"records without {', '.join(missing)} (stored by an older version) cannot give a noise "
+                         "floor; pass --noise-floor-replicates 0 or run again into a new --out directory")
+    w0 = fit_weight(torch.tensor(record["marginal_mean"]), torch.tensor(record["marginal_std"]))
+    lengths = torch.tensor(record["prefix_lengths"], dtype=torch.float64)
+    theta = torch.tensor(record["kstep"], dtype=torch.float64)[:, 0]
+    kstep, exact = _urn_predictives(theta, w0 / (1 + lengths * w0), config.horizon, replicates, config, generator)
+    first = torch.tensor(record["burn_in_first"], dtype=torch.float64)  # [B+1, P, |𝒜|]
+    b = torch.arange(first.shape[0], dtype=torch.float64)[:, None].expand(first.shape[:2]).reshape(-1)
+    burn_in, _ = _urn_predictives(first.reshape(-1, first.shape[-1]), w0 / (1 + b * w0), config.k, replicates,
+                                  config, generator)
+    burn_in = burn_in.reshape(replicates, *first.shape[:2], config.k, -1)
+    return [
+        QuestionEMD(
+            prefix_lengths=tuple(record["prefix_lengths"]),
+            prefixes=record["prefixes"],
+            seeds=record["seeds"],
+            kstep=kstep[r],
+            exact=exact,
+            prefixes_exact=record["prefixes_exact"],
+            burn_in_first=burn_in[r, :, :, 0],
+            burn_in_kth=burn_in[r, :, :, -1],
+        )
+        for r in range(replicates)
+    ]
+
+
+def _band(values: torch.Tensor, measured: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Mean, 2.5% and 97.5% quantiles over replicates (dim 0), measured > upper, one-sided p-value."""
+    tail = (1 - LEVEL) / 2
+    low, high = torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=values.dtype), dim=0)
+    p_value = (1 + (values >= measured).sum(0)) / (len(values) + 1)
+    return values.mean(0), low, high, measured > high, p_value
+
+
+def replicate_summaries(
+    records: Sequence[Mapping[str, Any]], generators: Sequence[torch.Generator], config: EMDConfig,
+    replicates: int, distances: Sequence[str],
+) -> list[list[dict[str, Any]]]:
+    """For each replicate r, the `QuestionEMD.summary` of every question's matched urn (records and generators
+    aligned by question): what `aggregate_emd` turns into one replicate of a method's EMD row."""
+    per_question = [[urn.summary(distances) for urn in question_floor(record, config, replicates, generator)]
+                    for record, generator in zip(records, generators, strict=True)]
+    return [list(replicate) for replicate in zip(*per_question, strict=True)]
+
+
+def with_floor(row: EMDRow, replicates: Sequence[Sequence[Mapping[str, Any]]]) -> EMDRow:
+    """`row` with the floor of EMD‾ and of EMD_k(b): the same aggregation applied to each urn replicate."""
+    null_rows = [aggregate_emd(row.method, summaries, row.distance) for summaries in replicates]
+    bars = torch.tensor([null.emd_bar for null in null_rows], dtype=torch.float64)
+    floor, low, high, above, p_value = _band(bars, torch.tensor(row.emd_bar, dtype=torch.float64))
+    curves = torch.tensor([null.burn_in for null in null_rows], dtype=torch.float64)
+    curve, curve_low, curve_high, curve_above, _ = _band(curves, torch.tensor(row.burn_in, dtype=torch.float64))
+    return replace(
+        row, floor=float(floor), floor_low=float(low), floor_high=float(high), above_floor=bool(above),
+        floor_p=float(p_value), floor_replicates=len(null_rows), burn_in_floor=curve.tolist(),
+        burn_in_floor_low=curve_low.tolist(), burn_in_floor_high=curve_high.tolist(),
+        burn_in_above_floor=curve_above.tolist(),
+    )

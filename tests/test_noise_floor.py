@@ -1,0 +1,153 @@
+"""EMD noise floor: the Pólya-urn null is the martingale stub, exact enumeration gives it EMD = 0, its Monte Carlo
+floor is positive, shrinks like 1/√J and matches what the estimator measures on a real urn, a self-reinforcing
+process lies above it, and the `emd` command prints and stores it without changing the measured numbers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import pytest
+import torch
+from process_stubs import HistoryProcess, count_drift, polya
+
+from beliefdrift.cli import main
+from beliefdrift.diagnostics.emd import EMDConfig, aggregate_emd, kstep_drift
+from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
+from beliefdrift.diagnostics.noise_floor import (
+    UrnProcess,
+    fit_weight,
+    question_floor,
+    replicate_summaries,
+    urn_spread,
+    with_floor,
+)
+from beliefdrift.resampling import make_generator, sample_answers
+
+UNIFORM = torch.full((1, 3), 1 / 3, dtype=torch.float64)
+QUESTIONS = 20
+
+pytest_plugins = ["process_stubs"]  # short_template
+
+
+def urn_record(theta: torch.Tensor, weight: float, horizon: int, steps: int = 8) -> dict:
+    """A stored record of one prefix (n = 0) at θ whose paths spread exactly as the urn with weight w_0 does."""
+    spread = (1 - theta.square().sum()) * urn_spread(weight, torch.arange(steps + 1, dtype=torch.float64))
+    std = (spread[:, None] * theta * (1 - theta) / (theta * (1 - theta)).sum()).sqrt()
+    return {"prefix_lengths": [0], "prefixes": [[]], "seeds": [[]], "prefixes_exact": True,
+            "kstep": theta[None, None].expand(1, horizon, -1).tolist(), "burn_in_first": theta[None, None].tolist(),
+            "marginal_mean": theta.expand(steps + 1, -1).tolist(), "marginal_std": std.tolist()}
+
+
+def sampled_record(theta: Callable[[tuple[int, ...]], Sequence[float]], horizon: int, generator: torch.Generator,
+                   paths: int = 8, steps: int = 10) -> dict:
+    """The record the `emd` command stores for the stub process at the empty prefix (J × N paths for the spread)."""
+    _, thetas, _ = sample_answers(HistoryProcess(theta, [()] * paths), steps, generator)  # type: ignore[arg-type]
+    record = urn_record(torch.tensor(theta(()), dtype=torch.float64), 0.0, horizon)
+    return {**record, "marginal_mean": thetas.mean(0).tolist(), "marginal_std": thetas.std(0).tolist()}
+
+
+def measured_row(theta: Callable[[tuple[int, ...]], Sequence[float]], config: EMDConfig, seed: int):
+    """EMD‾ (L1) of the stub process at the empty prefix over `QUESTIONS` independent Monte Carlo measurements."""
+    estimate = kstep_monte_carlo(HistoryProcess(theta, [()] * QUESTIONS), config.horizon, config.num_rollouts,
+                                 make_generator(seed))
+    bars = kstep_drift(estimate.probs, "l1").mean(-1)
+    return aggregate_emd("m", [{"emd_bar_l1": float(b), "emd_k_b_l1": [0.0]} for b in bars], "l1")
+
+
+def floor_of(records: list[dict], config: EMDConfig, replicates: int = 200):
+    generators = [make_generator(0, i, "floor") for i in range(len(records))]
+    return replicate_summaries(records, generators, config, replicates, ["l1"])
+
+
+def test_urn_is_the_polya_stub_and_a_martingale():
+    urn, stub = UrnProcess(UNIFORM.clone(), torch.tensor([0.25], dtype=torch.float64)), HistoryProcess(polya)
+    for answers in ([[2]], [[2, 0, 2]]):
+        urn.advance(torch.tensor(answers))
+        stub.advance(torch.tensor(answers))
+        torch.testing.assert_close(urn.dist.probs, stub.dist.probs)
+    theta = torch.tensor([[0.7, 0.2, 0.1], [0.05, 0.05, 0.9]], dtype=torch.float64)
+    for weight in (0.0, 0.3, 1.0):
+        probs = kstep_exact(UrnProcess(theta, torch.full((2,), weight, dtype=torch.float64)), horizon=5).probs
+        for distance in ("l1", "kl"):
+            assert kstep_drift(probs, distance).abs().max() < 1e-12
+
+
+def test_fit_weight_recovers_the_urn():
+    theta = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)
+    for weight in (0.05, 0.25, 0.7):
+        record = urn_record(theta, weight, horizon=3)
+        fitted = fit_weight(torch.tensor(record["marginal_mean"]), torch.tensor(record["marginal_std"]))
+        assert fitted == pytest.approx(weight, abs=1e-6)
+    flat, wide = torch.zeros(5, 3), torch.full((5, 3), 0.6)
+    wide[0] = 0
+    assert fit_weight(theta.expand(5, -1), flat) == 0.0  # θ never moves: w = 0, the urn stays put
+    assert fit_weight(theta.expand(5, -1), wide) == 1.0  # more spread than any urn: the largest step
+    with pytest.raises(ValueError, match="-N"):
+        fit_weight(theta[None], flat[:1])
+
+
+def test_exact_estimator_gives_an_exact_martingale_zero_floor():
+    config = EMDConfig(horizon=4, prefix_lengths=(0,), k=4)  # 3^3 continuations: enumerated
+    replicates = question_floor(urn_record(UNIFORM[0], 0.4, horizon=4), config, 3, make_generator(0))
+    assert all(r.exact for r in replicates)
+    assert max(r.emd_bar(d) for r in replicates for d in ("l1", "kl", "tv")) < 1e-12
+    assert max(float(r.burn_in("l1").max()) for r in replicates) < 1e-12
+
+
+def test_monte_carlo_floor_is_positive_and_shrinks_like_one_over_sqrt_j():
+    record = urn_record(torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), 0.25, horizon=4)
+    floors = []
+    for paths in (4, 64):
+        config = EMDConfig(horizon=4, prefix_lengths=(0,), num_rollouts=paths, k=4, exact_budget=0)
+        replicates = question_floor(record, config, 400, make_generator(1))
+        assert not replicates[0].exact
+        floors.append(sum(r.emd_bar("l1") for r in replicates) / len(replicates))
+    assert floors[1] > 0.01 and 3.2 < floors[0] / floors[1] < 4.8  # √(64 / 4) = 4
+
+
+def test_floor_matches_the_estimator_on_a_real_urn():
+    # The stub urn has EMD = 0 exactly; what the estimator reports on it is the floor, and the floor matched to
+    # its sampled paths predicts it: same mean within sampling error, and the measurement is not flagged.
+    config = EMDConfig(horizon=4, prefix_lengths=(0,), num_rollouts=8, k=4, exact_budget=0)
+    records = [sampled_record(polya, 4, make_generator(2, i)) for i in range(QUESTIONS)]
+    row = with_floor(measured_row(polya, config, seed=3), floor_of(records, config))
+    assert row.floor_low < row.emd_bar < row.floor_high and not row.above_floor and row.floor_p > 0.05
+    assert row.floor == pytest.approx(row.emd_bar, rel=0.2) and row.floor_replicates == 200
+    assert row.burn_in_floor[0] > 0 and len(row.burn_in_floor_high) == 1  # EMD_k(0) at the same prefix
+
+
+def test_self_reinforcing_process_is_above_its_floor():
+    config = EMDConfig(horizon=4, prefix_lengths=(0,), num_rollouts=8, k=4, exact_budget=0)
+    records = [sampled_record(count_drift, 4, make_generator(4, i)) for i in range(QUESTIONS)]
+    row = with_floor(measured_row(count_drift, config, seed=5), floor_of(records, config))
+    assert row.above_floor and row.floor_p < 0.01 and row.emd_bar > 2 * row.floor_high
+
+
+def test_old_records_are_refused_clearly():
+    record = urn_record(UNIFORM[0], 0.2, horizon=3)
+    del record["marginal_std"]
+    with pytest.raises(ValueError, match="marginal_std.*--noise-floor-replicates 0"):
+        question_floor(record, EMDConfig(horizon=3, prefix_lengths=(0,), k=3), 2, make_generator(0))
+
+
+def test_emd_command_prints_and_stores_the_floor(tiny_model_dir, short_template, tmp_path, capsys):
+    args = ["emd", "--model", str(tiny_model_dir), "--template", short_template, "--dataset", "demo", "--n", "1",
+            "-J", "4", "-N", "4", "--methods", "ppr,ppr-seed1", "--K", "3", "--prefix-lengths", "0,1",
+            "--burn-in", "1", "--k", "3", "--distance", "l1,kl", "--exact-budget", "0", "--out", str(tmp_path)]
+    summary = tmp_path / "summary.json"
+    assert main([*args, "--noise-floor-replicates", "0"]) == 0
+    off, before = capsys.readouterr().out, json.loads(summary.read_text())
+    assert main([*args, "--noise-floor-replicates", "20"]) == 0  # from the stored records: nothing recomputed
+    on, after = capsys.readouterr().out, json.loads(summary.read_text())
+    assert "floor" not in off and "(2 done)" in on and on.count("floor [95%]") == 6 and on.count("> floor (p)") == 2
+    for method in ("ppr", "ppr-seed1"):
+        for distance in ("l1", "kl"):
+            old, new = before[method][distance], after[method][distance]
+            assert old["floor"] is None and new["floor_replicates"] == 20
+            assert new["emd_bar"] == old["emd_bar"] and new["burn_in"] == old["burn_in"]  # measured: unchanged
+            assert 0 <= new["floor_low"] <= new["floor"] <= new["floor_high"]
+            assert new["above_floor"] == (new["emd_bar"] > new["floor_high"]) and len(new["burn_in_floor"]) == 2
+    assert after["ppr"]["l1"]["floor"] > 0
+    assert main([*args, "--noise-floor-replicates", "20"]) == 0
+    assert json.loads(summary.read_text()) == after  # the floor's own generator: reproducible
