@@ -158,6 +158,10 @@ def load_record(out: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {"stages": {}}
 
 
+def save_record(out: Path, record: dict[str, Any]) -> None:
+    write_atomic(out / STAGES_FILE, json.dumps(record, indent=1) + "\n")
+
+
 def select(preset: Preset, names: str | None) -> list[Stage]:
     if not names:
         return preset.stages
@@ -198,15 +202,18 @@ def run(args: argparse.Namespace) -> int:
         if why:
             print(f"== {stage.name}: skipped, {why}", file=sys.stderr)
             record["stages"][stage.name] = {**entry, "status": "skipped", "reason": why, "seconds": 0.0}
-            write_atomic(args.out / STAGES_FILE, json.dumps(record, indent=1) + "\n")
+            save_record(args.out, record)
             continue
         print(f"== {stage.name}: beliefdrift {shlex.join(argv)}", file=sys.stderr, flush=True)
+        # an interrupted or failed attempt with the same command line counts towards the stage's wall time
+        earlier = previous.get("seconds", 0.0) if previous.get("argv") == argv and previous.get("status") in (
+            "interrupted", "failed") else 0.0
         start, ran = time.perf_counter(), True
         code = main(argv)
         status = {0: "done", 130: "interrupted"}.get(code, "failed")
         record["stages"][stage.name] = {**entry, "status": status, "exit_code": code,
-                                        "seconds": round(time.perf_counter() - start, 3)}
-        write_atomic(args.out / STAGES_FILE, json.dumps(record, indent=1) + "\n")
+                                        "seconds": round(earlier + time.perf_counter() - start, 3)}
+        save_record(args.out, record)
         if code:
             print(f"beliefdrift paper: stage {stage.name} {status} (exit {code}); run the same command again to "
                   "resume", file=sys.stderr)
