@@ -1,4 +1,5 @@
-"""Figures of the martingale diagnostics (paper Figure 3): EMD‾ bars and EMD_k(b) burn-in curves.
+"""Figures of the martingale diagnostics (paper Figure 3): EMD‾ bars and EMD_k(b) burn-in curves, each with its
+noise floor (`diagnostics.noise_floor`) when the rows carry one.
 
 The marginal-drift figure is `beliefdrift.report.plots.plot_marginal_drift`.
 """
@@ -17,20 +18,27 @@ DISTANCE_LABELS = {"l1": "L1", "kl": "KL", "tv": "TV"}
 
 
 def plot_emd_bars(groups: Mapping[str, Sequence[EMDRow]], path: Path, title: str = "") -> list[Path]:
-    """Grouped bars: one group per dataset (key), one bar per method, height EMD‾ with ±1 std over questions."""
+    """Grouped bars: one group per dataset (key), one bar per method, height EMD‾ with ±1 std over questions; a
+    black tick with its 95% interval marks each bar's noise floor."""
     methods = list(dict.fromkeys(row.method for rows in groups.values() for row in rows))
     distance = next(row.distance for rows in groups.values() for row in rows)
     width = 0.8 / len(methods)
     fig, ax = plt.subplots(figsize=(1.2 + 1.4 * len(groups) + 0.3 * len(methods), 3.4))
     for i, method in enumerate(methods):
-        x, height, err = [], [], []
+        x, height, err, floors = [], [], [], []
         for g, rows in enumerate(groups.values()):
             row = next((r for r in rows if r.method == method), None)
             if row is not None:
                 x.append(g - 0.4 + (i + 0.5) * width)
                 height.append(row.emd_bar)
                 err.append(row.emd_bar_std)
+                if row.floor_replicates:
+                    floors.append((x[-1], row.floor, row.floor - row.floor_low, row.floor_high - row.floor))
         ax.bar(x, height, width, yerr=err, capsize=3, label=method)
+        if floors:
+            fx, level, below, above = zip(*floors, strict=True)
+            ax.errorbar(fx, level, yerr=[below, above], fmt="_", color="k", ms=12, mew=2, capsize=2,
+                        label="noise floor" if i == 0 else None)
     ax.set_xticks(range(len(groups)), list(groups))
     ax.set_ylabel(rf"$\overline{{\mathrm{{EMD}}}}$ ({DISTANCE_LABELS.get(distance, distance)})")
     ax.set_ylim(bottom=0)
@@ -47,14 +55,20 @@ def plot_curves(
     ylabel: str,
     path: Path,
     title: str = "",
+    floors: Sequence[tuple[Sequence[float], Sequence[float], Sequence[float]] | None] = (),
 ) -> list[Path]:
-    """(name, mean, std) curves against their index, each shaded ±1 std (clipped at 0: the curves are distances)."""
+    """(name, mean, std) curves against their index, each shaded ±1 std (clipped at 0: the curves are distances);
+    `floors[i]` = (floor, low, high) draws curve i's noise floor dashed over its hatched 95% interval."""
     fig, ax = plt.subplots(figsize=(4.6, 3.4))
-    for name, mean, std in curves:
+    for i, (name, mean, std) in enumerate(curves):
         mean, std = np.asarray(mean), np.asarray(std)
         steps = np.arange(len(mean))
-        ax.plot(steps, mean, marker="o", ms=3, lw=1.6, label=name)
+        (line,) = ax.plot(steps, mean, marker="o", ms=3, lw=1.6, label=name)
         ax.fill_between(steps, np.clip(mean - std, 0, None), mean + std, alpha=0.15)
+        if i < len(floors) and floors[i] is not None:
+            level, low, high = floors[i]
+            ax.plot(steps, level, ls="--", lw=1, color=line.get_color(), label=f"{name}: noise floor")
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.1, hatch="///", lw=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
@@ -66,7 +80,7 @@ def plot_curves(
 
 
 def plot_emd_burn_in(rows: Sequence[EMDRow], k: int, path: Path, title: str = "") -> list[Path]:
-    """EMD_k(b) against the burn-in b, one curve per method, shaded ±1 std over questions."""
+    """EMD_k(b) against the burn-in b, one curve per method, shaded ±1 std over questions, over its noise floor."""
     distance = DISTANCE_LABELS.get(rows[0].distance, rows[0].distance)
     return plot_curves(
         [(row.method, row.burn_in, row.burn_in_std) for row in rows],
@@ -74,4 +88,6 @@ def plot_emd_burn_in(rows: Sequence[EMDRow], k: int, path: Path, title: str = ""
         rf"$\mathrm{{EMD}}_{{{k}}}(b)$ ({distance})",
         path,
         title,
+        [(row.burn_in_floor, row.burn_in_floor_low, row.burn_in_floor_high) if row.floor_replicates else None
+         for row in rows],
     )
