@@ -129,7 +129,7 @@ class SharedPrefixCache:
         index = index.to(self.device)
         suffix = None
         if self.suffix_length:
-            suffix = DynamicCache([(layer.keys[index], layer.values[index]) for layer in self.suffix.layers])
+            suffix = full_cache([(layer.keys[index], layer.values[index]) for layer in self.suffix.layers])
         padding = self.padding[index] if self.padding is not None else None
         return SharedPrefixCache(self.model, prompts, suffix, self.suffix_length, padding)
 
@@ -146,7 +146,7 @@ class SharedPrefixCache:
                 tuple(torch.cat([c._padded(layer, part, length) for c in caches]) for part in (0, 1))
                 for layer in range(len(first.prompts[0].keys))
             ]
-            suffix = DynamicCache(rows)
+            suffix = full_cache(rows)
         return SharedPrefixCache(first.model, [p for c in caches for p in c.prompts], suffix, length, padding)
 
     def _padding(self) -> torch.Tensor:

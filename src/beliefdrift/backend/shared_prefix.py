@@ -18,10 +18,12 @@ chunked attention layers, attention sinks, KV sharing between layers) are report
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -52,7 +54,9 @@ class SharedPrefix:
         lengths = {layer.keys.shape[-2] for layer in cache.layers}
         if len(lengths) != 1:
             raise ValueError(f"a shared prefix needs every layer's full cache; got lengths {sorted(lengths)}")
-        return cls(tuple(layer.keys for layer in cache.layers), tuple(layer.values for layer in cache.layers))
+        # Copied out of the cache's spare room: the prompt's keys are read by every path at every step.
+        return cls(tuple(layer.keys.contiguous() for layer in cache.layers),
+                   tuple(layer.values.contiguous() for layer in cache.layers))
 
     @property
     def length(self) -> int:
@@ -67,9 +71,39 @@ class PromptRuns:
     runs: tuple[tuple[SharedPrefix, int], ...]
 
 
-def full_cache() -> DynamicCache:
-    """A cache that keeps every position on every layer (no sliding-window truncation)."""
-    return DynamicCache()
+class GrowingLayer(DynamicLayer):
+    """A full cache layer with spare room: appended keys/values are written in place into buffers whose length
+    doubles when full, so a decoding step copies only its new tokens instead of the whole cache. `keys` and
+    `values` are views of the filled part, with the same values `DynamicLayer` would hold."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        new = key_states.shape[-2]
+        filled = 0 if self._buffers is None else self.keys.shape[-2]
+        if self._buffers is None or filled + new > self._buffers[0].shape[-2]:
+            room = max(2 * (filled + new), 16)
+            buffers = tuple(t.new_empty(*t.shape[:-2], room, t.shape[-1]) for t in (key_states, value_states))
+            if filled:
+                buffers[0][..., :filled, :].copy_(self.keys)
+                buffers[1][..., :filled, :].copy_(self.values)
+            self._buffers = buffers
+        self._buffers[0][..., filled : filled + new, :].copy_(key_states)
+        self._buffers[1][..., filled : filled + new, :].copy_(value_states)
+        self.keys = self._buffers[0][..., : filled + new, :]
+        self.values = self._buffers[1][..., : filled + new, :]
+        return self.keys, self.values
+
+
+def full_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> DynamicCache:
+    """A cache that keeps every position on every layer (no sliding-window truncation) and appends in place
+    (`GrowingLayer`), holding `rows[i]` = (keys, values) of layer i to start with."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = GrowingLayer
+    for layer, (keys, values) in enumerate(rows):
+        cache.update(keys, values, layer)
+    return cache
 
 
 def _visible(
