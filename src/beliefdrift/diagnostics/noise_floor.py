@@ -20,13 +20,15 @@ It has one parameter beyond θ, matched per question × method:
   variance across paths grows by the step variances (orthogonal increments),
   V_n − V_0 = Σ_{t<n} E‖θ_{t+1} − θ_t‖² with V_n = Σ_a Var θ_n(a), and for the urn
   E‖θ_n − θ_0‖² = (1 − E‖θ_0‖²) · n w_0² / (1 + (n − 1) w_0); w_0 solves the sum of both over n = 1 … N.
-  A prefix of length n continues the urn at w_n = w_0 / (1 + n w_0).
+  A prefix of length n continues the urn at w_n = w_0 / (1 + n w_0). (The urn's steps shrink as 1/(α + t); a
+  model's need not: the match is on the total spread over the N answers the paths hold.)
 
 Each of R replicates is a `QuestionEMD` of the urn, aggregated over questions by `aggregate_emd` as the
 measurement is; the floor of an EMD figure is the mean of its R replicate values with their 2.5–97.5%
 quantiles. `above_floor`: the measured value exceeds the 97.5% quantile (a one-sided Monte Carlo test at level
-2.5%); `floor_p` = (1 + #{replicates ≥ measured}) / (R + 1) is its p-value. The floor draws from its own
-generator (run seed, question, method, "floor"), so the measured numbers never change.
+2.5%); `floor_p` = (1 + #{replicates ≥ measured}) / (R + 1) is its p-value (no smaller than 1 / (R + 1)). The
+floor needs only the stored records, no model, and draws from its own generator (run seed, question, method,
+"floor"), so the measured numbers never change.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ import torch
 from beliefdrift.backend import AnswerDist
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.emd import EMDConfig, EMDRow, QuestionEMD, aggregate_emd, predictives
+from beliefdrift.diagnostics.kstep import exact_is_affordable
 from beliefdrift.methods import Method
 from beliefdrift.resampling import make_generator
 
 LEVEL = 0.95  # two-sided coverage of the floor's interval
-FLOOR_FIELDS = ("kstep", "prefix_lengths", "burn_in_first", "marginal_mean", "marginal_std")
+FLOOR_FIELDS = ("prefix_lengths", "prefixes", "seeds", "prefixes_exact", "kstep", "burn_in_first", "marginal_mean",
+                "marginal_std")  # what `question_floor` reads from a stored record
 
 
 class UrnProcess:
@@ -107,11 +111,13 @@ def _urn_predictives(
     theta: torch.Tensor, weight: torch.Tensor, horizon: int, replicates: int, config: EMDConfig,
     generator: torch.Generator,
 ) -> tuple[torch.Tensor, bool]:
-    """p^(k), k = 1 … `horizon`, of urns at θ [M, |𝒜|] with weights [M], estimated R times: [R, M, horizon, |𝒜|]."""
-    rows = theta.shape[0]
-    urns = UrnProcess(theta.repeat(replicates, 1), weight.repeat(replicates))
+    """p^(k), k = 1 … `horizon`, of urns at θ [M, |𝒜|] with weights [M], estimated R times: [R, M, horizon, |𝒜|]
+    (exact enumeration draws nothing, so its R replicates are one estimate repeated)."""
+    rows, labels = theta.shape
+    copies = 1 if exact_is_affordable(labels, horizon, config.exact_budget) else replicates
+    urns = UrnProcess(theta.repeat(copies, 1), weight.repeat(copies))
     result = predictives(urns, horizon, config, generator)
-    return result.probs.reshape(replicates, rows, horizon, -1), result.exact
+    return result.probs.reshape(copies, rows, horizon, labels).expand(replicates, -1, -1, -1), result.exact
 
 
 def question_floor(
