@@ -12,6 +12,7 @@ import pytest
 
 from beliefdrift.cli import main
 from beliefdrift.commands.paper import STAGES_FILE, flags
+from beliefdrift.data.loaders import DataError
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.store import STORE_FILE, RunStore
 
@@ -20,11 +21,13 @@ CPU_STAGES = ["train", "evaluate-csqa", "evaluate-arc", "evaluate-tinymmlu", "dr
               "reasoning-gpqa", "report"]
 
 
-def test_arc_test_split_reads_its_file() -> None:
+def test_arc_test_split_reads_its_file(tmp_path: Path) -> None:
     questions = load_dataset("arc", split="test", data_dir=FIXTURES)
     assert [q.id for q in questions] == [f"Fixture_ARC_T{i}" for i in range(1, 6)]
     assert [len(q.labels) for q in questions] == [4, 4, 3, 5, 4]
     assert [q.answer for q in questions] == ["B", "A", "A", "B", "C"]  # T2's digit labels: "1" is A
+    with pytest.raises(DataError, match=r"arc_challenge/ARC-Challenge-Test\.jsonl not found"):  # hub off in tests
+        load_dataset("arc", split="test", data_dir=tmp_path)
 
 
 def test_flags_follow_the_commands_conventions() -> None:
