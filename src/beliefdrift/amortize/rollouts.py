@@ -30,7 +30,7 @@ import torch
 from beliefdrift.backend import LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.prefixes import pick_prefix, top_prefixes
-from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 from beliefdrift.resampling import QuestionRunner, make_generator, sample_answers
 
 PREFIX_MODES = ("sample", "top")
@@ -104,11 +104,12 @@ def generate_rollouts(
     seed: int = 0,
     template: str = DEFAULT_PPR_TEMPLATE,
     prefix_mode: str = "sample",
+    ending: str = DEFAULT_TEMPLATE_ENDING,
 ) -> list[RolloutGroup]:
-    """Groups for every question × prefix length (one prompt prefill per question)."""
+    """Groups for every question × prefix length (one prompt prefill per question, template `ending`)."""
     groups = []
     for question in questions:
-        runner = QuestionRunner(lm, question, template)
+        runner = QuestionRunner(lm, question, template, ending)
         groups += [generate_group(runner, n, num_rollouts, depth, seed, prefix_mode) for n in prefix_lengths]
     return groups
 

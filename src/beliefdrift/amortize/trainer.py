@@ -50,7 +50,7 @@ from beliefdrift.backend.shared_prefix import enable_shared_prefix
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, question_emd
-from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
 
 MODES = ("offline", "on-policy")
@@ -68,7 +68,9 @@ class TrainConfig:
     model: str = DEFAULT_MODEL
     dtype: str = "auto"
     device: str = "cpu"
+    attn_implementation: str = "auto"  # for the forward passes the engine does not own (prefills)
     template: str = DEFAULT_PPR_TEMPLATE
+    template_ending: str = DEFAULT_TEMPLATE_ENDING  # prompts.TEMPLATE_ENDINGS
     # training queries and their rollout groups
     dataset: str = "csqa"
     split: str | None = "train"
@@ -250,7 +252,8 @@ class SCTrainer:
             cpu=config.device == "cpu", mixed_precision=config.mixed_precision, step_scheduler_with_optimizer=False
         )
         self.is_main = self.accelerator.is_main_process
-        base = lm or load_model(config.model, device=str(self.accelerator.device), dtype=config.dtype)
+        base = lm or load_model(config.model, device=str(self.accelerator.device), dtype=config.dtype,
+                                attn_implementation=config.attn_implementation)
         self.groups = self._rollout_groups(base)
         self.updates = plan_updates(len(self.groups), config, self.accelerator.process_index,
                                     self.accelerator.num_processes)
@@ -284,7 +287,8 @@ class SCTrainer:
                 print(f"sampling rollouts: {len(questions)} questions × {len(config.prefix_lengths)} prefixes, "
                       f"J={config.num_rollouts}, depth {config.horizon - 1}", file=sys.stderr, flush=True)
                 groups = generate_rollouts(lm, questions, config.prefix_lengths, config.num_rollouts,
-                                           config.horizon - 1, config.seed, config.template, config.prefix_mode)
+                                           config.horizon - 1, config.seed, config.template, config.prefix_mode,
+                                           config.template_ending)
                 save_rollouts(groups, directory, self.rollout_settings())
             self.accelerator.wait_for_everyone()
         groups, settings = load_rollouts(directory)
@@ -306,7 +310,8 @@ class SCTrainer:
         c = self.config
         keys = ("model", "dtype", "template", "dataset", "split", "n", "seed", "prefix_lengths", "prefix_mode",
                 "num_rollouts")
-        return {**{k: getattr(c, k) for k in keys}, "depth": c.horizon - 1}
+        ending = {"template_ending": c.template_ending} if c.template_ending != DEFAULT_TEMPLATE_ENDING else {}
+        return {**{k: getattr(c, k) for k in keys}, **ending, "depth": c.horizon - 1}
 
     def training_questions(self) -> list[MCQuestion]:
         c = self.config
@@ -332,7 +337,8 @@ class SCTrainer:
 
     def tokens(self, question: MCQuestion) -> AnswerTokens:
         if question.id not in self._tokens:
-            self._tokens[question.id] = ppr_tokens(self.current_lm(), question, self.config.template)
+            self._tokens[question.id] = ppr_tokens(self.current_lm(), question, self.config.template,
+                                                   ending=self.config.template_ending)
         return self._tokens[question.id]
 
     # -------------------------------------------------------------------------------------------- updates
@@ -343,7 +349,8 @@ class SCTrainer:
         paths = self.config.paths_per_update
         if self.config.mode == "on-policy":
             self.peft_model.eval()
-            runner = QuestionRunner(self.current_lm(), group.question, self.config.template)
+            c = self.config
+            runner = QuestionRunner(self.current_lm(), group.question, c.template, c.template_ending)
             rollouts, _ = sample_rollouts(runner, group.prefix, paths, depth, generator)
             self.peft_model.train()
             return rollouts
@@ -401,7 +408,7 @@ class SCTrainer:
         lm = self.current_lm()
         total = torch.zeros(3, dtype=torch.float64, device=self.accelerator.device)
         for question in questions[self.accelerator.process_index :: self.accelerator.num_processes]:
-            result = question_emd(QuestionRunner(lm, question, c.template), 0, emd,
+            result = question_emd(QuestionRunner(lm, question, c.template, c.template_ending), 0, emd,
                                   make_generator(c.seed, question.id, "validation"))
             confidence = float(result.kstep[:, 0].max(-1).values.mean())
             total += torch.tensor([result.emd_bar("l1"), confidence, 1.0], dtype=torch.float64, device=total.device)
