@@ -77,10 +77,10 @@ def sample_rollouts(
     runner: QuestionRunner, prefix: Sequence[int], num_rollouts: int, depth: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """J continuations [J, depth] of the prefix, sampled from the runner's model (one forward pass per step), and
-    θ after each one's last answer [J, |𝒜|]."""
+    θ after each one's last answer [J, |𝒜|], on the CPU (where rollout groups are kept and stored)."""
     seeds = torch.tensor(list(prefix), dtype=torch.long).reshape(1, -1).expand(num_rollouts, -1)
     answers, thetas, _ = sample_answers(runner.paths(num_rollouts, seeds=seeds), depth, generator)
-    return answers, thetas[:, -1]
+    return answers.cpu(), thetas[:, -1].cpu()
 
 
 @torch.no_grad()
