@@ -51,8 +51,8 @@ def measured_row(theta: Callable[[tuple[int, ...]], Sequence[float]], config: EM
     """EMD‾ (L1) of the stub process at the empty prefix over `QUESTIONS` independent Monte Carlo measurements."""
     estimate = kstep_monte_carlo(HistoryProcess(theta, [()] * QUESTIONS), config.horizon, config.num_rollouts,
                                  make_generator(seed))
-    bars = kstep_drift(estimate.probs, "l1").mean(-1)
-    return aggregate_emd("m", [{"emd_bar_l1": float(b), "emd_k_b_l1": [0.0]} for b in bars], "l1")
+    summaries = [{"emd_bar_l1": float(b), "emd_k_b_l1": [0.0]} for b in kstep_drift(estimate.probs, "l1").mean(-1)]
+    return aggregate_emd("m", summaries, "l1"), summaries
 
 
 def floor_of(records: list[dict], config: EMDConfig, replicates: int = 200):
@@ -111,17 +111,19 @@ def test_floor_matches_the_estimator_on_a_real_urn():
     # its sampled paths predicts it: same mean within sampling error, and the measurement is not flagged.
     config = EMDConfig(horizon=4, prefix_lengths=(0,), num_rollouts=8, k=4, exact_budget=0)
     records = [sampled_record(polya, 4, make_generator(2, i)) for i in range(QUESTIONS)]
-    row = with_floor(measured_row(polya, config, seed=3), floor_of(records, config))
+    row = with_floor(*measured_row(polya, config, seed=3), floor_of(records, config))
     assert row.floor_low < row.emd_bar < row.floor_high and not row.above_floor and row.floor_p > 0.05
     assert row.floor == pytest.approx(row.emd_bar, rel=0.2) and row.floor_replicates == 200
+    assert row.questions_above_floor <= 3  # each question's own test: about 2.5% flagged
     assert row.burn_in_floor[0] > 0 and len(row.burn_in_floor_high) == 1  # EMD_k(0) at the same prefix
 
 
 def test_self_reinforcing_process_is_above_its_floor():
     config = EMDConfig(horizon=4, prefix_lengths=(0,), num_rollouts=8, k=4, exact_budget=0)
     records = [sampled_record(count_drift, 4, make_generator(4, i)) for i in range(QUESTIONS)]
-    row = with_floor(measured_row(count_drift, config, seed=5), floor_of(records, config))
+    row = with_floor(*measured_row(count_drift, config, seed=5), floor_of(records, config))
     assert row.above_floor and row.floor_p < 0.01 and row.emd_bar > 2 * row.floor_high
+    assert row.questions_above_floor >= QUESTIONS // 2
 
 
 def test_old_records_are_refused_clearly():

@@ -98,7 +98,8 @@ def _emd_cells(row: EMDRow, points: list[int]) -> list[str]:
     cells = [f"{row.emd_bar:.4f} ± {row.emd_bar_std:.4f}"]
     if row.floor_replicates:
         cells += [f"{row.floor:.4f} [{row.floor_low:.4f}, {row.floor_high:.4f}]",
-                  f"{'yes' if row.above_floor else 'no'} ({row.floor_p:.3f})"]
+                  f"{'yes' if row.above_floor else 'no'} ({row.floor_p:.3f}); {row.questions_above_floor}/"
+                  f"{row.questions} questions"]
     for b in points:
         cells.append(f"{row.burn_in[b]:.4f} ± {row.burn_in_std[b]:.4f}")
         if row.floor_replicates:
@@ -134,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     for distance in args.distance:
         emd_rows = [aggregate_emd(m.title, records[m.name], distance) for m in methods]
         if floors:
-            emd_rows = [with_floor(row, floors[m.name]) for m, row in zip(methods, emd_rows, strict=True)]
+            emd_rows = [with_floor(row, records[m.name], floors[m.name]) for m, row in zip(methods, emd_rows,
+                                                                                          strict=True)]
         for method, row in zip(methods, emd_rows, strict=True):
             summary.setdefault(method.name, {})[distance] = row.__dict__
             rows[method.name] += _emd_cells(row, [0, len(row.burn_in) - 1] if args.burn_in else [0])
@@ -151,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
     if floors:
         table += (f"\n\nfloor: mean [2.5%, 97.5%] of the same figure for {args.noise_floor_replicates} replicates of "
                   "Pólya-urn martingales matched to each question's θ and spread (exact martingales: EMD = 0, so the "
-                  "floor is the estimator's noise); > floor: EMD‾ above the 97.5% point, p one-sided")
+                  "floor is the estimator's noise); > floor: EMD‾ above the 97.5% point (one-sided p), "
+                  "and the questions whose own EMD‾ is above their own floor's")
     print(table)
     write_atomic(args.out / "summary.md", table + "\n")
     write_atomic(args.out / "summary.json", to_json(summary))

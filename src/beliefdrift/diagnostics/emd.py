@@ -202,6 +202,7 @@ class EMDRow:
     burn_in_floor_low: list[float] | None = None
     burn_in_floor_high: list[float] | None = None
     burn_in_above_floor: list[bool] | None = None
+    questions_above_floor: int | None = None  # questions whose own EMD‾ is above their own floor's upper bound
 
 
 def _mean_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
