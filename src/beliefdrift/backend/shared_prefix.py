@@ -255,8 +255,7 @@ def shared_prefix_support(model: PreTrainedModel) -> str | None:
 
 @torch.no_grad()
 def _probe(model: PreTrainedModel) -> str | None:
-    device = next(model.parameters()).device
-    token = torch.zeros(1, 1, dtype=torch.long, device=device)
+    token = torch.zeros(1, 1, dtype=torch.long, device=model.get_input_embeddings().weight.device)
     cache = full_cache()
     try:
         model(input_ids=token.expand(1, 2), past_key_values=cache, use_cache=True, logits_to_keep=1)
