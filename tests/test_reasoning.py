@@ -37,7 +37,7 @@ from beliefdrift.reasoning import (
 from beliefdrift.reasoning.answers import answer_totals
 from beliefdrift.reasoning.embeddings import SENTENCE_PACKAGE, SentenceEmbedder, mean_pool
 from beliefdrift.reasoning.experiment import summarize
-from beliefdrift.reasoning.generation import _end_of_sequence_ids, _ends_with_tag, _RolloutState
+from beliefdrift.reasoning.generation import _answer_so_far, _end_of_sequence_ids, _ends_with_tag, _RolloutState
 from beliefdrift.reasoning.parser import PAIR_SEPARATOR
 from beliefdrift.resampling import make_generator
 from beliefdrift.store import STORE_FILE, RunStore
@@ -210,11 +210,23 @@ def test_incremental_detokenization_is_whole_text_decoding_default_tokenizer(def
     assert_incremental_decoding_is_whole_decoding(tokenizer, data.draw(token_sequences(tokenizer)))
 
 
+GUIDE_TEXT = st.lists(st.sampled_from(["</sol>", "</SoL>", "<ans>", "<ANS>", "<anſ>", "Σ", "K", "s", ">", " ", "\n\t"]),
+                      max_size=6).map("".join)
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["</sol>", "</SoL>", "<ans>", "<ANS>", "<anſ>", "İ", "Σ", "K", "s", ">", " ", "\n\t"]),
-                max_size=6).map("".join), st.sampled_from(["</sol>", "<ans>"]))
+@given(st.one_of(GUIDE_TEXT, st.tuples(GUIDE_TEXT, st.just("İ"), GUIDE_TEXT).map("".join)),
+       st.sampled_from(["</sol>", "<ans>"]))
 def test_guided_tag_check_reads_only_the_end_of_the_text(text, tag):
     assert _ends_with_tag(text, tag) == text.rstrip().lower().endswith(tag)
+
+
+@settings(max_examples=300, deadline=None)
+@given(GUIDE_TEXT, GUIDE_TEXT, st.sampled_from(["<ans>", "<aNs>"]), GUIDE_TEXT)
+def test_guided_answer_is_read_from_the_current_pair(before, pair, tag, answer):
+    """As from the whole text (without İ, whose lower case is two characters long and shifted the offsets)."""
+    text = before + pair + tag + answer
+    assert _answer_so_far(text, len(before)) == text[text.lower().rfind("<ans>") + len("<ans>") :]
 
 
 def sentencepiece_tokenizer() -> PreTrainedTokenizerFast:

@@ -14,6 +14,7 @@ so one extra forward pass runs after the last rollout finishes. Seeds and the pr
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from beliefdrift.reasoning.parser import PAIR_SEPARATOR, Pair, PairParser, Parse
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]
 STOP_REASONS = ("pairs", "eos", "budget")
+ANSWER_OPEN = re.compile("<[aA][nN][sS]>")  # exactly the strings that lower-case to "<ans>"
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,12 @@ def _ends_with_tag(text: str, tag: str) -> bool:
     return text[max(0, end - len(tag)) : end].lower() == tag
 
 
+def _answer_so_far(text: str, start: int) -> str:
+    """The text after the last `<ans>` (any case) that begins at or after `start`, which must hold one."""
+    *_, last = ANSWER_OPEN.finditer(text, start)
+    return text[last.end() :]
+
+
 class _RolloutState:
     """One rollout while decoding: incremental detokenization into the pair parser (text is released only
     when it does not end inside a multi-byte character; `char_end[t]` is where token t's text ends), the
@@ -178,6 +186,7 @@ class _RolloutState:
         self.in_answer = False
         self.pairs_guided = 0
         self.phase_tokens = 0  # tokens the model wrote in the current solution or answer
+        self.pair_start = 0  # where the current pair's text begins
         self.stop: str | None = None
         self._held = 0  # trailing tokens whose text is not released yet
         self._prefix = self._read = 0
@@ -219,6 +228,8 @@ class _RolloutState:
         return True
 
     def _enqueue(self, tag: str, answer: bool) -> None:
+        if not answer:
+            self.pair_start = len(self.parser.text)
         self.queue += self.tags[tag]
         self.in_answer, self.phase_tokens = answer, 0
 
@@ -237,8 +248,7 @@ class _RolloutState:
                 self.capped += 1
                 self._enqueue("close_solution", answer=True)
         else:
-            answer = text[text.lower().rfind("<ans>") + len("<ans>") :]
-            if "\n" in answer.lstrip():
+            if "\n" in _answer_so_far(text, self.pair_start).lstrip():
                 self._enqueue("close_answer", answer=True)
             elif self.phase_tokens >= self.config.max_answer_tokens:
                 self.capped += 1
