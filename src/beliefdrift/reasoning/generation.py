@@ -6,10 +6,12 @@ last token and the rollout's reasoning seeds (left-padded to a common length, th
 attention), then all rollouts advance one sampled token per forward pass. A rollout stops after N pairs
 (N-th `</ans>`), at an end-of-sequence token, or after `max_new_tokens` generated tokens; finished
 rollouts are fed a pad token until the batch is done and everything they "generate" then is ignored.
+Per step, only the R sampled token ids leave the model's device; the text is detokenized incrementally.
 
 ψ(R_n) needs the last hidden state of every generated token. It is collected while decoding, for free:
 the state of token t is the one computed when t is fed back as input (the step after it was sampled),
 so one extra forward pass runs after the last rollout finishes. Seeds and the prompt get no states.
+The states stay on the device until the batch is done and are copied to the host once.
 """
 
 from __future__ import annotations
