@@ -3,6 +3,7 @@ alone, a second run skips finished stages), report.html holding every table and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from html.parser import HTMLParser
 from pathlib import Path
@@ -14,6 +15,7 @@ from beliefdrift.cli import main
 from beliefdrift.commands.paper import STAGES_FILE, flags
 from beliefdrift.data.loaders import DataError
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.report.html import ADAPTER_WEIGHTS, fingerprints
 from beliefdrift.store import STORE_FILE, RunStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
@@ -215,3 +217,16 @@ def test_a_failed_stage_stops_the_run(tmp_path: Path, tiny_model_dir: Path, caps
     assert "stage evaluate-x failed" in capsys.readouterr().err
     preset.write_text("stages:\n  evaluate-x:\n    command: evaluatee\n")
     assert main(["paper", "--preset", str(preset), "--list-stages", "--out", str(out)]) == 2
+
+
+
+def test_fingerprints_name_model_data_and_adapter_weights(tmp_path: Path) -> None:
+    (tmp_path / "train" / "adapter").mkdir(parents=True)
+    (tmp_path / "train" / "adapter" / ADAPTER_WEIGHTS).write_bytes(b"lora")
+    digest = hashlib.sha256(b"lora").hexdigest()[:16]
+    assert fingerprints(tmp_path / "train", {"model": "m", "lora_r": 16}) == {"model": "m",
+                                                                               "adapter_weights_sha256": digest}
+    adapter = str(tmp_path / "train" / "adapter")
+    evaluated = {"model": "m", "adapter": adapter, "questions_sha256": "ab", "seed": 0}
+    expected = {"model": "m", "adapter": adapter, "questions_sha256": "ab", "adapter_weights_sha256": digest}
+    assert fingerprints(tmp_path / "evaluate", evaluated) == expected

@@ -136,7 +136,8 @@ def resolved_settings(directory: Path, command: str) -> dict[str, Any]:
 def fingerprints(directory: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
     """Identity keys naming the model and data, plus the sha256 of a trained adapter's weights."""
     shown = {key: settings[key] for key in FINGERPRINT_KEYS if settings.get(key) is not None}
-    for weights in (directory / "adapter" / ADAPTER_WEIGHTS, Path(str(settings.get("adapter"))) / ADAPTER_WEIGHTS):
+    adapters = [directory / "adapter", *([Path(settings["adapter"])] if settings.get("adapter") else [])]
+    for weights in (adapter / ADAPTER_WEIGHTS for adapter in adapters):
         if weights.is_file():
             shown["adapter_weights_sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
             break
