@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
-from tiny_model import SKY_QUESTION
+from tiny_model import SKY_QUESTION, tiny_family_lm
 
 from beliefdrift.methods import parse_method, run_methods, run_methods_many
 
@@ -55,3 +56,26 @@ def test_evaluate_batch_questions_stores_the_same_results(tiny_model_dir, tmp_pa
         assert row.probs.tobytes() == other.probs.tobytes(), key
         if row.answers is not None:
             assert row.answers.tobytes() == other.answers.tobytes() and row.thetas.tobytes() == other.thetas.tobytes()
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])
+def test_stacked_prompts_match_run_by_run_attention(family, history_template):
+    """Runs of equal size stacked into one product per layer (the GPU path) give the run-by-run θ up to rounding,
+    ragged prompts, seeds, padding, sliding windows and soft-capping included."""
+    from beliefdrift.resampling import QuestionRunner, make_generator, sample_answers
+
+    lm = tiny_family_lm(family)
+
+    def thetas(stack: bool) -> torch.Tensor:
+        runners = [QuestionRunner(lm, q, history_template) for q in questions() if len(q.labels) == 4]
+        seeds = [torch.tensor([[1, 2], [0, 0], [3, 1]]), torch.tensor([[2], [1], [0]]), torch.empty(3, 0).long()]
+        batch = runners[0].ppr_prompt.concat([r.paths(3, s) for r, s in zip(runners, seeds, strict=True)])
+        assert len(batch.cache.runs.runs) == 3
+        batch.cache.runs = dataclasses.replace(batch.cache.runs, stack=stack)
+        assert batch.cache.runs.stackable == stack
+        _, got, _ = sample_answers(batch, 4, make_generator(2))
+        return got
+
+    exact, stacked = thetas(False), thetas(True)
+    torch.testing.assert_close(stacked, exact, atol=1e-5, rtol=0)
+    assert (exact[:3] - exact[3:6]).abs().max() > 1e-3, "the questions' θ differ, so a mix-up would show"

@@ -97,7 +97,9 @@ class SharedPrefixCache:
                 runs[-1][1] += 1
             else:
                 runs.append([prompt, 1])
-        self.runs = PromptRuns(tuple((prompt, count) for prompt, count in runs))
+        # Off the CPU, equal runs attend in one stacked product (fewer kernels); on the CPU run by run, which keeps
+        # a batch of questions bit-identical to one question at a time.
+        self.runs = PromptRuns(tuple((prompt, count) for prompt, count in runs), stack=self.device.type != "cpu")
         self._start: int | torch.Tensor = self.prompts[0].length  # each path's first suffix position
         if len(runs) > 1:
             self._start = torch.tensor([p.length for p in self.prompts], device=self.device)[:, None]

@@ -66,9 +66,34 @@ class SharedPrefix:
 @dataclass(frozen=True)
 class PromptRuns:
     """The prompts of a batch of paths: `runs[i] = (prefix, count)` says the next `count` paths continue `prefix`
-    (several questions in one batch; each run is attended to exactly as if it were alone)."""
+    (several questions in one batch). Each run is attended to exactly as if it were alone, one run after another,
+    unless `stack`: then runs of equal size attend to their prompts stacked and zero-padded to the longest, in one
+    batched product per layer (fewer, larger kernels for a GPU; equal to the run-by-run result up to rounding)."""
 
     runs: tuple[tuple[SharedPrefix, int], ...]
+    stack: bool = False
+    _stacked: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @property
+    def stackable(self) -> bool:
+        return self.stack and len(self.runs) > 1 and len({count for _, count in self.runs}) == 1
+
+    def stacked(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The runs' prompt keys and values of `layer` [R, H_kv, P_max, D] (zeros past each prompt) and every
+        path's prompt length [B]; built once per layer."""
+        if layer not in self._stacked:
+            prefixes = [prefix for prefix, _ in self.runs]
+            width = max(p.length for p in prefixes)
+            like = prefixes[0].keys[layer]
+            keys, values = (like.new_zeros(len(prefixes), like.shape[1], width, like.shape[3]) for _ in range(2))
+            for r, prefix in enumerate(prefixes):
+                keys[r, :, : prefix.length] = prefix.keys[layer][0]
+                values[r, :, : prefix.length] = prefix.values[layer][0]
+            lengths = torch.tensor([p.length for p, count in self.runs for _ in range(count)], device=like.device)
+            self._stacked[layer] = (keys, values, lengths)
+        return self._stacked[layer]
 
 
 class GrowingLayer(DynamicLayer):
@@ -162,6 +187,9 @@ def shared_prefix_attention(
     if len(runs) == 1:
         return _attend(module.layer_idx, runs[0][0], query, key, value, suffix_padding, scale, sliding_window,
                        softcap, dropout), None
+    if shared_prefix.stackable:
+        return _attend_stacked(module.layer_idx, shared_prefix, query, key, value, suffix_padding, scale,
+                               sliding_window, softcap, dropout), None
     outputs, start = [], 0
     for prefix, count in runs:
         rows = slice(start, start + count)
@@ -211,6 +239,60 @@ def _attend(
     prefix_weights = weights[..., :prompt_len].transpose(0, 1).reshape(kv_heads, batch * group * new, prompt_len)
     out = (prefix_weights @ prefix_values).reshape(kv_heads, batch, group * new, dim).transpose(0, 1)
     out = out + weights[..., prompt_len:] @ value
+    return out.reshape(batch, heads, new, dim).transpose(1, 2).contiguous()
+
+
+def _attend_stacked(
+    layer: int,
+    runs: PromptRuns,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    suffix_padding: torch.Tensor | None,
+    scale: float,
+    sliding_window: int | None,
+    softcap: float | None,
+    dropout: float,
+) -> torch.Tensor:
+    """`_attend` for R runs of c paths each at once, their prompts stacked (`PromptRuns.stacked`): [B, T, H, D]."""
+    prompt_keys, prompt_values, lengths = runs.stacked(layer)  # [R, H_kv, W, D], [B]
+    count, width = len(runs.runs), prompt_keys.shape[2]
+    batch, heads, new, dim = query.shape
+    kv_heads, suffix = key.shape[1], key.shape[2]
+    rows = heads // kv_heads * new  # (group, token) rows of one path and kv head
+
+    def by_run(t: torch.Tensor) -> torch.Tensor:  # [B, H_kv, rows, X] -> [R, H_kv, c·rows, X]
+        return t.reshape(count, -1, kv_heads, rows, t.shape[-1]).transpose(1, 2).reshape(count, kv_heads, -1,
+                                                                                           t.shape[-1])
+
+    def by_path(t: torch.Tensor) -> torch.Tensor:  # [R, H_kv, c·rows, X] -> [B, H_kv, rows, X]
+        return t.reshape(count, kv_heads, -1, rows, t.shape[-1]).transpose(1, 2).reshape(batch, kv_heads, rows,
+                                                                                          t.shape[-1])
+
+    grouped = query.reshape(batch, kv_heads, rows, dim)
+    prefix_scores = by_path(by_run(grouped) @ prompt_keys.transpose(2, 3))  # [B, H_kv, rows, W]
+    scores = torch.cat([prefix_scores, grouped @ key.transpose(2, 3)], -1).float() * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    padding = suffix_padding.to(query.device) if suffix_padding is not None else None
+    query_slot = torch.arange(suffix - new, suffix, device=query.device)
+    slots = torch.arange(suffix, device=query.device)
+    suffix_visible = (slots[None, :] <= query_slot[:, None])[None]
+    query_position = lengths[:, None] + query_slot[None, :]  # [B, T]
+    if padding is not None:
+        suffix_visible = suffix_visible & (slots[None, None, :] >= padding[:, None, None])
+        query_position = query_position - padding[:, None]
+    prompt_visible = (torch.arange(width, device=query.device)[None, :] < lengths[:, None])[:, None, :]
+    if sliding_window is not None:
+        suffix_visible = suffix_visible & (query_slot[:, None] - slots[None, :] < sliding_window)
+        prompt_visible = prompt_visible & (torch.arange(width, device=query.device) > query_position[..., None]
+                                           - sliding_window)
+    visible = torch.cat([prompt_visible.expand(batch, new, width), suffix_visible.expand(batch, new, suffix)], -1)
+    scores = scores.masked_fill(~visible.repeat(1, heads // kv_heads, 1)[:, None], float("-inf"))
+    weights = torch.softmax(scores, -1).to(query.dtype)
+    if dropout:
+        weights = torch.nn.functional.dropout(weights, p=dropout)
+    out = by_path(by_run(weights[..., :width].contiguous()) @ prompt_values) + weights[..., width:] @ value
     return out.reshape(batch, heads, new, dim).transpose(1, 2).contiguous()
 
 
