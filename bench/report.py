@@ -22,9 +22,9 @@ import numpy as np
 
 from beliefdrift import metrics
 from beliefdrift.commands.report import load_run, write_report
-from beliefdrift.evaluation import QualityControl
 from beliefdrift.report.reliability import reliability_figures
 from beliefdrift.report.tables import RunScores, write_tables
+from beliefdrift.scoring import QualityControl
 from beliefdrift.store import STORE_FILE, ResultRow, RunStore
 
 DATASETS = {"csqa": 5, "arc": 4, "tinymmlu": 4}  # dataset → options per question

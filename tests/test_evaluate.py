@@ -15,22 +15,15 @@ import numpy as np
 import pytest
 import torch
 
+from beliefdrift.adapters import base_model, load_adapter
 from beliefdrift.backend import load_model
 from beliefdrift.cli import main
 from beliefdrift.data import MCQuestion
-from beliefdrift.evaluation import (
-    EvalConfig,
-    QualityControl,
-    Ranks,
-    base_model,
-    canonical_methods,
-    load_adapter,
-    load_preset,
-    question_rows,
-    resolve_config,
-    score_rows,
-)
+from beliefdrift.distributed import Ranks
+from beliefdrift.evaluation import question_rows
+from beliefdrift.evaluation_config import EvalConfig, load_preset, resolve_config
 from beliefdrift.methods import parse_method, run_methods
+from beliefdrift.scoring import QualityControl, canonical_methods, score_rows
 from beliefdrift.store import ResultRow, RunStore
 
 REPO = Path(__file__).resolve().parents[1]

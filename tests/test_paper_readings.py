@@ -11,7 +11,7 @@ import torch
 from beliefdrift.cli import build_parser
 from beliefdrift.data import MCQuestion
 from beliefdrift.diagnostics.emd import DISTANCES, QuestionEMD, aggregate_emd, kstep_drift
-from beliefdrift.evaluation import EvalConfig, load_preset, resolve_config
+from beliefdrift.evaluation_config import EvalConfig, load_preset, resolve_config
 from beliefdrift.prompts import question_prompt
 from beliefdrift.resampling import QuestionRunner, direct_tokens, ppr_tokens
 

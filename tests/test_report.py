@@ -12,9 +12,9 @@ import pytest
 
 from beliefdrift.cli import main
 from beliefdrift.data.registry import load_dataset
-from beliefdrift.evaluation import QualityControl, score_rows
 from beliefdrift.methods import parse_method, run_methods
 from beliefdrift.report.tables import RunScores, csv_table, latex_tables, markdown_tables, metric_table
+from beliefdrift.scoring import QualityControl, score_rows
 from beliefdrift.store import ResultRow, RunStore
 
 # Four questions scored by hand (2 options each):

@@ -409,7 +409,7 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_adapter(reference_run
 def test_saved_adapter_loads_with_peft_and_load_adapter(reference_run, tiny_model_dir, question, template):
     from peft import PeftModel
 
-    from beliefdrift.evaluation import load_adapter
+    from beliefdrift.adapters import load_adapter
     from beliefdrift.methods import parse_method, run_methods
 
     adapter = reference_run / "adapter"

@@ -1,293 +1,33 @@
-"""Evaluation runs: the paper's methods on a benchmark, stored unit by unit, then scored with quality control.
+"""Evaluation runs: the paper's methods on a benchmark, stored question by question in a run store.
 
 A unit of work is one (question, method); it draws its randomness from `make_generator(seed, question id,
 method name)`, so a run gives the same numbers whether it runs in one go, resumes after a kill, or is
-sharded over ranks (rank r takes the questions at positions i ≡ r mod world size). Scoring drops, per
-method, the questions that fail quality control (DESIGN §2) and counts them.
+sharded over ranks (`distributed.Ranks`). Settings live in `evaluation_config`, scoring in `scoring`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-import os
 import sys
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-import numpy as np
 import torch
-import torch.distributed as dist
-import yaml
 from tqdm import tqdm
 
-from beliefdrift import __version__
-from beliefdrift.backend import DEFAULT_MODEL, REGISTRY, LanguageModel, load_model
-from beliefdrift.backend.loading import resolve_device, resolve_dtype
+from beliefdrift.adapters import base_model, load_adapter
+from beliefdrift.backend import LanguageModel, load_model
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import DATASETS, fingerprint, load_dataset
+from beliefdrift.data.registry import load_dataset
+from beliefdrift.distributed import Ranks, process_group
 from beliefdrift.errors import UserError, check_device, check_model
-from beliefdrift.methods import Method, MethodResult, parse_method, run_methods_many
-from beliefdrift.metrics import MetricWarning, summarize
-from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, load_template
+from beliefdrift.evaluation_config import EvalConfig
+from beliefdrift.methods import Method, parse_method, run_methods_many
 from beliefdrift.resampling import direct_tokens, ppr_tokens
+from beliefdrift.scoring import result_row
 from beliefdrift.store import STORE_FILE, ResultRow, RunStore, StoreError
-
-# ------------------------------------------------------------------------------------------ configuration
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """Everything an evaluation run needs. `identity()` is the part that determines the results."""
-
-    model: str = DEFAULT_MODEL
-    dataset: str = "demo"
-    split: str | None = None
-    n: int | None = None
-    seed: int = 0
-    methods: tuple[str, ...] = ("ppr", "ppr-seed1", "ppr-seed5", "direct")
-    paths: int = 8  # J
-    steps: int = 20  # N
-    template: str = DEFAULT_PPR_TEMPLATE
-    template_ending: str = DEFAULT_TEMPLATE_ENDING  # prompts.TEMPLATE_ENDINGS
-    adapter: str | None = None
-    dtype: str = "auto"
-    device: str = "cpu"
-    attn_implementation: str = "auto"  # for the forward passes the engine does not own
-    device_map: str | None = None  # accelerate's, for a model larger than one device; results do not depend on it
-    batch_questions: int = 0  # questions per engine batch (0: 16 on a GPU, 1 on the CPU); results do not depend on it
-    data_dir: str | None = None
-    qc_path_mass: float = 0.5
-    qc_max_fraction: float = 0.5
-    skip_long_prompts: bool = False
-
-    @property
-    def method_list(self) -> list[Method]:
-        return [parse_method(name) for name in self.methods]
-
-    @property
-    def quality_control(self) -> QualityControl:
-        return QualityControl(self.qc_path_mass, self.qc_max_fraction)
-
-    def identity(self, questions: Sequence[MCQuestion], skipped: Sequence[MCQuestion] = ()) -> dict[str, Any]:
-        """The settings stored with a run, with the content of its `questions` and the ones `skipped` (prompt
-        longer than the model's context); resuming with any of them changed is refused."""
-        template = load_template(self.template, self.template_ending)  # an unknown ending fails here
-        return {
-            "model": self.model if self.model in REGISTRY else _local_path_or_name(self.model),
-            "dataset": self.dataset if self.dataset in DATASETS else _local_path_or_name(self.dataset),
-            "split": self.split,
-            "n": self.n or None,  # 0 and None both mean all questions
-            "questions": len(questions),
-            "questions_sha256": fingerprint(questions),
-            **({"skipped_long_prompts": [q.id for q in skipped]} if self.skip_long_prompts else {}),
-            "seed": self.seed,
-            "methods": list(self.methods),
-            "paths": self.paths,
-            "steps": self.steps,
-            "template": self.template,
-            "template_sha256": hashlib.sha256(template.encode()).hexdigest()[:16],
-            # absent for the default ending, so that runs stored before the option existed still resume
-            **({"template_ending": self.template_ending} if self.template_ending != DEFAULT_TEMPLATE_ENDING else {}),
-            "adapter": _local_path_or_name(self.adapter) if self.adapter else None,
-            "dtype": str(resolve_dtype(self.dtype, resolve_device(self.device))).removeprefix("torch."),
-            "device": resolve_device(self.device).type,
-            # absent when transformers chooses, so that runs stored before the option existed still resume
-            **({"attn_implementation": self.attn_implementation} if self.attn_implementation != "auto" else {}),
-            "version": __version__,
-        }
-
-
-CONFIG_KEYS = tuple(f.name for f in fields(EvalConfig))
-#: The YAML types a setting's annotation accepts, and how to name them (methods: a string or a list of strings).
-_PRESET_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "str": ((str,), "a string"),
-    "str | None": ((str, type(None)), "a string or null"),
-    "int": ((int,), "an integer"),
-    "int | None": ((int, type(None)), "an integer or null"),
-    "float": ((int, float), "a number"),
-    "bool": ((bool,), "true or false"),
-    "tuple[str, ...]": ((str, list), "a method name or a list of them"),
-}
-
-
-def _local_path_or_name(spec: str) -> str:
-    """An existing local path as an absolute path (the same run from another directory matches), else as is."""
-    path = Path(spec).expanduser()
-    return str(path.resolve()) if path.exists() else spec
-
-
-def table_order(method: Method) -> tuple[int, int]:
-    """The paper's row order: PPR (NoSEED, SEED_1, …), then AM-PPR, then Direct-Query."""
-    return ({"ppr": 0, "am-ppr": 1, "direct": 2}[method.kind], method.num_seeds)
-
-
-def canonical_methods(names: str | Sequence[str]) -> tuple[str, ...]:
-    """Method names parsed, de-duplicated and put in table order ("ppr,direct" and "direct ppr" agree)."""
-    if isinstance(names, str):
-        names = [names]
-    methods = {m.name: m for m in (parse_method(part) for name in names for part in name.split(",") if part.strip())}
-    if not methods:
-        raise ValueError("no methods given")
-    return tuple(name for name, method in sorted(methods.items(), key=lambda item: table_order(item[1])))
-
-
-def load_preset(path: str | Path) -> dict[str, Any]:
-    """A YAML preset: a mapping of `EvalConfig` field names to values (unknown keys are an error)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"--config {path}: no such file")
-    try:
-        values = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ValueError(f"--config {path}: not valid YAML ({err})") from err
-    if not isinstance(values, dict):
-        raise ValueError(f"--config {path}: expected a mapping of settings, got {type(values).__name__}")
-    unknown = sorted(set(values) - set(CONFIG_KEYS))
-    if unknown:
-        raise UserError(f"--config {path}: unknown settings {unknown}; known: {', '.join(CONFIG_KEYS)}")
-    types = {f.name: str(f.type) for f in fields(EvalConfig)}
-    for key, value in values.items():
-        allowed, expected = _PRESET_TYPES[types[key]]
-        if (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)
-                or (isinstance(value, list) and not all(isinstance(v, str) for v in value))):
-            raise UserError(f"--config {path}: setting {key}: expected {expected}, got {value!r}")
-    return values
-
-
-def resolve_config(preset: Mapping[str, Any], given: Mapping[str, Any]) -> EvalConfig:
-    """Built-in defaults, overridden by the preset, overridden by explicitly given (command-line) values.
-
-    AM-PPR methods need an adapter: if they come from the preset and no adapter is set they are dropped
-    with a note on stderr; asked for explicitly without one, they are an error.
-    """
-    values = {**preset, **given}
-    methods = canonical_methods(values.get("methods", EvalConfig.methods))
-    tuned = [name for name in methods if parse_method(name).needs_adapter]
-    if tuned and not values.get("adapter"):
-        if "methods" in given:
-            raise ValueError(f"methods {', '.join(tuned)} need --adapter (a LoRA adapter directory)")
-        methods = tuple(name for name in methods if name not in tuned)
-        print(f"note: skipping {', '.join(tuned)}: no --adapter given", file=sys.stderr)
-        if not methods:
-            raise ValueError("no methods left to run without --adapter")
-    config = EvalConfig(**{**values, "methods": methods})
-    for name, flag in (("paths", "-J/--paths"), ("steps", "-N/--steps")):
-        if getattr(config, name) < 1:
-            raise UserError(f"{flag} (setting {name}) must be at least 1, got {getattr(config, name)}")
-    if config.n is not None and config.n < 0:
-        raise UserError(f"-n/--n (setting n) must be 0 (all questions) or more, got {config.n}")
-    return config
-
-
-# ------------------------------------------------------------------------------------------ adapters
-
-
-def load_adapter(lm: LanguageModel, path: str | Path) -> LanguageModel:
-    """The SC-tuned model: `lm` with the LoRA adapter at `path` (a second LanguageModel, same tokenizer).
-
-    PEFT injects the LoRA layers into `lm.model` in place, so from now on run the base model inside
-    `base_model(adapter_lm)`.
-    """
-    from peft import PeftModel
-
-    path = Path(path)
-    if not (path / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"--adapter {path}: not a PEFT adapter directory (no adapter_config.json)")
-    tuned = PeftModel.from_pretrained(lm.model, str(path))
-    tuned.eval()
-    return LanguageModel(model=tuned, tokenizer=lm.tokenizer, name=f"{lm.name}+{path.name}")
-
-
-def base_model(adapter_lm: LanguageModel | None) -> Any:
-    """Context in which the base model runs without the adapter layers `load_adapter` injected."""
-    return adapter_lm.model.disable_adapter() if adapter_lm is not None else nullcontext()
-
-
-# ------------------------------------------------------------------------------------------ quality control
-
-
-@dataclass(frozen=True)
-class QualityControl:
-    """Exclude a question from a method's metrics when more than `max_fraction` of its paths have mean
-    valid_mass below `path_mass` (the paper's ">50% of paths off-format" rule; direct query = one path)."""
-
-    path_mass: float = 0.5
-    max_fraction: float = 0.5
-
-    def excludes(self, row: ResultRow) -> bool:
-        return float(np.mean(row.path_valid_mass < self.path_mass)) > self.max_fraction
-
-
-# ------------------------------------------------------------------------------------------ running
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """This process's place in a torchrun launch (RANK / WORLD_SIZE; one process without them)."""
-
-    rank: int = 0
-    world_size: int = 1
-
-    @classmethod
-    def from_env(cls) -> Ranks:
-        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
-
-    def owns(self, position: int) -> bool:
-        return position % self.world_size == self.rank
-
-    def barrier(self) -> None:
-        if self.world_size > 1:
-            dist.barrier()
-
-    def from_rank0(self, value: Any) -> Any:
-        """`value` as computed on rank 0, on every rank."""
-        if self.world_size == 1:
-            return value
-        box = [value]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-
-@contextmanager
-def process_group(ranks: Ranks) -> Iterator[None]:
-    """A gloo process group for barriers and broadcasts when several ranks run (CPU-only is enough)."""
-    if ranks.world_size == 1 or dist.is_initialized():
-        yield
-        return
-    dist.init_process_group("gloo", rank=ranks.rank, world_size=ranks.world_size)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-def result_row(position: int, question: MCQuestion, result: MethodResult, seconds: float) -> ResultRow:
-    """A method's result on a question in storable form (direct query: valid_mass as a [1, 1] array)."""
-    traj = result.trajectories
-
-    def array(tensor: torch.Tensor | None) -> np.ndarray | None:
-        return None if tensor is None else tensor.detach().cpu().numpy()
-
-    return ResultRow(
-        question_id=question.id,
-        method=result.method.name,
-        position=position,
-        target=question.answer_index,
-        num_labels=question.num_choices,
-        probs=array(result.probs.double()),
-        valid_mass=array(traj.valid_mass) if traj is not None else np.array([[result.valid_mass]]),
-        answers=array(traj.answers) if traj is not None else None,
-        seeds=array(traj.seeds) if traj is not None else None,
-        thetas=array(traj.thetas) if traj is not None else None,
-        seconds=seconds,
-        alternatives={name: array(probs.double()) for name, probs in result.alternatives.items()},
-    )
 
 
 def question_rows(
@@ -332,6 +72,7 @@ def questions_per_batch(config: EvalConfig, device: torch.device) -> int:
 
 
 def load_questions(config: EvalConfig) -> list[MCQuestion]:
+    """The run's multiple-choice questions (`dataset`, `split`, `n`, `seed`); a dataset of other tasks is an error."""
     questions = load_dataset(config.dataset, split=config.split, data_dir=config.data_dir, n=config.n,
                              seed=config.seed)
     if not questions or not isinstance(questions[0], MCQuestion):
@@ -437,116 +178,3 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
                 bar.update(len(chunk))
         ranks.barrier()
     return path
-
-
-# ------------------------------------------------------------------------------------------ scoring
-
-ESTIMATOR_TITLES = {"q_star_rb": "RB", "theta_1": "θ̂_1"}
-#: The estimator behind each method's own estimate (DESIGN §5).
-METHOD_ESTIMATOR = {"ppr": "q_star", "am-ppr": "theta_1", "direct": "direct"}
-
-
-@dataclass(frozen=True)
-class MethodScore:
-    """Metrics of one method (or one of its alternative estimators) over the questions passing QC.
-
-    `summary` is `metrics.summarize` on the kept questions (None when QC excluded all of them); `label_mass` is
-    the mean `valid_mass` over all of the method's questions, excluded ones included.
-    """
-
-    method: Method
-    estimator: str | None  # None: the method's own estimate; else an alternative's name (e.g. "q_star_rb")
-    summary: dict[str, Any] | None
-    total: int
-    excluded: int
-    probs: list[np.ndarray] = field(repr=False, default_factory=list)
-    targets: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
-    label_mass: float = math.nan
-
-    @property
-    def title(self) -> str:
-        return self.method.title + (f" ({ESTIMATOR_TITLES.get(self.estimator, self.estimator)})"
-                                    if self.estimator else "")
-
-    @property
-    def estimator_name(self) -> str:
-        return self.estimator or METHOD_ESTIMATOR[self.method.kind]
-
-    @property
-    def n(self) -> int:
-        return self.total - self.excluded
-
-    @property
-    def confidence(self) -> float:
-        """Mean max_a q(a) over the kept questions (NaN when there are none)."""
-        return float(np.mean([p.max() for p in self.probs])) if self.probs else math.nan
-
-    @property
-    def predicted(self) -> str:
-        """How often each option is the argmax over the kept questions, e.g. `C:2 E:98` (options A, B, …)."""
-        counts = np.bincount([int(np.argmax(p)) for p in self.probs], minlength=1)
-        return " ".join(f"{chr(ord('A') + i)}:{c}" for i, c in enumerate(counts) if c)
-
-
-def score_rows(
-    rows: Sequence[ResultRow], qc: QualityControl | None = None, n_resamples: int = 1000, seed: int = 0
-) -> list[MethodScore]:
-    """Per method in table order: its estimate, then its alternatives, scored on the questions that pass
-    `qc` with bootstrap intervals over questions. Undefined metrics (AUC with one class) are NaN."""
-    qc = qc or QualityControl()
-    by_method: dict[str, list[ResultRow]] = {}
-    for row in rows:
-        by_method.setdefault(row.method, []).append(row)
-    scores = []
-    for name in canonical_methods(list(by_method)) if by_method else ():
-        group = by_method[name]
-        kept = [row for row in group if not qc.excludes(row)]
-        label_mass = float(np.mean([row.valid_mass_mean for row in group]))
-        estimators = sorted({alt for row in group for alt in row.alternatives})
-        for estimator in [None, *estimators]:
-            probs = [row.probs if estimator is None else row.alternatives[estimator] for row in kept]
-            targets = np.array([row.target for row in kept], dtype=np.int64)
-            summary = None
-            if kept:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", MetricWarning)
-                    try:
-                        summary = summarize(probs, targets, n_resamples=n_resamples, seed=seed)
-                    except ValueError as err:
-                        raise corrupt_row(kept, probs, estimator, err) from err
-            scores.append(MethodScore(parse_method(name), estimator, summary, len(group), len(group) - len(kept),
-                                      probs, targets, label_mass))
-    return scores
-
-
-def corrupt_row(
-    rows: Sequence[ResultRow], probs: Sequence[np.ndarray], estimator: str | None, err: ValueError
-) -> StoreError:
-    """A StoreError naming the first row whose estimate is not a probability vector over its options (`err`, what
-    the metrics said, when each row is one on its own)."""
-    def valid(row: ResultRow, p: np.ndarray) -> bool:
-        try:
-            summarize([p], [row.target], n_resamples=1)
-        except ValueError:
-            return False
-        return True
-
-    bad = next(((row, p) for row, p in zip(rows, probs, strict=True) if not valid(row, p)), None)
-    if bad is None:
-        return StoreError(f"the stored results of method {rows[0].method} cannot be scored: {err}")
-    row, p = bad
-    return StoreError(f"the stored {estimator or 'estimate'} of question {row.question_id!r}, method {row.method} is "
-                      f"not a probability vector over its {row.num_labels} options (target {row.target}): {p.tolist()}")
-
-
-def score_results(
-    results: Mapping[str, Sequence[MethodResult]],
-    questions: Sequence[MCQuestion],
-    qc: QualityControl | None = None,
-    n_resamples: int = 1000,
-) -> list[MethodScore]:
-    """`score_rows` for in-memory results: {method name: one MethodResult per question, in order}."""
-    rows = [result_row(i, q, r, math.nan) for per_question in results.values()
-            for i, (q, r) in enumerate(zip(questions, per_question, strict=True))]
-    return score_rows(rows, qc, n_resamples)
-

@@ -1,6 +1,6 @@
 """Martingale amortization (AM-PPR): rollout datasets, the self-consistency loss and the LoRA trainer.
 
-The trained adapter loads with `beliefdrift.evaluation.load_adapter(lm, path)` (and `--adapter` on the CLI).
+The trained adapter loads with `beliefdrift.adapters.load_adapter(lm, path)` (and `--adapter` on the CLI).
 """
 
 from beliefdrift.amortize.backward import backward_sc_loss

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from beliefdrift.adapters import base_model, load_adapter
 from beliefdrift.backend import LanguageModel
 from beliefdrift.commands.common import (
     add_data_args,
@@ -31,7 +32,7 @@ from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import fingerprint, load_dataset
 from beliefdrift.diagnostics.cid import cid_check
 from beliefdrift.diagnostics.marginal import MarginalDrift, average_drift, marginal_drift, marginal_shift
-from beliefdrift.evaluation import base_model, load_adapter, split_long_prompts
+from beliefdrift.evaluation import split_long_prompts
 from beliefdrift.methods import Method, parse_method
 from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
 from beliefdrift.records import RecordWriter, write_atomic

@@ -21,7 +21,9 @@ from beliefdrift.commands.common import (
     add_template_ending_arg,
 )
 from beliefdrift.commands.report import add_report_args, write_report
-from beliefdrift.evaluation import CONFIG_KEYS, EvalConfig, Ranks, evaluate, load_preset, resolve_config
+from beliefdrift.distributed import Ranks
+from beliefdrift.evaluation import evaluate
+from beliefdrift.evaluation_config import CONFIG_KEYS, EvalConfig, load_preset, resolve_config
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

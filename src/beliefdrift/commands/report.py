@@ -13,9 +13,9 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from beliefdrift.evaluation import QualityControl, score_rows
 from beliefdrift.report.reliability import reliability_figures
 from beliefdrift.report.tables import RunScores, dataset_title, markdown_tables, write_tables
+from beliefdrift.scoring import QualityControl, score_rows
 from beliefdrift.store import STORE_FILE, RunStore, StoreError
 
 

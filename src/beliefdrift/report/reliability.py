@@ -10,10 +10,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from beliefdrift.evaluation import MethodScore
 from beliefdrift.metrics import ece, reliability_bins
 from beliefdrift.report.plots import save_figure
 from beliefdrift.report.tables import RunScores
+from beliefdrift.scoring import MethodScore
 
 
 def plot_reliability(score: MethodScore, path: Path, title: str = "", n_bins: int = 15) -> list[Path]:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.evaluation import MethodScore, QualityControl, score_results, table_order
 from beliefdrift.methods import Method, MethodResult
 from beliefdrift.metrics import METRIC_NAMES
+from beliefdrift.scoring import MethodScore, QualityControl, score_results, table_order
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
                   "gpqa": "GPQA"}
