@@ -99,6 +99,9 @@ BAD_INPUTS = {
                         "am-ppr needs --adapter"),
     "corrupt store": (lambda m, t: evaluate(m, garbage_store(t)), "not a readable beliefdrift run store"),
     "report without a store": (lambda m, t: ["report", str(t / "nothing")], "no run store at"),
+    "reasoning past the context": (lambda m, t: ["reasoning", "--model", str(m), "--dataset", "demo", "-n", "1",
+                                                 "--max-new-tokens", "5000", "--out", str(t)],
+                                   "needs up to"),
 }
 
 

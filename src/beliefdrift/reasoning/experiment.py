@@ -22,6 +22,7 @@ import torch
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.errors import UserError
 from beliefdrift.prompts import chat_context
 from beliefdrift.reasoning.answers import answer_totals, answer_view, majority_accuracy
 from beliefdrift.reasoning.drift import CurveStats, centroids, cosine_matrix, curve_stats, lag_curve
@@ -192,6 +193,23 @@ def _from_units(units: dict[str, dict]) -> dict:
     return {"task": first["task"], "conditions": conditions, "seconds": first["seconds"]}
 
 
+def check_context(lm: LanguageModel, tasks: Sequence[ReasoningTask], config: ReasoningConfig) -> None:
+    """Refuse, before any work, a task whose pairs prompt + m seed pairs (at most `seed_max_new_tokens` each) +
+    `max_new_tokens` generated tokens exceed the model's positions (`max_position_embeddings`, when it has one)."""
+    limit = getattr(lm.model.config, "max_position_embeddings", None)
+    if limit is None:
+        return
+    for task in tasks:
+        prompt = lm.tokenizer(chat_context(lm.tokenizer, task.pairs_prompt(config.pairs + config.seeds)),
+                              add_special_tokens=False)["input_ids"]
+        needed = len(prompt) + config.seeds * config.seed_max_new_tokens + config.max_new_tokens
+        if needed > limit:
+            raise UserError(f"question {task.id} needs up to {needed} positions (prompt {len(prompt)}, "
+                            f"{config.seeds} seeds × --seed-max-new-tokens {config.seed_max_new_tokens}, "
+                            f"--max-new-tokens {config.max_new_tokens}) but {lm.name} has {limit} "
+                            "(max_position_embeddings); lower --max-new-tokens, --seed-max-new-tokens or -m")
+
+
 def run_experiment(
     lm: LanguageModel,
     tasks: Iterable[ReasoningTask],
@@ -203,12 +221,14 @@ def run_experiment(
     """Run every task not finished yet in `out`'s run store (which must hold the same configuration and run
     info, e.g. model and dataset; a different one is a StoreError), then write summary.json and the figure.
     Returns the summary."""
+    tasks = list(tasks)
+    check_context(lm, tasks, config)
     identity = {"command": "reasoning", "config": asdict(config), **(run_info or {})}
     writer = RecordWriter(out, identity)
     keys = [key for key, _, _ in config.conditions]
     embedder = SentenceEmbedder(device=lm.device) if config.embedding == "sentence" else None
     results = []
-    for task in progress(list(tasks)):
+    for task in progress(tasks):
         if not writer.done(task.id, keys[0]):
             writer.write(task.id, _units(run_question(lm, task, config, embedder)))
         results.append(_from_units({key: writer.read(task.id, key) for key in keys}))
