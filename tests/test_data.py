@@ -206,8 +206,39 @@ def test_gpqa_without_record_ids() -> None:
 # ---- registry -----------------------------------------------------------------------------------
 
 
-def test_datasets_names() -> None:
-    assert set(DATASETS) == {"demo", "csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k"}
+_LABELLED = ('{"id": "q1", "answerKey": "B", "question": {"stem": "Which is a colour?", "choices": '
+             '[{"label": "A", "text": "seven"}, {"label": "B", "text": "blue"}, {"label": "C", "text": "loud"}]}}\n')
+#: Each benchmark's default file in a data directory, as the README's Data section lays it out, and its content
+#: (a file of its format); (stem, correct choice) of its first question. A new dataset must be added here.
+LAYOUTS = {
+    "csqa": ("commonsense_qa/dev_rand_split.jsonl", _LABELLED, ("Which is a colour?", "blue")),
+    "arc": ("arc_challenge/ARC-Challenge-Dev.jsonl", _LABELLED, ("Which is a colour?", "blue")),
+    "tinymmlu": ("tinymmlu/tiny_mmlu.jsonl", '{"question": "2 + 2?", "choices": ["3", "4", "5", "6"], "answer": 1}\n',
+                 ("2 + 2?", "4")),
+    "mmlu": ("mmlu/toy_test.csv", "What is 7 * 6?,42,36,48,56,A\n", ("What is 7 * 6?", "42")),
+    "gpqa": ("gpqa/gpqa_diamond.csv", (FIXTURES / "gpqa" / "gpqa_diamond.csv").read_text(),
+             ("What is the chemical symbol for table salt's metal?", "Na")),
+    "gsm8k": ("gsm8k/test.jsonl", (FIXTURES / "gsm8k_ok.jsonl").read_text(), None),
+}
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_every_registered_dataset_loads_from_its_layout(name: str, tmp_path: Path) -> None:
+    """Each name in the registry reads its documented file under the data directory, and names it when missing."""
+    if name == "demo":
+        assert len(load_dataset("demo", data_dir=tmp_path)) == 52
+        return
+    relative, content, first = LAYOUTS[name]
+    with pytest.raises(DataError, match=re.escape(str(tmp_path / relative.split("/")[0]))):
+        load_dataset(name, data_dir=tmp_path)
+    (tmp_path / relative).parent.mkdir(parents=True)
+    (tmp_path / relative).write_text(content)
+    items = load_dataset(name, data_dir=tmp_path)
+    if first is None:
+        assert [p.answer for p in items] == [1000, -3, 42]
+    else:
+        assert (items[0].stem, items[0].choices[items[0].answer_index]) == first
+    assert all(item.source.startswith(str(tmp_path / relative)) for item in items)
 
 
 def test_missing_file_names_path_and_hint(tmp_path: Path) -> None:

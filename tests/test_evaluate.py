@@ -1,4 +1,4 @@
-"""The evaluate loop: same numbers as run_methods, resumable after SIGKILL, shardable over ranks, adapters,
+"""The evaluate loop: stored rows equal fresh forward passes, resumable after SIGKILL, shardable over ranks, adapters,
 quality control, configuration presets and clear errors for bad stores."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_engine import fresh_dist
 
 from beliefdrift.adapters import base_model, load_adapter
 from beliefdrift.backend import load_model
@@ -23,6 +24,7 @@ from beliefdrift.distributed import Ranks
 from beliefdrift.evaluation import question_rows
 from beliefdrift.evaluation_config import EvalConfig, load_preset, resolve_config
 from beliefdrift.methods import parse_method, run_methods
+from beliefdrift.resampling import direct_tokens, ppr_tokens
 from beliefdrift.scoring import QualityControl, canonical_methods, score_rows
 from beliefdrift.store import ResultRow, RunStore
 
@@ -45,25 +47,38 @@ def stored_keys(run_dir: Path) -> list[tuple]:
 # ----------------------------------------------------------------------------------------- the loop
 
 
-def test_question_rows_match_run_methods(tiny_lm, question: MCQuestion) -> None:
+def test_question_rows_are_fresh_forward_passes(tiny_lm, question: MCQuestion, history_template: str) -> None:
+    """Each stored row against quantities computed afresh: the direct θ and every stored θ_n from one uncached
+    forward pass over the prompt, the path's seeds and its answers so far; q* from a count of the answers."""
     methods = [parse_method(name) for name in ("direct", "ppr", "ppr-seed2")]
-    config = EvalConfig(seed=7, paths=3, steps=4)
-    expected = {r.method.name: r for r in run_methods(tiny_lm, question, methods, 3, 4, 7, config.template)}
+    config = EvalConfig(seed=7, paths=3, steps=4, template=history_template)
     rows = {row.method: row for row in question_rows([(5, question)], methods, config, tiny_lm)}
-    assert rows.keys() == expected.keys()
-    for name, row in rows.items():
-        assert row.probs.tobytes() == expected[name].probs.numpy().tobytes()
-        assert row.position == 5 and row.target == question.answer_index == 1 and row.num_labels == 4
+    assert list(rows) == ["direct", "ppr", "ppr-seed2"]
+    for row in rows.values():
+        assert (row.question_id, row.position, row.target, row.num_labels) == (question.id, 5, 1, 4)
         assert row.seconds > 0
-    traj = expected["ppr-seed2"].trajectories
-    for name in ("thetas", "valid_mass", "answers", "seeds"):
-        assert getattr(rows["ppr-seed2"], name).tobytes() == getattr(traj, name).numpy().tobytes()
-    assert rows["ppr-seed2"].seeds.shape == (3, 2) and rows["ppr"].answers.shape == (3, 4)
-    for name, probs in expected["ppr"].alternatives.items():
-        assert rows["ppr"].alternatives[name].tobytes() == probs.numpy().tobytes()
-    assert set(rows["ppr"].alternatives) == {"q_star_rb", "theta_1"}
+
+    direct = fresh_dist(tiny_lm.model, direct_tokens(tiny_lm, question), [])
+    np.testing.assert_allclose(rows["direct"].probs, direct.probs.double(), rtol=0, atol=1e-6)
     assert rows["direct"].valid_mass.shape == (1, 1) and rows["direct"].answers is None
-    assert rows["direct"].valid_mass[0, 0] == expected["direct"].valid_mass
+    assert rows["direct"].valid_mass[0, 0] == pytest.approx(float(direct.valid_mass), abs=1e-6)
+
+    tokens = ppr_tokens(tiny_lm, question, history_template)
+    for name, m in (("ppr", 0), ("ppr-seed2", 2)):
+        row = rows[name]
+        assert row.answers.shape == (3, 4) and row.seeds.shape == (3, m) and row.thetas.shape == (3, 5, 4)
+        for j in range(3):
+            for n in (0, 2, 4):
+                fresh = fresh_dist(tiny_lm.model, tokens, row.seeds[j].tolist() + row.answers[j, :n].tolist())
+                np.testing.assert_allclose(row.thetas[j, n], fresh.probs, rtol=0, atol=1e-4)
+                assert row.valid_mass[j, n] == pytest.approx(float(fresh.valid_mass), abs=1e-4)
+        # q* counts the generated answers only (never the seeds): (1/J) Σ_j #{n: A_n^(j) = a} / N.
+        counts = sum(np.bincount(path, minlength=4) for path in row.answers)
+        np.testing.assert_allclose(row.probs, counts / (3 * 4), rtol=0, atol=1e-15)
+        np.testing.assert_allclose(row.alternatives["q_star_rb"], row.thetas[:, :4].astype(np.float64).mean((0, 1)),
+                                   rtol=0, atol=1e-12)
+        np.testing.assert_allclose(row.alternatives["theta_1"], row.thetas[:, 0].astype(np.float64).mean(0),
+                                   rtol=0, atol=1e-12)
     # Re-running a question gives the same bits (what a resumed run relies on).
     again = question_rows([(5, question)], methods, config, tiny_lm)
     assert [row_key(r) for r in again] == [row_key(rows[r.method]) for r in again]

@@ -1,5 +1,6 @@
 """Report tables and figures: hand-computed values in Markdown/LaTeX/CSV, paper row order, QC counts, several
-runs side by side, and an end-to-end `evaluate` + `report` on the demo set with the tiny model."""
+runs side by side, an end-to-end `evaluate` + `report` on the demo set with the tiny model, and the marginal-drift
+figure data."""
 
 from __future__ import annotations
 
@@ -7,13 +8,19 @@ import csv
 import math
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+import torch
 
 from beliefdrift.cli import main
+from beliefdrift.data import MCQuestion
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
 from beliefdrift.methods import parse_method, run_methods
+from beliefdrift.report.marginal import average_panels, plot_average_drift
 from beliefdrift.report.tables import RunScores, csv_table, latex_tables, markdown_tables, metric_table
+from beliefdrift.resampling import Trajectories
 from beliefdrift.scoring import QualityControl, score_rows
 from beliefdrift.store import ResultRow, RunStore
 
@@ -197,3 +204,41 @@ def test_metric_table_for_in_memory_results(tiny_lm) -> None:
     # With the default QC the tiny random model (label mass ≈ 1%) is off-format everywhere.
     table1 = metric_table(results, questions, n_resamples=20).split("**Table 2.**")[0]
     assert all(line.endswith("| – | – | 0 (3) |") for line in table_lines(table1))
+
+
+# ----------------------------------------------------------------------------------------- marginal drift
+
+
+def test_marginal_drift_hand_computed() -> None:
+    # J = 2 paths, N = 1, K = 2: E[θ_n] = column means, std with ddof 1 = |x1 − x2| / √2, shift = L1 from n = 0.
+    thetas = torch.tensor([[[0.5, 0.5], [0.9, 0.1]], [[0.5, 0.5], [0.5, 0.5]]])
+    traj = Trajectories(torch.tensor([[0], [1]]), thetas, torch.ones(2, 2), torch.empty(2, 0, dtype=torch.long))
+    drift = marginal_drift(traj)
+    torch.testing.assert_close(drift.mean, torch.tensor([[0.5, 0.5], [0.7, 0.3]], dtype=torch.float64))
+    torch.testing.assert_close(drift.std, torch.tensor([[0.0, 0.0], [0.4, 0.4]], dtype=torch.float64) / math.sqrt(2))
+    torch.testing.assert_close(marginal_shift(drift), torch.tensor([0.0, 0.4], dtype=torch.float64))
+
+
+def test_average_drift_figure_hand_computed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # q1 and q3 have 2 options, q2 has 3 and is left out: mean and std are the means of q1's and q3's curves.
+    questions = [MCQuestion(f"q{i}", "?", tuple("xyz"[:k]), tuple("ABC"[:k]), "A") for i, k in ((1, 2), (2, 3), (3, 2))]
+    records = {"ppr": [
+        {"marginal_mean": [[0.5, 0.5], [0.7, 0.3]], "marginal_std": [[0.0, 0.0], [0.1, 0.1]]},
+        {"marginal_mean": [[0.2, 0.2, 0.6]] * 2, "marginal_std": [[0.0, 0.0, 0.0]] * 2},
+        {"marginal_mean": [[0.4, 0.6], [0.2, 0.8]], "marginal_std": [[0.0, 0.0], [0.3, 0.3]]},
+    ]}
+    expected_mean, expected_std = np.array([[0.45, 0.55], [0.45, 0.55]]), np.array([[0.0, 0.0], [0.2, 0.2]])
+    panels, labels, count, kept = average_panels(questions, [parse_method("ppr")], records)
+    assert (labels, count, kept, [title for title, _ in panels]) == (("A", "B"), 2, 2, ["PPR + NoSEED"])
+    np.testing.assert_allclose(panels[0][1].mean, expected_mean, atol=1e-7)
+    np.testing.assert_allclose(panels[0][1].std, expected_std, atol=1e-7)
+
+    figures = []
+    monkeypatch.setattr("beliefdrift.report.plots.save_figure", lambda fig, path: figures.append(fig) or [path])
+    path = tmp_path / "drift"
+    assert plot_average_drift(questions, [parse_method("ppr")], records, path, "toy") == [path]
+    (ax,) = figures[0].axes
+    np.testing.assert_allclose([line.get_ydata() for line in ax.lines], expected_mean.T, atol=1e-7)
+    assert [line.get_label() for line in ax.lines] == ["A", "B"]
+    assert figures[0].get_suptitle() == "toy: mean over 2 questions (2 options, by option position)"
+    plt.close(figures[0])

@@ -29,9 +29,3 @@ def first_step_estimate(traj: Trajectories) -> torch.Tensor:
     """θ̂_1: the first-step distribution θ_0 averaged over paths (over their seeds, if any) [K]."""
     return traj.thetas[:, 0].double().mean(0)
 
-
-ESTIMATORS = {
-    "q_star": martingale_posterior_mean,
-    "q_star_rb": rao_blackwell_mean,
-    "theta_1": first_step_estimate,
-}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,12 +30,13 @@ from beliefdrift.commands.common import (
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import fingerprint, load_dataset
 from beliefdrift.diagnostics.cid import cid_check
-from beliefdrift.diagnostics.marginal import MarginalDrift, average_drift, marginal_drift, marginal_shift
+from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
 from beliefdrift.evaluation import split_long_prompts
 from beliefdrift.methods import Method, parse_method
 from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
 from beliefdrift.records import RecordWriter, write_atomic
 from beliefdrift.report.diagnostic_plots import plot_curves
+from beliefdrift.report.marginal import plot_average_drift, record_drift
 from beliefdrift.report.plots import plot_marginal_drift
 from beliefdrift.resampling import QuestionRunner, make_generator
 
@@ -209,27 +209,11 @@ def run(args: argparse.Namespace) -> int:
     written += plot_average_drift(questions, methods, records, args.out / "marginal_drift", args.dataset)
     for question in questions[: args.plot_questions]:
         i = questions.index(question)
-        panels = [(m.title, _drift(records[m.name][i])) for m in methods]
+        panels = [(m.title, record_drift(records[m.name][i])) for m in methods]
         written += plot_marginal_drift(panels, question.labels, args.out / f"marginal_drift_{question.id}",
                                        title=f"{question.id}: {question.stem[:70]}")
     print(f"wrote {args.out}/summary.md, records.csv and {len(written)} figure files")
     return 0
-
-
-def _drift(record: dict[str, Any]) -> MarginalDrift:
-    return MarginalDrift(torch.tensor(record["marginal_mean"]), torch.tensor(record["marginal_std"]))
-
-
-def plot_average_drift(
-    questions: list[MCQuestion], methods: list[Method], records: dict[str, list[dict]], path: Path, dataset: str
-) -> list[Path]:
-    """E[θ_n] per option index averaged over the questions with the most common number of options."""
-    count, _ = Counter(q.num_choices for q in questions).most_common(1)[0]
-    keep = [i for i, q in enumerate(questions) if q.num_choices == count]
-    panels = [(m.title, average_drift([_drift(records[m.name][i]) for i in keep])) for m in methods]
-    labels = next(questions[i].labels for i in keep)
-    return plot_marginal_drift(panels, labels, path, title=f"{dataset}: mean over {len(keep)} questions "
-                                                            f"({count} options, by option position)")
 
 
 def to_json(value: Any) -> str:
