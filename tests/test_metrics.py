@@ -226,6 +226,13 @@ def test_nll_without_clipping() -> None:
         nll(np.array([[0.5, 0.5]]), np.array([0]), eps=0.0)
 
 
+def test_nll_of_certain_right_answers_is_plus_zero() -> None:
+    # -0.0 would print as "-0.0000" in the report tables
+    probs, targets = np.eye(3)[[0, 2, 1, 1]], np.array([0, 2, 1, 1])
+    interval = bootstrap_ci(nll, probs, targets, n_resamples=20)
+    assert all(value == 0.0 and math.copysign(1.0, value) == 1.0 for value in (nll(probs, targets).value, *interval))
+
+
 def test_brier_hand_computed() -> None:
     probs = np.array([[0.7, 0.2, 0.1], [0.5, 0.5, 0.0]])
     targets = np.array([0, 1])

@@ -196,13 +196,14 @@ def _bin_index(confidences: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.nda
 
 
 def _accuracy_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
+    """ACC = mean of t_i over the resample."""
     return batch.correct[index].mean(axis=1)
 
 
 def _auroc_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
     """With the distinct scores v_1 < … < v_U and a resample's correct (P_u) and wrong (N_u) counts at v_u:
     AUC = Σ_u P_u (Σ_{w<u} N_w + ½ N_u) / (P N), P = Σ P_u, N = Σ N_u (the midrank statistic), NaN when
-    P = 0 or N = 0.  The numerator is summed twice over in integers, so the only rounding is the division.
+    P = 0 or N = 0.  Twice the numerator is a sum of integers, so the division is the only rounding.
     """
     _, level = np.unique(batch.confidences, return_inverse=True)
     n_levels = int(level.max()) + 1
@@ -225,6 +226,7 @@ def _bin_sums(batch: _Batch, index: np.ndarray, n_bins: int) -> tuple[np.ndarray
 
 
 def _ece_core(batch: _Batch, index: np.ndarray, n_bins: int = 15) -> np.ndarray:
+    """ECE = Σ_b (n_b/n) |acc_b − conf_b| from each resample's bin sums (empty bins contribute 0)."""
     count, conf_sum, acc_sum = _bin_sums(batch, index, n_bins)
     nonempty = count > 0
     mean_conf = np.divide(conf_sum, count, out=np.zeros_like(conf_sum), where=nonempty)
@@ -233,10 +235,13 @@ def _ece_core(batch: _Batch, index: np.ndarray, n_bins: int = 15) -> np.ndarray:
 
 
 def _nll_core(batch: _Batch, index: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    return -np.log(np.maximum(batch.p_true, eps))[index].mean(axis=1)
+    """NLL = mean of −log max(p_i^(y_i), ε) over the resample."""
+    # 0 − log rather than −log: a certain right answer scores +0, and a mean of −0s would print as "-0.0000"
+    return (0.0 - np.log(np.maximum(batch.p_true, eps)))[index].mean(axis=1)
 
 
 def _brier_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
+    """BS = mean of Σ_k (p_i^(k) − 1{k = y_i})² over the resample."""
     diff = batch.probs.copy()
     diff[np.arange(batch.n), batch.targets] -= 1.0
     return np.sum(diff**2, axis=1)[index].mean(axis=1)
@@ -397,8 +402,10 @@ def _core_of(metric_fn: Callable[..., Any]) -> _Core:
     """The core computing ``metric_fn`` on every resample at once: that of a metric of this module, or of a
     ``functools.partial`` of one with keyword options (``partial(ece, n_bins=10)``); for any other callable,
     a loop calling ``metric_fn`` on each resample's rows (MetricWarnings suppressed)."""
-    options = metric_fn.keywords if isinstance(metric_fn, partial) and not metric_fn.args else {}
-    core = _CORES.get(metric_fn.func if options else metric_fn)
+    func, options = metric_fn, {}
+    if isinstance(metric_fn, partial) and not metric_fn.args:
+        func, options = metric_fn.func, metric_fn.keywords
+    core = _CORES.get(func)
     if core is not None:
         return partial(core, **options)
 
