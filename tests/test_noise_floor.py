@@ -17,9 +17,11 @@ from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
 from beliefdrift.diagnostics.noise_floor import (
     UrnProcess,
     fit_weight,
+    missing_fields,
     question_floor,
     replicate_summaries,
-    urn_spread,
+    spread_fields,
+    urn_weights,
     with_floor,
 )
 from beliefdrift.resampling import make_generator, sample_answers
@@ -31,20 +33,20 @@ pytest_plugins = ["process_stubs"]  # short_template
 
 
 def urn_record(theta: torch.Tensor, weight: float, horizon: int, steps: int = 8) -> dict:
-    """A stored record of one prefix (n = 0) at θ whose paths spread exactly as the urn with weight w_0 does."""
-    spread = (1 - theta.square().sum()) * urn_spread(weight, torch.arange(steps + 1, dtype=torch.float64))
-    std = (spread[:, None] * theta * (1 - theta) / (theta * (1 - theta)).sum()).sqrt()
+    """A stored record of one prefix (n = 0) at θ whose paths move exactly as the urn with weight w_0 does on
+    average: room_t = 1 − E‖θ_t‖² shrinks by (1 − w_t²) a step, E‖θ_{t+1} − θ_t‖² = w_t² room_t."""
+    weights = urn_weights(weight, steps)
+    room = (1 - theta.square().sum()) * torch.cat([torch.ones(1), (1 - weights[:-1].square()).cumprod(0)])
     return {"prefix_lengths": [0], "prefixes": [[]], "seeds": [[]], "prefixes_exact": True,
             "kstep": theta[None, None].expand(1, horizon, -1).tolist(), "burn_in_first": theta[None, None].tolist(),
-            "marginal_mean": theta.expand(steps + 1, -1).tolist(), "marginal_std": std.tolist()}
+            "theta_step_sq": (weights.square() * room).tolist(), "theta_room": room.tolist()}
 
 
 def sampled_record(theta: Callable[[tuple[int, ...]], Sequence[float]], horizon: int, generator: torch.Generator,
                    paths: int = 8, steps: int = 10) -> dict:
     """The record the `emd` command stores for the stub process at the empty prefix (J × N paths for the spread)."""
     _, thetas, _ = sample_answers(HistoryProcess(theta, [()] * paths), steps, generator)  # type: ignore[arg-type]
-    record = urn_record(torch.tensor(theta(()), dtype=torch.float64), 0.0, horizon)
-    return {**record, "marginal_mean": thetas.mean(0).tolist(), "marginal_std": thetas.std(0).tolist()}
+    return {**urn_record(torch.tensor(theta(()), dtype=torch.float64), 0.0, horizon), **spread_fields(thetas)}
 
 
 def measured_row(theta: Callable[[tuple[int, ...]], Sequence[float]], config: EMDConfig, seed: int):
@@ -77,14 +79,15 @@ def test_fit_weight_recovers_the_urn():
     theta = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)
     for weight in (0.05, 0.25, 0.7):
         record = urn_record(theta, weight, horizon=3)
-        fitted = fit_weight(torch.tensor(record["marginal_mean"]), torch.tensor(record["marginal_std"]))
-        assert fitted == pytest.approx(weight, abs=1e-6)
-    flat, wide = torch.zeros(5, 3), torch.full((5, 3), 0.6)
-    wide[0] = 0
-    assert fit_weight(theta.expand(5, -1), flat) == 0.0  # θ never moves: w = 0, the urn stays put
-    assert fit_weight(theta.expand(5, -1), wide) == 1.0  # more spread than any urn: the largest step
+        assert fit_weight(record["theta_step_sq"], record["theta_room"]) == pytest.approx(weight, abs=1e-6)
+    # From sampled paths of the urn stub (w_0 = 1/4): the method of moments lands near it.
+    records = [sampled_record(polya, 3, make_generator(9, i), paths=64) for i in range(4)]
+    fits = [fit_weight(r["theta_step_sq"], r["theta_room"]) for r in records]
+    assert all(0.2 < w < 0.3 for w in fits)
+    assert fit_weight([0.0] * 4, [0.5] * 4) == 0.0  # θ never moves: w = 0, the urn stays put
+    assert fit_weight([0.6] * 4, [0.5] * 4) == 1.0  # more movement than any urn: the largest step
     with pytest.raises(ValueError, match="-N"):
-        fit_weight(theta[None], flat[:1])
+        fit_weight([], [])
 
 
 def test_exact_estimator_gives_an_exact_martingale_zero_floor():
@@ -119,7 +122,7 @@ def test_floor_matches_the_estimator_on_a_real_urn():
 
 
 def test_self_reinforcing_process_is_above_its_floor():
-    config = EMDConfig(horizon=4, prefix_lengths=(0,), num_rollouts=8, k=4, exact_budget=0)
+    config = EMDConfig(horizon=4, prefix_lengths=(0,), num_rollouts=32, k=4, exact_budget=0)
     records = [sampled_record(count_drift, 4, make_generator(4, i)) for i in range(QUESTIONS)]
     row = with_floor(*measured_row(count_drift, config, seed=5), floor_of(records, config))
     assert row.above_floor and row.floor_p < 0.01 and row.emd_bar > 2 * row.floor_high
@@ -128,8 +131,9 @@ def test_self_reinforcing_process_is_above_its_floor():
 
 def test_old_records_are_refused_clearly():
     record = urn_record(UNIFORM[0], 0.2, horizon=3)
-    del record["marginal_std"]
-    with pytest.raises(ValueError, match="marginal_std.*--noise-floor-replicates 0"):
+    del record["theta_room"]
+    assert missing_fields([urn_record(UNIFORM[0], 0.2, horizon=3), record]) == ["theta_room"]
+    with pytest.raises(ValueError, match="theta_room.*new --out"):
         question_floor(record, EMDConfig(horizon=3, prefix_lengths=(0,), k=3), 2, make_generator(0))
 
 

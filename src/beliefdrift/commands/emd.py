@@ -5,7 +5,7 @@ length n ∈ 𝒩), EMD_k(b) at sampled burn-in prefixes b = 0 … B, and the c.
 each question × method's records in the run store (resumable); writes records.csv, summary.md/json, EMD‾ bars and
 EMD_k(b) curves. Beside every EMD figure: its noise floor, the EMD the same estimator gives for Pólya-urn
 martingales matched to each record (`diagnostics.noise_floor`), computed from the stored records with its own
-generator (the measured numbers do not depend on it; old stores get a floor too).
+generators (the measured numbers do not depend on it; stores from before it show no floor).
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ from beliefdrift.commands.drift import (
 )
 from beliefdrift.diagnostics.emd import DISTANCES, EMDConfig, EMDRow, aggregate_emd, question_emd
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET
-from beliefdrift.diagnostics.noise_floor import floor_generator, replicate_summaries, with_floor
+from beliefdrift.diagnostics.noise_floor import (
+    floor_generator,
+    missing_fields,
+    replicate_summaries,
+    spread_fields,
+    with_floor,
+)
 from beliefdrift.methods import Method
 from beliefdrift.records import write_atomic
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_emd_bars, plot_emd_burn_in
@@ -76,7 +82,7 @@ def emd_quantities(
     runner: QuestionRunner, method: Method, config: EMDConfig, args: argparse.Namespace
 ) -> dict[str, Any]:
     """The records of one question × method: EMD summaries and ingredients, then marginal drift and the c.i.d.
-    check of J × N PPR paths."""
+    check of J × N PPR paths, and the step spread of θ along J × N more (the floor's own) that the floor matches."""
     result = question_emd(runner, method.num_seeds, config, make_generator(args.seed, runner.question.id,
                                                                            method.name, "emd"))
     return {
@@ -90,6 +96,8 @@ def emd_quantities(
         "burn_in_first": result.burn_in_first.tolist(),
         "burn_in_kth": result.burn_in_kth.tolist(),
         **trajectory_quantities(runner, method, args.paths, args.steps, args.seed),
+        **spread_fields(runner.ppr(args.paths, args.steps, floor_generator(args.seed, runner.question, method, "paths"),
+                                   method.num_seeds).thetas),
     }
 
 
@@ -118,9 +126,12 @@ def run(args: argparse.Namespace) -> int:
     records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
     writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
 
+    missing = missing_fields([r for m in methods for r in records[m.name]])
+    if args.noise_floor_replicates and missing:
+        print(f"no noise floor: records stored before it existed lack {', '.join(missing)} (new --out for one)")
     floors = {m.name: replicate_summaries(records[m.name], [floor_generator(args.seed, q, m) for q in questions],
                                           config, args.noise_floor_replicates, args.distance)
-              for m in methods} if args.noise_floor_replicates else {}
+              for m in methods} if args.noise_floor_replicates and not missing else {}
 
     summary: dict[str, Any] = {}
     header = ["method", "questions"]

@@ -16,12 +16,12 @@ constant-step martingale because the urn is the Bayesian (c.i.d.) predictive the
 It has one parameter beyond θ, matched per question × method:
 
 - θ at each measured prefix (and burn-in point) is the observed p^(1) there;
-- α by the method of moments on the spread of θ across the record's J × N PPR paths: for any martingale the
-  variance across paths grows by the step variances (orthogonal increments),
-  V_n − V_0 = Σ_{t<n} E‖θ_{t+1} − θ_t‖² with V_n = Σ_a Var θ_n(a), and for the urn
-  E‖θ_n − θ_0‖² = (1 − E‖θ_0‖²) · n w_0² / (1 + (n − 1) w_0); w_0 solves the sum of both over n = 1 … N.
-  A prefix of length n continues the urn at w_n = w_0 / (1 + n w_0). (The urn's steps shrink as 1/(α + t); a
-  model's need not: the match is on the total spread over the N answers the paths hold.)
+- α by the method of moments on the step-to-step variance of θ along J × N PPR paths the `emd` command samples
+  for it (from the floor's generator): the urn has E[‖θ_{t+1} − θ_t‖² | θ_t] = w_t² (1 − ‖θ_t‖²), so w_0 solves
+  Σ_{t<N} mean_j ‖θ^{(j)}_{t+1} − θ^{(j)}_t‖² = Σ_{t<N} w_t² mean_j (1 − ‖θ^{(j)}_t‖²). A prefix of length n
+  continues the urn at w_n = w_0 / (1 + n w_0). (The urn's steps shrink as 1/(α + t); a model's need not: the
+  match is on the total over the N answers the paths hold. Matching the spread across paths instead fails for
+  seeded methods: their paths start apart and the model pulls them together, so that spread need not grow.)
 
 Each of R replicates is a `QuestionEMD` of the urn, aggregated over questions by `aggregate_emd` as the
 measurement is; the floor of an EMD figure is the mean of its R replicate values with their 2.5–97.5%
@@ -47,8 +47,8 @@ from beliefdrift.methods import Method
 from beliefdrift.resampling import make_generator
 
 LEVEL = 0.95  # two-sided coverage of the floor's interval
-FLOOR_FIELDS = ("prefix_lengths", "prefixes", "seeds", "prefixes_exact", "kstep", "burn_in_first", "marginal_mean",
-                "marginal_std")  # what `question_floor` reads from a stored record
+FLOOR_FIELDS = ("prefix_lengths", "prefixes", "seeds", "prefixes_exact", "kstep", "burn_in_first", "theta_step_sq",
+                "theta_room")  # what `question_floor` reads from a stored record
 
 
 class UrnProcess:
@@ -77,34 +77,47 @@ class UrnProcess:
         return self.dist
 
 
-def urn_spread(weight: float, steps: torch.Tensor) -> torch.Tensor:
-    """E‖θ_n − θ_0‖² / (1 − ‖θ_0‖²) of the urn with first weight w_0 = `weight` at n = `steps`: n w² / (1 + (n−1)w)."""
-    return steps * weight**2 / (1 + (steps - 1) * weight)
+def urn_weights(first: float, steps: int) -> torch.Tensor:
+    """The urn's step weights w_t = w_0 / (1 + t w_0), t = 0 … steps − 1, from w_0 = `first`."""
+    return first / (1 + torch.arange(steps, dtype=torch.float64) * first)
 
 
-def fit_weight(mean: torch.Tensor, std: torch.Tensor, iterations: int = 60) -> float:
-    """The urn's first step weight w_0 ∈ [0, 1] matched to paths' θ_n mean and std [N+1, |𝒜|] (module docstring):
-    (Σ_n V_n − V_0)⁺ = (1 − ‖mean_0‖² − V_0) Σ_n urn_spread(w_0, n), solved by bisection (Σ urn_spread increases
-    in w_0 from 0 to N)."""
-    variance = std.double().square().sum(-1)
-    steps = torch.arange(1, len(variance), dtype=torch.float64)
-    if not len(steps):
+def spread_fields(thetas: torch.Tensor) -> dict[str, list[float]]:
+    """What the floor matches, from paths' θ [J, N+1, |𝒜|]: per step t < N the means over paths of
+    ‖θ_{t+1} − θ_t‖² (`theta_step_sq`) and of 1 − ‖θ_t‖² (`theta_room`)."""
+    thetas = thetas.double().cpu()
+    return {"theta_step_sq": (thetas[:, 1:] - thetas[:, :-1]).square().sum(-1).mean(0).tolist(),
+            "theta_room": (1 - thetas[:, :-1].square().sum(-1)).mean(0).tolist()}
+
+
+def fit_weight(step_sq: Sequence[float], room: Sequence[float], iterations: int = 60) -> float:
+    """The urn's first step weight w_0 ∈ [0, 1] with Σ_t w_t² room_t = Σ_t step_sq_t (`spread_fields`), by
+    bisection: the left side increases in w_0; 1 when even w_0 = 1 moves θ less than observed."""
+    room_t = torch.tensor(room, dtype=torch.float64)
+    if not len(room_t):
         raise ValueError("the noise floor needs paths of at least one answer (-N ≥ 1) to match the spread of θ")
-    room = float(1 - mean[0].double().square().sum() - variance[0])
-    gained = float((variance[1:] - variance[0]).sum())
-    target = max(gained, 0.0) / room if room > 0 else 0.0
+    target = float(sum(step_sq))
+
+    def moment(first: float) -> float:
+        return float((urn_weights(first, len(room_t)).square() * room_t).sum())
+
+    if target >= moment(1.0):
+        return 1.0
     low, high = 0.0, 1.0
-    if target >= float(urn_spread(high, steps).sum()):
-        return high
     for _ in range(iterations):
         middle = (low + high) / 2
-        low, high = (middle, high) if float(urn_spread(middle, steps).sum()) < target else (low, middle)
+        low, high = (middle, high) if moment(middle) < target else (low, middle)
     return low
 
 
-def floor_generator(seed: int, question: MCQuestion, method: Method) -> torch.Generator:
-    """The floor's generator for one question × method: its own stream, never the measurement's."""
-    return make_generator(seed, question.id, method.name, "floor")
+def floor_generator(seed: int, question: MCQuestion, method: Method, *keys: str) -> torch.Generator:
+    """The floor's generators for one question × method (`keys` name a purpose): never the measurement's."""
+    return make_generator(seed, question.id, method.name, "floor", *keys)
+
+
+def missing_fields(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The fields `question_floor` needs that some of `records` lack (stored before the noise floor existed)."""
+    return sorted({name for record in records for name in FLOOR_FIELDS if name not in record})
 
 
 def _urn_predictives(
@@ -124,11 +137,11 @@ def question_floor(
     record: Mapping[str, Any], config: EMDConfig, replicates: int, generator: torch.Generator
 ) -> list[QuestionEMD]:
     """R replicates of `question_emd`'s output for the urn matched to one stored question × method record."""
-    missing = [name for name in FLOOR_FIELDS if name not in record]
+    missing = missing_fields([record])
     if missing:
-        raise ValueError(f"records without {', '.join(missing)} (stored by an older version) cannot give a noise "
-                         "floor; pass --noise-floor-replicates 0 or run again into a new --out directory")
-    w0 = fit_weight(torch.tensor(record["marginal_mean"]), torch.tensor(record["marginal_std"]))
+        raise ValueError(f"records without {', '.join(missing)} (stored before the noise floor) give no floor; "
+                         "run again into a new --out directory for one")
+    w0 = fit_weight(record["theta_step_sq"], record["theta_room"])
     lengths = torch.tensor(record["prefix_lengths"], dtype=torch.float64)
     theta = torch.tensor(record["kstep"], dtype=torch.float64)[:, 0]
     kstep, exact = _urn_predictives(theta, w0 / (1 + lengths * w0), config.horizon, replicates, config, generator)
