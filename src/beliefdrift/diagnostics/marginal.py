@@ -21,6 +21,7 @@ class MarginalDrift:
 
 
 def marginal_drift(traj: Trajectories) -> MarginalDrift:
+    """E[θ_n] = (1/J) Σ_j θ_n^{(j)} and the sample std across the J paths (ddof 1; 0 for one path), n = 0 … N."""
     thetas = traj.thetas.double()
     std = thetas.std(0, correction=1) if traj.num_paths > 1 else torch.zeros_like(thetas[0])
     return MarginalDrift(thetas.mean(0), std)
