@@ -20,6 +20,7 @@ from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
 from beliefdrift.methods import parse_method, run_methods
 from beliefdrift.report.marginal import average_panels, plot_average_drift
 from beliefdrift.report.tables import RunScores, csv_table, latex_tables, markdown_tables, metric_table
+from beliefdrift.report.text import markdown_table, mean_std, plus_minus
 from beliefdrift.resampling import Trajectories
 from beliefdrift.scoring import QualityControl, score_rows
 from beliefdrift.store import ResultRow, RunStore
@@ -242,3 +243,14 @@ def test_average_drift_figure_hand_computed(tmp_path: Path, monkeypatch: pytest.
     assert [line.get_label() for line in ax.lines] == ["A", "B"]
     assert figures[0].get_suptitle() == "toy: mean over 2 questions (2 options, by option position)"
     plt.close(figures[0])
+
+
+def test_text_helpers() -> None:
+    values = [[1.0, 2.0], [3.0, 5.0], [4.0, 4.5]]
+    for ddof in (0, 1):
+        mean, std = mean_std(values, ddof=ddof)
+        np.testing.assert_allclose(mean, np.mean(values, axis=0), rtol=1e-15)
+        np.testing.assert_allclose(std, np.std(values, axis=0, ddof=ddof), rtol=1e-15)
+    assert mean_std([0.25], ddof=1)[1].item() == 0.0  # one question: no spread rather than NaN
+    assert plus_minus(0.12345, 0.0311) == "0.123 ± 0.031"
+    assert markdown_table(["a", "b"], [["1", "2"], ["3", "4"]]) == "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |"

@@ -28,6 +28,7 @@ from beliefdrift.methods import MethodResult, parse_method, run_methods
 from beliefdrift.reasoning import demo_section as reasoning_section
 from beliefdrift.report.plots import plot_marginal_drift
 from beliefdrift.report.tables import metric_table
+from beliefdrift.report.text import markdown_table, plus_minus
 
 DEMO_METHODS = ("direct", "ppr", "ppr-seed1", "ppr-seed5")
 EMD_METHODS = ("ppr", "ppr-seed5")
@@ -59,12 +60,6 @@ def summary_rows(results: dict[str, list[MethodResult]], targets: list[int]) -> 
         valid = sum(r.valid_mass for r in per_question) / len(per_question)
         rows.append((per_question[0].method.title, correct, confidence, valid))
     return rows
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,6 +111,6 @@ def emd_section(lm, questions, args: argparse.Namespace) -> str:
                        ending=args.template_ending)
     return "Expected martingale drift (L1)\n\n" + markdown_table(
         ["method", "EMD‾ mean ± std", f"EMD_{DEMO_EMD.k}(b), b = 0 … {DEMO_EMD.burn_in}"],
-        [[row.method, f"{row.emd_bar:.3f} ± {row.emd_bar_std:.3f}", " ".join(f"{v:.3f}" for v in row.burn_in)]
+        [[row.method, plus_minus(row.emd_bar, row.emd_bar_std), " ".join(f"{v:.3f}" for v in row.burn_in)]
          for row in rows],
     )

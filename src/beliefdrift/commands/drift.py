@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from beliefdrift.adapters import base_model, load_adapter
@@ -32,12 +31,14 @@ from beliefdrift.data.registry import fingerprint, load_dataset
 from beliefdrift.diagnostics.cid import cid_check
 from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
 from beliefdrift.evaluation import split_long_prompts
+from beliefdrift.files import write_atomic
 from beliefdrift.methods import Method, parse_method
 from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
-from beliefdrift.records import RecordWriter, write_atomic
+from beliefdrift.records import RecordWriter
 from beliefdrift.report.diagnostic_plots import plot_curves
 from beliefdrift.report.marginal import plot_average_drift, record_drift
 from beliefdrift.report.plots import plot_marginal_drift
+from beliefdrift.report.text import markdown_table, mean_std, plus_minus
 from beliefdrift.resampling import QuestionRunner, make_generator
 
 BASE_METHODS = ("ppr", "ppr-seed5")
@@ -165,21 +166,10 @@ def trajectory_quantities(runner: QuestionRunner, method: Method, paths: int, st
     }
 
 
-def mean_std(values: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and (sample) std over questions of per-question numbers or equal-length curves."""
-    stacked = torch.tensor(values, dtype=torch.float64)
-    return stacked.mean(0), (stacked.std(0, correction=1) if len(values) > 1 else torch.zeros_like(stacked[0]))
-
-
 def cid_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    mean, std = mean_std([r["cid_l1"] for r in records])
+    mean, std = mean_std([r["cid_l1"] for r in records], ddof=1)
     return {"cid_l1_mean": float(mean), "cid_l1_std": float(std),
             "cid_rejected": sum(not r["cid_consistent"] for r in records), "questions": len(records)}
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -192,12 +182,12 @@ def run(args: argparse.Namespace) -> int:
 
     summary, rows = {}, []
     for method in methods:
-        shift_mean, shift_std = mean_std([r["marginal_shift"] for r in records[method.name]])
+        shift_mean, shift_std = mean_std([r["marginal_shift"] for r in records[method.name]], ddof=1)
         summary[method.name] = {"marginal_shift_mean": shift_mean.tolist(), "marginal_shift_std": shift_std.tolist(),
                                 **cid_summary(records[method.name])}
         s = summary[method.name]
-        rows.append([method.title, str(len(questions)), f"{shift_mean[-1]:.3f} ± {shift_std[-1]:.3f}",
-                     f"{s['cid_l1_mean']:.3f} ± {s['cid_l1_std']:.3f}", f"{s['cid_rejected']}/{len(questions)}"])
+        rows.append([method.title, str(len(questions)), plus_minus(shift_mean[-1], shift_std[-1]),
+                     plus_minus(s["cid_l1_mean"], s["cid_l1_std"]), f"{s['cid_rejected']}/{len(questions)}"])
     table = markdown_table(["method", "questions", "‖E[θ_N] − E[θ_0]‖₁", "c.i.d. ‖D̄‖₁", "c.i.d. rejected"], rows)
     print(table)
     write_atomic(args.out / "summary.md", table + "\n")

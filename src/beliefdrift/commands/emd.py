@@ -31,8 +31,8 @@ from beliefdrift.diagnostics.noise_floor import (
     spread_fields,
     with_floor,
 )
+from beliefdrift.files import write_atomic
 from beliefdrift.methods import Method
-from beliefdrift.records import write_atomic
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_emd_bars, plot_emd_burn_in
 from beliefdrift.resampling import QuestionRunner, make_generator
 

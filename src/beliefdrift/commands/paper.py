@@ -27,7 +27,7 @@ import yaml
 from beliefdrift.cli import main
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError
-from beliefdrift.records import write_atomic
+from beliefdrift.files import write_atomic
 from beliefdrift.report.html import environment, write_html
 from beliefdrift.store import STORE_FILE
 

@@ -23,6 +23,7 @@ import torch
 from beliefdrift.backend import LanguageModel
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.errors import UserError
+from beliefdrift.files import write_atomic
 from beliefdrift.prompts import chat_context
 from beliefdrift.reasoning.answers import answer_totals, answer_view, majority_accuracy
 from beliefdrift.reasoning.drift import CurveStats, centroids, cosine_matrix, curve_stats, lag_curve
@@ -40,7 +41,7 @@ from beliefdrift.reasoning.generation import (
 from beliefdrift.reasoning.parser import Pair
 from beliefdrift.reasoning.plot import plot_centroid_drift
 from beliefdrift.reasoning.task import ReasoningTask
-from beliefdrift.records import RecordWriter, write_atomic
+from beliefdrift.records import RecordWriter
 from beliefdrift.resampling import make_generator
 
 

@@ -24,8 +24,8 @@ import torch
 import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from beliefdrift.files import write_atomic
 from beliefdrift.reasoning.experiment import summary_markdown
-from beliefdrift.records import write_atomic
 from beliefdrift.store import STORE_FILE, RunStore
 
 HTML_FILE = "report.html"
