@@ -27,7 +27,7 @@ from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
 from beliefdrift.methods import parse_method
 from beliefdrift.records import RecordWriter
 from beliefdrift.resampling import make_generator
-from beliefdrift.store import STORE_FILE, RunStore, StoreError
+from beliefdrift.store import STORE_FILE, RunStore
 
 SMALL = EMDConfig(horizon=3, prefix_lengths=(0, 2), top_k=3, num_rollouts=6, burn_in=2, k=3)
 
@@ -130,8 +130,7 @@ def test_record_writer_resumes_and_checks_settings(tmp_path):
     writer.store.close()
     resumed = RecordWriter(tmp_path, {"K": 10, "lengths": (0, 2)})  # tuples compare equal after a JSON round trip
     assert resumed.done("q/1", "ppr") and resumed.read("q/1", "ppr")["curve"] == [1.0, 2.0]
-    with pytest.raises(StoreError, match="already stored"):
-        resumed.write("q/1", {"ppr": {"emd_bar_l1": 0.7}})
+    resumed.write("q/1", {"ppr": {"emd_bar_l1": 0.7}})  # e.g. another process got there first: the first stays
     assert resumed.read("q/1", "ppr")["emd_bar_l1"] == 0.5
     csv_text = resumed.write_scalars([("q/1", "ppr")]).read_text().splitlines()
     assert csv_text == ["question_id,method,quantity,value", "q/1,ppr,emd_bar_l1,0.5", "q/1,ppr,ok,True"]
@@ -176,7 +175,8 @@ def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, s
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # random: changes θ
     get_peft_model(load_model(str(tiny_model_dir)).model, lora).save_pretrained(tmp_path / "adapter")
-    args = argparse.Namespace(model=str(tiny_model_dir), device="cpu", dtype="float32", adapter=tmp_path / "adapter")
+    args = argparse.Namespace(model=str(tiny_model_dir), device="cpu", dtype="float32", attn_implementation="auto",
+                              device_map=None, adapter=tmp_path / "adapter")
     models = Models(args)
     base = runner_for(load_model(str(tiny_model_dir)), short_template).paths(1).dist.probs
     for name, tuned in [("ppr-seed1", False), ("am-ppr", True), ("ppr", False)]:

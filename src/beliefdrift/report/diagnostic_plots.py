@@ -33,7 +33,9 @@ def plot_emd_bars(groups: Mapping[str, Sequence[EMDRow]], path: Path, title: str
                 height.append(row.emd_bar)
                 err.append(row.emd_bar_std)
                 if row.floor_replicates:
-                    floors.append((x[-1], row.floor, row.floor - row.floor_low, row.floor_high - row.floor))
+                    # The mean of skewed replicates can lie just outside their 95% interval: bars never go negative.
+                    floors.append((x[-1], row.floor, max(0.0, row.floor - row.floor_low),
+                                   max(0.0, row.floor_high - row.floor)))
         ax.bar(x, height, width, yerr=err, capsize=3, label=method)
         if floors:
             fx, level, below, above = zip(*floors, strict=True)
