@@ -33,6 +33,7 @@ __all__ = [
     "Interval",
     "MetricWarning",
     "NLLResult",
+    "PairedDelta",
     "ReliabilityBins",
     "accuracy",
     "auroc",
@@ -40,6 +41,9 @@ __all__ = [
     "brier",
     "ece",
     "nll",
+    "paired_bootstrap",
+    "paired_mean_bootstrap",
+    "paired_summary",
     "reliability_bins",
     "resample_indices",
     "summarize",
@@ -461,6 +465,12 @@ def bootstrap_ci(
     return _interval(metric_fn, batch, resample_indices(batch.n, n_resamples, np.random.default_rng(seed)), level)
 
 
+def _metric_fns(n_bins: int, eps: float) -> dict[str, Callable[..., Any]]:
+    """The metric of each report-table name, with the ECE bins and the NLL clip."""
+    return {"ACC": accuracy, "AUC": auroc, "ECE": partial(ece, n_bins=n_bins), "NLL": partial(nll, eps=eps),
+            "BS": brier}
+
+
 def summarize(
     probs: Any,
     targets: Any,
@@ -482,16 +492,121 @@ def summarize(
     n_resamples = _check_bootstrap_args(n_resamples, level)
     batch = _normalise(probs, targets)
     index = resample_indices(batch.n, n_resamples, np.random.default_rng(seed))
-    fns: dict[str, Callable[..., Any]] = {
-        "ACC": accuracy,
-        "AUC": auroc,
-        "ECE": partial(ece, n_bins=n_bins),
-        "NLL": partial(nll, eps=eps),
-        "BS": brier,
-    }
+    fns = _metric_fns(n_bins, eps)
     out: dict[str, Any] = {"n": batch.n, "nll_clipped": nll(batch.probs, batch.targets, eps=eps).clipped}
     for name in METRIC_NAMES:
         out[name] = _interval(fns[name], batch, index, level)
     out["level"] = level
     out["n_resamples"] = n_resamples
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# paired comparisons of two methods on the same questions
+# --------------------------------------------------------------------------------------------------
+
+
+class PairedDelta(NamedTuple):
+    """Δ = metric(a) − metric(b) on the same questions, its paired bootstrap interval and two-sided p-value;
+    unpacks as ``(delta, low, high, p)``."""
+
+    delta: float
+    low: float
+    high: float
+    p: float
+
+
+def _paired_delta(delta: float, resampled: np.ndarray, level: float) -> PairedDelta:
+    """From the observed Δ and the resampled Δ*_1 … Δ*_R (NaN ones dropped, R' left): [low, high] = the
+    (1∓level)/2 percentiles of Δ*, and the two-sided bootstrap p-value
+
+        p = min(1, 2 (1 + min(#{Δ* ≤ 0}, #{Δ* ≥ 0})) / (R' + 1)),
+
+    twice the fraction of resamples on the far side of 0, with the +1 that keeps a Monte Carlo p-value
+    above 0 (Davison & Hinkley 1997, §4.4; Phipson & Smyth 2010).  Δ* ≡ 0 (a method against itself) gives
+    p = 1; NaN when no resample is finite."""
+    finite = resampled[~np.isnan(resampled)]
+    if finite.size == 0:
+        return PairedDelta(delta, math.nan, math.nan, math.nan)
+    alpha = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(finite, [alpha, 100.0 - alpha])
+    far_side = min(np.count_nonzero(finite <= 0), np.count_nonzero(finite >= 0))
+    p = min(1.0, 2.0 * (1 + int(far_side)) / (finite.size + 1))
+    return PairedDelta(delta, float(low), float(high), p)
+
+
+def _paired(core: _Core, a: _Batch, b: _Batch, index: np.ndarray, level: float) -> PairedDelta:
+    """Δ on the sample and on every row of ``index``, both methods scored on the same questions."""
+    delta = core(a, _identity(a.n)) - core(b, _identity(b.n))
+    return _paired_delta(float(delta[0]), core(a, index) - core(b, index), level)
+
+
+def _paired_batches(probs_a: Any, probs_b: Any, targets: Any) -> tuple[_Batch, _Batch]:
+    return _normalise(probs_a, targets), _normalise(probs_b, targets)
+
+
+def paired_bootstrap(
+    metric_fn: Callable[[np.ndarray, np.ndarray], Any],
+    probs_a: Any,
+    probs_b: Any,
+    targets: Any,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> PairedDelta:
+    """Paired bootstrap of Δ = metric(a) − metric(b), two methods' predictions ``probs_a``, ``probs_b`` on
+    the same N questions (row i of both is question i, with target ``targets[i]``).
+
+    One index matrix ``[R, N]`` (:func:`resample_indices` with ``numpy.random.default_rng(seed)``, the
+    resamples of :func:`bootstrap_ci` with that seed) scores both methods on the same resampled
+    questions: Δ*_r = metric(a[rows_r]) − metric(b[rows_r]).  The interval is the percentile interval of
+    Δ*; the p-value is the paired bootstrap one (not a permutation test), twice the fraction of Δ* on the
+    far side of 0 (see :func:`_paired_delta`): it comes from the same resamples as the interval and agrees
+    with it, p < 1 − level about when the interval leaves 0 out.  A bootstrap rather than a permutation
+    p-value for that agreement, and because it needs no exchangeability of the two methods under the null
+    (a permutation test swapping predictions per question tests the sharper null that the two methods'
+    predictions are exchangeable, not that their metrics are equal).  Resamples on
+    which the metric is NaN (AUROC with one class) are dropped.  ``metric_fn`` is taken as by
+    :func:`bootstrap_ci`.
+    """
+    n_resamples = _check_bootstrap_args(n_resamples, level)
+    a, b = _paired_batches(probs_a, probs_b, targets)
+    index = resample_indices(a.n, n_resamples, np.random.default_rng(seed))
+    return _paired(_core_of(metric_fn), a, b, index, level)
+
+
+def paired_summary(
+    probs_a: Any,
+    probs_b: Any,
+    targets: Any,
+    *,
+    n_bins: int = 15,
+    eps: float = 1e-6,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, PairedDelta]:
+    """:func:`paired_bootstrap` of every metric, keyed by its report-table name (:data:`METRIC_NAMES`), all on
+    the same resamples (those of :func:`summarize` with ``seed``)."""
+    n_resamples = _check_bootstrap_args(n_resamples, level)
+    a, b = _paired_batches(probs_a, probs_b, targets)
+    index = resample_indices(a.n, n_resamples, np.random.default_rng(seed))
+    return {name: _paired(_core_of(fn), a, b, index, level) for name, fn in _metric_fns(n_bins, eps).items()}
+
+
+def paired_mean_bootstrap(
+    values_a: Any, values_b: Any, n_resamples: int = 1000, level: float = 0.95, seed: int = 0
+) -> PairedDelta:
+    """Paired bootstrap of Δ = mean_i (x_i − y_i) for per-item values ``values_a`` = x, ``values_b`` = y of two
+    methods on the same N items (e.g. each question's EMD‾): Δ*_r is the mean of x_i − y_i over resample r
+    of :func:`resample_indices`; interval and p-value as in :func:`paired_bootstrap`."""
+    n_resamples = _check_bootstrap_args(n_resamples, level)
+    x, y = np.asarray(values_a, dtype=np.float64), np.asarray(values_b, dtype=np.float64)
+    if x.ndim != 1 or x.shape != y.shape or x.size == 0:
+        raise ValueError(f"paired values must be two non-empty 1-D arrays of one length; got shapes {x.shape}, "
+                         f"{y.shape}")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise ValueError("paired values contain NaN or infinite entries")
+    diff = x - y
+    index = resample_indices(diff.size, n_resamples, np.random.default_rng(seed))
+    return _paired_delta(float(diff.mean()), diff[index].mean(axis=1), level)
