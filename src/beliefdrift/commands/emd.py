@@ -5,7 +5,8 @@ length n ∈ 𝒩), EMD_k(b) at sampled burn-in prefixes b = 0 … B, and the c.
 each question × method's records in the run store (resumable); writes records.csv, summary.md/json, EMD‾ bars and
 EMD_k(b) curves. Beside every EMD figure: its noise floor, the EMD the same estimator gives for Pólya-urn
 martingales matched to each record (`diagnostics.noise_floor`), computed from the stored records with its own
-generators (the measured numbers do not depend on it; stores from before it show no floor).
+generators (the measured numbers do not depend on it; stores from before it show no floor). After the table: each
+method's paired Δ EMD‾ against PPR over the same questions (`report.paired`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from beliefdrift.diagnostics.noise_floor import (
 from beliefdrift.files import write_atomic
 from beliefdrift.methods import Method
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_emd_bars, plot_emd_burn_in
+from beliefdrift.report.paired import emd_comparisons, emd_markdown
 from beliefdrift.resampling import QuestionRunner, make_generator
 
 
@@ -166,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
                   "Pólya-urn martingales matched to each question's θ and spread (exact martingales: EMD = 0, so the "
                   "floor is the estimator's noise); > floor: EMD‾ above the 97.5% point (one-sided p), "
                   "and the questions whose own EMD‾ is above their own floor's")
+    paired = emd_markdown(emd_comparisons(records, args.distance))
+    table += f"\n\n{paired}" if paired else ""
     print(table)
     write_atomic(args.out / "summary.md", table + "\n")
     write_atomic(args.out / "summary.json", to_json(summary))

@@ -1,10 +1,11 @@
 """`beliefdrift report RUN_DIR [RUN_DIR …]`: the paper's tables and reliability diagrams from run stores.
 
 Writes tables.md, tables.tex (Table 1: ACC/AUC, Table 2: ECE/NLL/BS; one column group per run),
-metrics.csv (every method and estimator with intervals, n, excluded, nll_clipped) and one reliability
-diagram per method. Questions failing quality control are excluded per method and counted. Stores are opened
-read-only; an unfinished run is reported as partial (results stored of planned) in every table's heading and on
-stdout, and questions skipped for a prompt longer than the model's context are counted.
+metrics.csv (every method and estimator with intervals, n, excluded, nll_clipped), one reliability
+diagram per method, and paired.md / paired.csv (each method's Δ against PPR, `report.paired`). Questions failing
+quality control are excluded per method and counted. Stores are opened read-only; an unfinished run is reported
+as partial (results stored of planned) in every table's heading and on stdout, and questions skipped for a prompt
+longer than the model's context are counted.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from beliefdrift.report.paired import write_paired
 from beliefdrift.report.reliability import reliability_figures
 from beliefdrift.report.tables import RunScores, dataset_title, markdown_tables, write_tables
 from beliefdrift.scoring import QualityControl, score_rows
@@ -73,8 +75,10 @@ def write_report(
     runs = [run if labels.count(run.label) == 1 else RunScores(f"{run.label} ({Path(run_dir).name})", run.scores,
                                                                run.model)
             for run, run_dir in zip(runs, run_dirs, strict=True)]
-    files = write_tables(runs, out) + reliability_figures(runs, out)
-    return "\n\n".join([*notes, markdown_tables(runs)]), files
+    paired, paired_files = write_paired([(run.label, d) for run, d in zip(runs, run_dirs, strict=True)], out, qc,
+                                        n_resamples)
+    files = write_tables(runs, out) + reliability_figures(runs, out) + paired_files
+    return "\n\n".join([*notes, markdown_tables(runs), *paired]), files
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,5 +86,5 @@ def run(args: argparse.Namespace) -> int:
     qc = QualityControl(args.qc_path_mass, args.qc_max_fraction)
     markdown, files = write_report(args.runs, out, qc, args.bootstrap)
     print(markdown)
-    print(f"wrote {len(files)} files to {out} (tables.md, tables.tex, metrics.csv, reliability diagrams)")
+    print(f"wrote {len(files)} files to {out} (tables.md, tables.tex, metrics.csv, paired.md/csv, reliability plots)")
     return 0

@@ -1,0 +1,172 @@
+"""Paired comparisons of methods on the same questions: Δ = method − baseline in every metric, and in EMD‾.
+
+Which pairs (`comparisons`): every method against PPR + NoSEED, and every AM-PPR method against PPR + SEED_5
+(the paper's fair comparison for a seeded AM-PPR). A metric's Δ is taken on the questions quality control keeps
+for both methods, with `metrics.paired_summary`: one bootstrap index matrix over those questions scores both
+methods on the same resamples; the interval is the percentile interval of the resampled Δ*, the p-value the
+two-sided paired bootstrap one, 2 (1 + #{Δ* on the far side of 0}) / (R + 1). EMD‾ is compared the same way over
+the per-question EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).
+
+Writes paired.md (one table per run, `Δ [low, high]` and p per metric) and paired.csv (one row per run × pair ×
+metric) beside the report's tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from beliefdrift.files import write_atomic
+from beliefdrift.methods import Method, parse_method
+from beliefdrift.metrics import METRIC_NAMES, PairedDelta, paired_mean_bootstrap, paired_summary
+from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS
+from beliefdrift.report.tables import MISSING, format_value
+from beliefdrift.report.text import markdown_table
+from beliefdrift.scoring import QualityControl, canonical_methods
+from beliefdrift.store import STORE_FILE, ResultRow, RunStore
+
+BASELINE = "ppr"
+#: The baseline of every AM-PPR method, besides `BASELINE`.
+SEEDED_BASELINE = "ppr-seed5"
+PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
+#: The level of the paired intervals.
+LEVEL = 0.95
+CSV_COLUMNS = ["dataset", "method", "baseline", "metric", "n", "delta", "low", "high", "p", "level", "n_resamples"]
+
+
+def comparisons(methods: Iterable[str]) -> list[tuple[Method, Method]]:
+    """(method, baseline) pairs among `methods`: each other method against `BASELINE` in table order, then each
+    AM-PPR method against `SEEDED_BASELINE` (a pair needs both methods present)."""
+    given = list(methods)
+    names = canonical_methods(given) if given else ()
+    pairs = [(name, BASELINE) for name in names if name != BASELINE and BASELINE in names]
+    pairs += [(name, SEEDED_BASELINE) for name in names
+              if parse_method(name).kind == "am-ppr" and SEEDED_BASELINE in names]
+    return [(parse_method(name), parse_method(baseline)) for name, baseline in pairs]
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Δ = method − baseline per metric name (METRIC_NAMES, or `EMD‾ (L1)` …) over `n` shared questions; `deltas`
+    is empty when no question is shared."""
+
+    method: Method
+    baseline: Method
+    n: int
+    deltas: dict[str, PairedDelta] = field(default_factory=dict)
+
+
+def paired_scores(
+    rows: Sequence[ResultRow], qc: QualityControl | None = None, n_resamples: int = 1000, seed: int = 0
+) -> list[PairedComparison]:
+    """Every pair of `comparisons`, scored with `paired_summary` on the questions both methods keep under `qc`
+    (their own estimates; in question order)."""
+    qc = qc or QualityControl()
+    kept: dict[str, dict[str, ResultRow]] = {row.method: {} for row in rows}
+    for row in sorted(rows, key=lambda row: row.position):
+        if not qc.excludes(row):
+            kept[row.method][row.question_id] = row
+    out = []
+    for method, baseline in comparisons(kept):
+        a, b = kept[method.name], kept[baseline.name]
+        shared = [qid for qid in b if qid in a]
+        deltas = paired_summary([a[qid].probs for qid in shared], [b[qid].probs for qid in shared],
+                                np.array([b[qid].target for qid in shared], dtype=np.int64),
+                                n_resamples=n_resamples, seed=seed, level=LEVEL) if shared else {}
+        out.append(PairedComparison(method, baseline, len(shared), deltas))
+    return out
+
+
+def emd_comparisons(
+    records: Mapping[str, Sequence[Mapping[str, Any]]], distances: Sequence[str], n_resamples: int = 1000,
+    seed: int = 0,
+) -> list[PairedComparison]:
+    """Δ EMD‾ per distance for every pair of `comparisons` among `records` ({method name: one `emd` record per
+    question, the same questions in the same order for every method}): the mean over questions of the method's
+    EMD‾ minus the baseline's, with `paired_mean_bootstrap` (keys `EMD‾ (L1)`, …)."""
+    out = []
+    for method, baseline in comparisons(records):
+        a, b = records[method.name], records[baseline.name]
+        deltas = {f"EMD‾ ({DISTANCE_LABELS[d]})": paired_mean_bootstrap(
+            [r[f"emd_bar_{d}"] for r in a], [r[f"emd_bar_{d}"] for r in b], n_resamples=n_resamples, level=LEVEL,
+            seed=seed)
+            for d in distances}
+        out.append(PairedComparison(method, baseline, len(a), deltas))
+    return out
+
+
+def delta_cell(metric: str, delta: PairedDelta | None) -> str:
+    """`Δ [low, high]` in the units of the metric's table (ACC/AUC in points of %); `–` when not computed."""
+    if delta is None:
+        return MISSING
+    text = format_value(metric, delta.delta)
+    if math.isnan(delta.low):
+        return text
+    return f"{text} [{format_value(metric, delta.low)}, {format_value(metric, delta.high)}]"
+
+
+def p_cell(delta: PairedDelta | None) -> str:
+    return MISSING if delta is None or math.isnan(delta.p) else f"{delta.p:.3f}"
+
+
+def comparison_table(pairs: Sequence[PairedComparison], metrics: Sequence[str], caption: str) -> str:
+    """`caption`, then a Markdown row per pair: method, baseline, n, then `Δ [low, high]` and p per metric."""
+    header = ["Method", "vs", "n"] + [cell for metric in metrics for cell in (f"Δ {metric}", "p")]
+    rows = [[pair.method.title, pair.baseline.title, str(pair.n)]
+            + [cell for metric in metrics
+               for cell in (delta_cell(metric, pair.deltas.get(metric)), p_cell(pair.deltas.get(metric)))]
+            for pair in pairs]
+    return f"{caption}\n\n{markdown_table(header, rows)}"
+
+
+def metrics_markdown(label: str, pairs: Sequence[PairedComparison]) -> str:
+    """The metric Δ table of one run."""
+    caption = (f"**Paired differences, {label}.** Δ = method − baseline on the n questions quality control keeps "
+               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided paired bootstrap p-values; "
+               "ACC/AUC in points of %; lower is better for ECE, NLL and BS.")
+    return comparison_table(pairs, METRIC_NAMES, caption)
+
+
+def emd_markdown(pairs: Sequence[PairedComparison]) -> str:
+    """The Δ EMD‾ table of `emd_comparisons` (empty when there is no pair)."""
+    if not pairs:
+        return ""
+    caption = (f"**Paired Δ EMD‾.** Δ = mean over the n questions of the method's EMD‾ − the baseline's, with "
+               f"{100 * LEVEL:g}% paired bootstrap intervals and two-sided paired bootstrap p-values (negative: "
+               "closer to a martingale than the baseline).")
+    return comparison_table(pairs, list(pairs[0].deltas), caption)
+
+
+def csv_rows(label: str, pairs: Sequence[PairedComparison], n_resamples: int) -> list[dict[str, Any]]:
+    """One CSV row per pair × metric (fractions, as in metrics.csv)."""
+    return [{"dataset": label, "method": pair.method.name, "baseline": pair.baseline.name, "metric": metric,
+             "n": pair.n, "delta": repr(delta.delta), "low": repr(delta.low), "high": repr(delta.high),
+             "p": repr(delta.p), "level": LEVEL, "n_resamples": n_resamples}
+            for pair in pairs for metric, delta in pair.deltas.items()]
+
+
+def write_paired(
+    runs: Sequence[tuple[str, Path]], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000
+) -> tuple[list[str], list[Path]]:
+    """For each (label, run directory): its stored rows' `paired_scores`. Writes paired.md and paired.csv into
+    `out`; returns the Markdown tables (one per run with a pair) and the files."""
+    blocks, buffer = [], io.StringIO()
+    writer = csv.DictWriter(buffer, CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for label, run_dir in runs:
+        with RunStore.open(Path(run_dir) / STORE_FILE, read_only=True) as store:
+            pairs = paired_scores(store.rows(), qc, n_resamples)
+        if pairs:
+            blocks.append(metrics_markdown(label, pairs))
+            writer.writerows(csv_rows(label, pairs, n_resamples))
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / PAIRED_MD, "\n\n".join(blocks or [f"No pairs: {BASELINE} is not among the methods."]) + "\n")
+    write_atomic(out / PAIRED_CSV, buffer.getvalue())
+    return blocks, [out / PAIRED_MD, out / PAIRED_CSV]

@@ -1,0 +1,210 @@
+"""Paired comparisons: the vectorised paired bootstrap against a per-resample loop and hand-computed values, a method
+against itself (Δ = 0, p = 1), a clearly better method (p small), which pairs are compared, and the paired tables
+written by `report` (after a tiny `evaluate` run) and printed by `emd`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from beliefdrift.cli import main
+from beliefdrift.metrics import (
+    METRIC_NAMES,
+    MetricWarning,
+    PairedDelta,
+    _paired_delta,
+    accuracy,
+    auroc,
+    brier,
+    ece,
+    nll,
+    paired_bootstrap,
+    paired_mean_bootstrap,
+    paired_summary,
+    resample_indices,
+)
+from beliefdrift.report.paired import comparisons, emd_comparisons, emd_markdown, paired_scores
+from beliefdrift.scoring import QualityControl
+from beliefdrift.store import ResultRow, RunStore
+
+METRICS: dict[str, Callable[..., Any]] = {"ACC": accuracy, "AUC": auroc, "ECE": partial(ece, n_bins=15),
+                                          "NLL": nll, "BS": brier}
+
+
+def ragged_pair(seed: int, n: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """Two methods' distributions over 2–5 options per question, and targets."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(2, 6, size=n)
+    a = [rng.dirichlet(np.full(k, 0.7)) for k in sizes]
+    b = [rng.dirichlet(np.full(k, 2.0)) for k in sizes]
+    return a, b, np.array([rng.integers(k) for k in sizes])
+
+
+def brute_force(metric: Callable[..., Any], a: list[np.ndarray], b: list[np.ndarray], targets: np.ndarray,
+                n_resamples: int, seed: int) -> PairedDelta:
+    """One resample at a time with the public metrics, the interval and p-value written out."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MetricWarning)
+        delta = float(metric(a, targets)) - float(metric(b, targets))
+        diffs = np.array([float(metric([a[i] for i in rows], targets[rows]))
+                          - float(metric([b[i] for i in rows], targets[rows]))
+                          for rows in resample_indices(len(a), n_resamples, np.random.default_rng(seed))])
+    diffs = diffs[~np.isnan(diffs)]
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    far = min(np.sum(diffs <= 0), np.sum(diffs >= 0))
+    return PairedDelta(delta, float(low), float(high), min(1.0, 2 * (1 + far) / (len(diffs) + 1)))
+
+
+@pytest.mark.parametrize("name", METRIC_NAMES)
+def test_paired_bootstrap_matches_a_per_resample_loop(name: str) -> None:
+    a, b, targets = ragged_pair(0, 12)  # small enough that some resamples have one class (AUROC NaN, dropped)
+    got = paired_bootstrap(METRICS[name], a, b, targets, n_resamples=300, seed=3)
+    assert got == pytest.approx(brute_force(METRICS[name], a, b, targets, 300, 3), abs=1e-12)
+    assert paired_summary(a, b, targets, n_resamples=300, seed=3)[name] == pytest.approx(got, abs=1e-12)
+
+
+def test_paired_mean_bootstrap_matches_a_per_resample_loop() -> None:
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(0.3, 1.0, 15), rng.normal(0.0, 1.0, 15)
+    got = paired_mean_bootstrap(x, y, n_resamples=200, seed=5)
+    means = np.array([np.mean(x[rows] - y[rows]) for rows in resample_indices(15, 200, np.random.default_rng(5))])
+    far = min(np.sum(means <= 0), np.sum(means >= 0))
+    expected = (np.mean(x - y), *np.percentile(means, [2.5, 97.5]), min(1.0, 2 * (1 + far) / 201))
+    assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_hand_computed_deltas() -> None:
+    # a (hand-scored in test_report): ACC 3/4, AUC 2/3, ECE 0.4, NLL 0.5473141, BS 0.37. b = uniform: predicts
+    # option 0, right on q0 and q3 → ACC 1/2; every confidence 0.5 ties → AUC 1/2; one bin with conf = acc = 0.5
+    # → ECE 0; NLL = log 2 = 0.6931472; BS = 0.5.
+    a = [[0.8, 0.2], [0.6, 0.4], [0.3, 0.7], [0.5, 0.5]]
+    b = [[0.5, 0.5]] * 4
+    deltas = paired_summary(a, b, [0, 1, 1, 0], n_resamples=50)
+    expected = {"ACC": 0.25, "AUC": 2 / 3 - 0.5, "ECE": 0.4, "NLL": 0.5473141 - 0.6931472, "BS": 0.37 - 0.5}
+    assert {name: d.delta for name, d in deltas.items()} == pytest.approx(expected, abs=1e-7)
+    # One item: every resample is that item, Δ* ≡ 2 > 0, so the interval is [2, 2] and p = 2 (1 + 0) / (9 + 1).
+    assert paired_mean_bootstrap([3.0], [1.0], n_resamples=9) == (2.0, 2.0, 2.0, 0.2)
+    # Δ* = −1, 1, 2, 3, 5, 6, 7, 8, 9 (and a NaN, dropped): 50% interval = the 25th and 75th percentiles [2, 7];
+    # one Δ* ≤ 0, so p = 2 (1 + 1) / (9 + 1).
+    resampled = np.array([1, 2, 3, -1, 5, np.nan, 6, 7, 8, 9], dtype=float)
+    assert _paired_delta(4.0, resampled, level=0.5) == pytest.approx((4.0, 2.0, 7.0, 0.4))
+
+
+def test_a_method_against_itself_has_no_difference() -> None:
+    a, _, targets = ragged_pair(2, 20)
+    for delta in paired_summary(a, a, targets, n_resamples=200).values():
+        assert delta == (0.0, 0.0, 0.0, 1.0)
+    assert paired_mean_bootstrap([0.1, 0.5, 0.2], [0.1, 0.5, 0.2]) == (0.0, 0.0, 0.0, 1.0)
+
+
+def test_a_clearly_better_method_has_a_small_p() -> None:
+    rng = np.random.default_rng(4)
+    n = 80
+    targets = np.zeros(n, dtype=np.int64)
+    # a: right and confident on 60 questions, wrong and unsure on 20 (AUC 1, ECE ≈ 0.17); b: a coin flip for
+    # correctness with a high confidence unrelated to it (AUC ≈ 1/2, ECE ≈ 0.4).
+    a = np.where(np.arange(n)[:, None] < 60, [0.95, 0.05], [0.45, 0.55])
+    conf = rng.uniform(0.8, 1.0, n)
+    right = rng.random(n) < 0.5
+    b = np.where(right[:, None], np.stack([conf, 1 - conf], 1), np.stack([1 - conf, conf], 1))
+    deltas = paired_summary(a, b, targets, n_resamples=500)
+    for name, delta in deltas.items():
+        assert delta.p < 0.01, name
+        higher_is_better = name in ("ACC", "AUC")
+        assert (delta.low > 0) if higher_is_better else (delta.high < 0), name
+    assert paired_mean_bootstrap(rng.normal(1.0, 0.1, 30), rng.normal(0.0, 0.1, 30), n_resamples=99).p == 0.02
+
+
+def test_paired_inputs_must_match() -> None:
+    with pytest.raises(ValueError, match="shape mismatch"):
+        paired_bootstrap(accuracy, [[1.0, 0.0]] * 3, [[1.0, 0.0]] * 2, [0, 0, 0])
+    with pytest.raises(ValueError, match="one length"):
+        paired_mean_bootstrap([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="NaN"):
+        paired_mean_bootstrap([1.0, np.nan], [1.0, 2.0])
+
+
+def test_comparisons_are_against_ppr_and_am_ppr_against_ppr_seed5() -> None:
+    names = ["am-ppr-seed5", "direct", "ppr-seed5", "ppr", "am-ppr", "ppr-seed1"]
+    pairs = [(m.name, b.name) for m, b in comparisons(names)]
+    assert pairs == [("ppr-seed1", "ppr"), ("ppr-seed5", "ppr"), ("am-ppr", "ppr"), ("am-ppr-seed5", "ppr"),
+                     ("direct", "ppr"), ("am-ppr", "ppr-seed5"), ("am-ppr-seed5", "ppr-seed5")]
+    assert [(m.name, b.name) for m, b in comparisons(["am-ppr", "ppr-seed5"])] == [("am-ppr", "ppr-seed5")]
+    assert comparisons(["direct", "ppr-seed1"]) == [] and comparisons([]) == []
+
+
+def row(qid: str, method: str, position: int, probs: list[float], off_format: bool = False) -> ResultRow:
+    return ResultRow(qid, method, position, 0, 2, np.array(probs), np.full((2, 3), 0.1 if off_format else 0.9))
+
+
+def test_paired_scores_use_the_questions_both_methods_keep() -> None:
+    rows = [row(f"q{i}", "ppr", i, [0.6, 0.4]) for i in range(5)]
+    rows += [row(f"q{i}", "direct", i, [0.9, 0.1], off_format=i == 1) for i in range(5)]  # q1 excluded
+    rows += [row(f"q{i}", "ppr-seed1", i, [0.5, 0.5], off_format=True) for i in range(5)]  # all excluded
+    seeded, direct = paired_scores(rows, QualityControl(), n_resamples=20)  # table order
+    assert (direct.method.name, direct.baseline.name, direct.n) == ("direct", "ppr", 4)
+    assert direct.deltas["BS"].delta == pytest.approx(2 * 0.1**2 - 2 * 0.4**2)
+    assert (seeded.method.name, seeded.n, seeded.deltas) == ("ppr-seed1", 0, {})
+
+
+def test_emd_comparisons_pair_the_questions() -> None:
+    records = {"ppr": [{"emd_bar_l1": v, "emd_bar_kl": 2 * v} for v in (0.3, 0.5, 0.4)],
+               "am-ppr": [{"emd_bar_l1": v, "emd_bar_kl": 2 * v} for v in (0.1, 0.2, 0.3)]}
+    (pair,) = emd_comparisons(records, ["l1", "kl"], n_resamples=50)
+    assert (pair.method.name, pair.baseline.name, pair.n) == ("am-ppr", "ppr", 3)
+    assert pair.deltas["EMD‾ (L1)"] == paired_mean_bootstrap([0.1, 0.2, 0.3], [0.3, 0.5, 0.4], n_resamples=50)
+    assert pair.deltas["EMD‾ (KL)"].delta == pytest.approx(-0.4)
+    lines = emd_markdown([pair]).splitlines()
+    assert lines[2] == "| Method | vs | n | Δ EMD‾ (L1) | p | Δ EMD‾ (KL) | p |"
+    assert lines[4].startswith("| AM-PPR + NoSEED | PPR + NoSEED | 3 | -0.2000 [")
+    assert emd_markdown(emd_comparisons({"ppr": records["ppr"]}, ["l1"])) == ""
+
+
+def test_evaluate_then_report_writes_the_paired_tables(tiny_model_dir: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("methods: [direct, ppr, ppr-seed1]\nqc_path_mass: 0.0\n")
+    out = tmp_path / "run"
+    assert main(["evaluate", "--config", str(preset), "--model", str(tiny_model_dir), "--dataset", "demo",
+                 "-n", "4", "-J", "2", "-N", "2", "--bootstrap", "20", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out), "--bootstrap", "30", "--qc-path-mass", "0"]) == 0
+    markdown = (out / "paired.md").read_text()
+    assert markdown.strip() in capsys.readouterr().out
+    lines = markdown.splitlines()
+    assert lines[0].startswith("**Paired differences, Demo.**")
+    assert lines[2] == "| Method | vs | n | Δ ACC | p | Δ AUC | p | Δ ECE | p | Δ NLL | p | Δ BS | p |"
+    assert [line.split(" | ")[:3] for line in lines[4:]] == [["| PPR + SEED_1", "PPR + NoSEED", "4"],
+                                                              ["| Direct-Query", "PPR + NoSEED", "4"]]
+    rows = list(csv.DictReader((out / "paired.csv").read_text().splitlines()))
+    assert [(r["method"], r["baseline"], r["metric"]) for r in rows] == [
+        (m, "ppr", metric) for m in ("ppr-seed1", "direct") for metric in METRIC_NAMES]
+    with RunStore.open(out / "run.sqlite", read_only=True) as store:
+        by_method = {}
+        for stored in store.rows():
+            by_method.setdefault(stored.method, []).append(stored)
+    expected = paired_summary([r.probs for r in by_method["direct"]], [r.probs for r in by_method["ppr"]],
+                              [r.target for r in by_method["ppr"]], n_resamples=30)
+    for stored_row in rows[5:]:
+        got = [float(stored_row[k]) for k in ("delta", "low", "high", "p")]
+        assert got == pytest.approx(list(expected[stored_row["metric"]]), nan_ok=True)
+
+
+def test_emd_summary_ends_with_the_paired_table(tiny_model_dir: Path, history_template: str, tmp_path: Path) -> None:
+    out = tmp_path / "emd"
+    assert main(["emd", "--model", str(tiny_model_dir), "--template", history_template, "--dataset", "demo",
+                 "--n", "2", "-J", "2", "-N", "2", "--methods", "ppr,ppr-seed1", "--K", "2", "--prefix-lengths",
+                 "0", "--burn-in", "0", "--k", "2", "--distance", "l1", "--noise-floor-replicates", "0",
+                 "--out", str(out)]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "**Paired Δ EMD‾.**" in summary
+    assert summary.rstrip().splitlines()[-1].startswith("| PPR + SEED_1 | PPR + NoSEED | 2 | ")
+    assert set(json.loads((out / "summary.json").read_text())) == {"ppr", "ppr-seed1"}
