@@ -94,10 +94,11 @@ def emd_comparisons(
     out = []
     for method, baseline in comparisons(records):
         a, b = records[method.name], records[baseline.name]
-        deltas = {f"EMD‾ ({DISTANCE_LABELS[d]})": paired_mean_bootstrap(
-            [r[f"emd_bar_{d}"] for r in a], [r[f"emd_bar_{d}"] for r in b], n_resamples=n_resamples, level=LEVEL,
-            seed=seed)
-            for d in distances}
+        deltas = {}
+        for d in distances:
+            key = f"emd_bar_{d}"
+            deltas[f"EMD‾ ({DISTANCE_LABELS[d]})"] = paired_mean_bootstrap(
+                [r[key] for r in a], [r[key] for r in b], n_resamples=n_resamples, level=LEVEL, seed=seed)
         out.append(PairedComparison(method, baseline, len(a), deltas))
     return out
 
