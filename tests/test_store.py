@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from beliefdrift.store import ResultRow, RunStore, StoreError
+from beliefdrift.scoring import score_rows
+from beliefdrift.store import ResultRow, RunStore, StoreError, from_blob, to_blob
 
 
 def make_row(question: str, method: str, position: int, seed: int = 0, paths: int = 3, steps: int = 4) -> ResultRow:
@@ -63,6 +66,33 @@ def test_round_trip_is_bit_exact_and_ordered(tmp_path: Path) -> None:
     assert stored[0].answers is None and stored[0].alternatives == {}
     assert stored[1].valid_mass_mean == pytest.approx(float(rows[2].valid_mass.mean()))
     np.testing.assert_array_equal(stored[1].path_valid_mass, rows[2].valid_mass.mean(axis=1))
+
+
+@pytest.mark.parametrize("array", [
+    np.array([0.1, 0.2, 0.7]), np.arange(12, dtype=np.int64).reshape(3, 4), np.zeros((2, 0, 5), dtype=np.float32),
+    np.array(3.5), np.arange(6, dtype=">f4").reshape(2, 3), np.asfortranarray(np.eye(3)), np.array([True, False]),
+])
+def test_from_blob_reads_what_np_load_reads(array: np.ndarray) -> None:
+    blob = to_blob(array)
+    got, want = from_blob(blob), np.load(io.BytesIO(blob), allow_pickle=False)
+    assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+    assert got.flags.writeable
+    with pytest.raises(ValueError):
+        from_blob(blob[:-1] if array.size else blob[:20])
+
+
+def test_the_light_read_scores_like_the_full_read(tmp_path: Path) -> None:
+    rows = [make_row(f"q{i}", method, i, seed=2 * i + k)
+            for i in range(30) for k, method in enumerate(["ppr", "ppr-seed5"])]
+    with RunStore.open(tmp_path / "run.sqlite") as store:
+        store.add(rows)
+        full, light = store.rows(), store.rows(trajectories=False)
+    for got, want in zip(light, full, strict=True):
+        assert got.answers is None and got.seeds is None and got.thetas is None
+        assert_rows_equal(replace(got, answers=want.answers, seeds=want.seeds, thetas=want.thetas), want)
+    light_scores, full_scores = score_rows(light, n_resamples=50), score_rows(full, n_resamples=50)
+    assert [s.excluded for s in full_scores] != [0] * len(full_scores)  # QC has rows to drop
+    np.testing.assert_equal([s.summary for s in light_scores], [s.summary for s in full_scores])
 
 
 def test_a_question_is_written_all_or_nothing(tmp_path: Path) -> None:

@@ -12,8 +12,10 @@ open the file read-only, so archived read-only runs can be reported.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
+import math
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
@@ -115,8 +117,26 @@ def to_blob(array: np.ndarray | None) -> bytes | None:
     return buffer.getvalue()
 
 
+@functools.lru_cache(maxsize=1024)
+def npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], str]:
+    """dtype, shape and memory order of a version-1.0 `.npy` header (`np.load` spends most of a small array's
+    time parsing it; a run's arrays share a few headers)."""
+    buffer = io.BytesIO(header)
+    np.lib.format.read_magic(buffer)
+    shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(buffer)
+    return dtype, shape, "F" if fortran_order else "C"
+
+
 def from_blob(blob: bytes | None) -> np.ndarray | None:
-    return None if blob is None else np.load(io.BytesIO(blob), allow_pickle=False)
+    """The array of `to_blob` bytes, as `np.load` reads it (ValueError when corrupt)."""
+    if blob is None:
+        return None
+    if blob[6:8] != b"\x01\x00":  # another .npy version (or not .npy): the general reader
+        return np.load(io.BytesIO(blob), allow_pickle=False)
+    start = 10 + int.from_bytes(blob[8:10], "little")
+    dtype, shape, order = npy_header(blob[:start])
+    flat = np.frombuffer(blob, dtype, count=math.prod(shape), offset=start)
+    return flat.reshape(shape, order=order).copy(order="K")  # writable, like np.load's
 
 
 def config_differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -294,15 +314,17 @@ class RunStore:
         """Stored (question, method) units: results plus diagnostic records."""
         return self.count() + len(self.record_units())
 
-    def rows(self) -> list[ResultRow]:
-        """Every stored row with its alternatives, ordered by question position, then method name."""
+    def rows(self, trajectories: bool = True) -> list[ResultRow]:
+        """Every stored row with its alternatives, ordered by question position, then method name. Without
+        `trajectories` the paths' answers, seeds and θ_n are not read (None): what scoring reads, faster."""
         alternatives: dict[tuple[str, str], dict[str, np.ndarray]] = {}
         for qid, method, name, blob in self._db.execute(
             "SELECT question_id, method, estimator, probs FROM alternatives ORDER BY estimator"
         ):
             alternatives.setdefault((qid, method), {})[name] = from_blob(blob)
-        query = ("SELECT question_id, method, position, target, num_labels, seconds, probs, valid_mass, answers, "
-                 "seeds, thetas FROM results ORDER BY position, method")
+        arrays = ", ".join(["probs", "valid_mass", *(["answers", "seeds", "thetas"] if trajectories else [])])
+        query = (f"SELECT question_id, method, position, target, num_labels, seconds, {arrays} FROM results "
+                 "ORDER BY position, method")
         rows = []
         for qid, method, position, target, num_labels, seconds, *blobs in self._db.execute(query):
             try:
