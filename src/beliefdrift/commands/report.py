@@ -47,7 +47,7 @@ def load_run(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> tupl
     """A run directory's scores, headed by its dataset's name (marked partial when unfinished), and notes on what
     is missing from it."""
     with RunStore.open(Path(run_dir) / STORE_FILE, read_only=True) as store:
-        config, rows = store.config(), store.rows()
+        config, rows = store.config(), store.rows(trajectories=False)
     if not rows:
         raise StoreError(f"{run_dir}: the run store holds no results yet")
     label, notes = dataset_title(str(config.get("dataset", run_dir))), []
