@@ -171,7 +171,7 @@ def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, s
     from peft import LoraConfig, get_peft_model
 
     from beliefdrift.backend import load_model
-    from beliefdrift.commands.drift import Models
+    from beliefdrift.commands.units import Models
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # random: changes θ
     get_peft_model(load_model(str(tiny_model_dir)).model, lora).save_pretrained(tmp_path / "adapter")

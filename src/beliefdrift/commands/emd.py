@@ -14,15 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from beliefdrift.commands.drift import (
-    add_run_args,
-    cid_summary,
-    for_each_unit,
-    markdown_table,
-    run_config,
-    to_json,
-    trajectory_quantities,
-)
+from beliefdrift.commands.units import add_run_args, for_each_unit, run_config, to_json
 from beliefdrift.diagnostics.emd import DISTANCES, EMDConfig, EMDRow, aggregate_emd, question_emd
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET
 from beliefdrift.diagnostics.noise_floor import (
@@ -32,10 +24,12 @@ from beliefdrift.diagnostics.noise_floor import (
     spread_fields,
     with_floor,
 )
+from beliefdrift.diagnostics.trajectory import cid_summary, trajectory_quantities
 from beliefdrift.files import write_atomic
 from beliefdrift.methods import Method
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_emd_bars, plot_emd_burn_in
 from beliefdrift.report.paired import emd_comparisons, emd_markdown
+from beliefdrift.report.text import markdown_table
 from beliefdrift.resampling import QuestionRunner, make_generator
 
 
