@@ -254,3 +254,14 @@ def test_text_helpers() -> None:
     assert mean_std([0.25], ddof=1)[1].item() == 0.0  # one question: no spread rather than NaN
     assert plus_minus(0.12345, 0.0311) == "0.123 ± 0.031"
     assert markdown_table(["a", "b"], [["1", "2"], ["3", "4"]]) == "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |"
+
+
+def test_report_writes_pdfs_on_request(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_store(tmp_path, "csqa", synthetic_rows())
+    assert main(["report", str(tmp_path), "--bootstrap", "20"]) == 0
+    assert [p.name for p in tmp_path.glob("reliability-*")] and not list(tmp_path.glob("*.pdf"))
+    assert main(["report", str(tmp_path), "--bootstrap", "20", "--figure-formats", "png,pdf"]) == 0
+    pdfs = {p.name for p in tmp_path.glob("reliability-*.pdf")}
+    assert pdfs == {f"reliability-csqa-{m}.pdf" for m in ("am-ppr-seed1", "direct", "ppr", "ppr-seed5")}
+    assert main(["report", str(tmp_path), "--figure-formats", "png,jpg"]) == 2
+    assert "'png,jpg': give png and/or pdf" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from beliefdrift.report.paired import write_paired
+from beliefdrift.report.plots import FIGURE_FORMATS
 from beliefdrift.report.reliability import reliability_figures
 from beliefdrift.report.tables import RunScores, dataset_title, markdown_tables, write_tables
 from beliefdrift.scoring import QualityControl, score_rows
@@ -39,8 +40,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("runs", nargs="+", type=Path, help="run directories (each holding run.sqlite)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory (default: the run directory; beliefdrift-out/report for several)")
+    parser.add_argument("--figure-formats", type=figure_formats, default=("png",), metavar="png[,pdf]",
+                        help="formats of the reliability diagrams (default png; png,pdf adds a PDF of each)")
     add_report_args(parser)
     parser.set_defaults(func=run)
+
+
+def figure_formats(text: str) -> tuple[str, ...]:
+    """`png,pdf` → ("png", "pdf")."""
+    formats = tuple(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
+    if not formats or set(formats) - set(FIGURE_FORMATS):
+        raise argparse.ArgumentTypeError(f"{text!r}: give {' and/or '.join(FIGURE_FORMATS)}, comma-separated")
+    return formats
 
 
 def load_run(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> tuple[RunScores, list[str]]:
@@ -64,7 +75,8 @@ def load_run(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> tupl
 
 
 def write_report(
-    run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000
+    run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000,
+    figure_formats: Sequence[str] = ("png",),
 ) -> tuple[str, list[Path]]:
     """Score every run, write tables and reliability diagrams into `out`; return (Markdown tables preceded by notes
     on partial runs and skipped questions, files)."""
@@ -77,14 +89,14 @@ def write_report(
             for run, run_dir in zip(runs, run_dirs, strict=True)]
     paired, paired_files = write_paired([(run.label, d) for run, d in zip(runs, run_dirs, strict=True)], out, qc,
                                         n_resamples)
-    files = write_tables(runs, out) + reliability_figures(runs, out) + paired_files
+    files = write_tables(runs, out) + reliability_figures(runs, out, figure_formats) + paired_files
     return "\n\n".join([*notes, markdown_tables(runs), *paired]), files
 
 
 def run(args: argparse.Namespace) -> int:
     out = args.out or (args.runs[0] if len(args.runs) == 1 else Path("beliefdrift-out/report"))
     qc = QualityControl(args.qc_path_mass, args.qc_max_fraction)
-    markdown, files = write_report(args.runs, out, qc, args.bootstrap)
+    markdown, files = write_report(args.runs, out, qc, args.bootstrap, args.figure_formats)
     print(markdown)
     print(f"wrote {len(files)} files to {out} (tables.md, tables.tex, metrics.csv, paired.md/csv, reliability plots)")
     return 0

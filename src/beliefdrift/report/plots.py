@@ -12,16 +12,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from beliefdrift.diagnostics.marginal import MarginalDrift  # noqa: E402
 
+FIGURE_FORMATS = ("png", "pdf")
 
-def save_figure(fig: plt.Figure, path: Path, close: bool = True) -> list[Path]:
-    """Write `path` as .png and .pdf, cropped to the drawn content; return both paths. The crop box is computed
-    once for both files (`bbox_inches="tight"` lays the figure out again for each). `close=False` keeps `fig`
-    open to be drawn on again."""
+
+def save_figure(
+    fig: plt.Figure, path: Path, close: bool = True, formats: Sequence[str] = FIGURE_FORMATS
+) -> list[Path]:
+    """Write `path` in each of `formats` (default .png and .pdf), cropped to the drawn content; return the paths.
+    The crop box is computed once for all files (`bbox_inches="tight"` lays the figure out again for each).
+    `close=False` keeps `fig` open to be drawn on again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     crop = fig.get_tightbbox().padded(plt.rcParams["savefig.pad_inches"])
     written = []
-    for suffix in (".png", ".pdf"):
-        target = path.with_suffix(suffix)
+    for suffix in formats:
+        target = path.with_suffix(f".{suffix}")
         fig.savefig(target, dpi=150, bbox_inches=crop)
         written.append(target)
     if close:

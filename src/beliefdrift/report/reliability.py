@@ -45,7 +45,9 @@ class ReliabilityFigure:
         self.counts.set_xlabel("confidence (max probability)")
         self.counts.set_ylabel("questions")
 
-    def save(self, score: MethodScore, path: Path, title: str = "", n_bins: int = 15) -> list[Path]:
+    def save(
+        self, score: MethodScore, path: Path, title: str = "", n_bins: int = 15, formats: Sequence[str] = ("png",)
+    ) -> list[Path]:
         """Accuracy per confidence bin (bars), the gap to each bin's mean confidence, and bin counts below."""
         bins = reliability_bins(score.probs, score.targets, n_bins=n_bins)
         centers = (bins.edges[:-1] + bins.edges[1:]) / 2
@@ -68,7 +70,7 @@ class ReliabilityFigure:
         drawn.append(self.ax.legend(loc="upper left", fontsize=8, title=f"ECE {error:.4f}, n = {bins.n}",
                                     title_fontsize=8))
         try:
-            return save_figure(self.fig, path, close=False)
+            return save_figure(self.fig, path, close=False, formats=formats)
         finally:
             for artist in drawn:
                 artist.remove()
@@ -77,8 +79,9 @@ class ReliabilityFigure:
         plt.close(self.fig)
 
 
-def reliability_figures(runs: Sequence[RunScores], out: Path) -> list[Path]:
-    """One diagram per run and method with scored questions: `<out>/reliability-<run label>-<method>.png`."""
+def reliability_figures(runs: Sequence[RunScores], out: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
+    """One diagram per run and method with scored questions: `<out>/reliability-<run label>-<method>.png` (and
+    the other `formats`: a PDF adds nearly the time of its PNG)."""
     figure, written = ReliabilityFigure(), []
     try:
         for run in runs:
@@ -86,7 +89,7 @@ def reliability_figures(runs: Sequence[RunScores], out: Path) -> list[Path]:
             for score in run.main().values():
                 if score.n > 0:
                     path = out / f"reliability-{slug}-{score.method.name}.png"
-                    written += figure.save(score, path, title=f"{run.label}: {score.title}")
+                    written += figure.save(score, path, title=f"{run.label}: {score.title}", formats=formats)
     finally:
         figure.close()
     return written
