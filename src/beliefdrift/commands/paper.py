@@ -138,8 +138,9 @@ def stage_argv(stage: Stage, settings: dict[str, Any], out: Path, stages: list[S
 
 
 def report_runs(stage: Stage, out: Path, stages: list[Stage]) -> list[Path]:
-    """The run directories of the stages a report stage names that hold a run store, in the preset's order."""
-    return [out / s.name for s in stages if s.name in stage.runs and (out / s.name / STORE_FILE).is_file()]
+    """The run directories of the stages a report stage names (in its order) that hold a run store."""
+    known = {s.name for s in stages}
+    return [out / name for name in stage.runs if name in known and (out / name / STORE_FILE).is_file()]
 
 
 def missing_requirement(stage: Stage, settings: dict[str, Any], out: Path, stages: list[Stage]) -> str | None:
