@@ -163,7 +163,7 @@ def write_paired(
     writer.writeheader()
     for label, run_dir in runs:
         with RunStore.open(Path(run_dir) / STORE_FILE, read_only=True) as store:
-            pairs = paired_scores(store.rows(), qc, n_resamples)
+            pairs = paired_scores(store.rows(trajectories=False), qc, n_resamples)
         if pairs:
             blocks.append(metrics_markdown(label, pairs))
             writer.writerows(csv_rows(label, pairs, n_resamples))
