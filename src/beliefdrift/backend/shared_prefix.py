@@ -182,22 +182,37 @@ def shared_prefix_attention(
         if kwargs.get(unsupported) is not None:
             raise NotImplementedError(f"shared-prefix attention does not support attention sinks ({unsupported})")
     runs = shared_prefix.runs if isinstance(shared_prefix, PromptRuns) else ((shared_prefix, query.shape[0]),)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    dropout = dropout if module.training else 0.0
+    scoring = _Scoring(scaling if scaling is not None else query.shape[-1] ** -0.5, sliding_window, softcap,
+                       dropout if module.training else 0.0)
     if len(runs) == 1:
-        return _attend(module.layer_idx, runs[0][0], query, key, value, suffix_padding, scale, sliding_window,
-                       softcap, dropout), None
+        return _attend(module.layer_idx, runs[0][0], query, key, value, suffix_padding, scoring), None
     if shared_prefix.stackable:
-        return _attend_stacked(module.layer_idx, shared_prefix, query, key, value, suffix_padding, scale,
-                               sliding_window, softcap, dropout), None
+        return _attend_stacked(module.layer_idx, shared_prefix, query, key, value, suffix_padding, scoring), None
     outputs, start = [], 0
     for prefix, count in runs:
         rows = slice(start, start + count)
         padding = suffix_padding[rows] if suffix_padding is not None else None
-        outputs.append(_attend(module.layer_idx, prefix, query[rows], key[rows], value[rows], padding, scale,
-                               sliding_window, softcap, dropout))
+        outputs.append(_attend(module.layer_idx, prefix, query[rows], key[rows], value[rows], padding, scoring))
         start += count
     return torch.cat(outputs), None
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """How scores become attention weights: scale, soft-cap c·tanh(s / c), sliding window, dropout."""
+
+    scale: float
+    sliding_window: int | None
+    softcap: float | None
+    dropout: float
+
+    def scores(self, prompt_scores: torch.Tensor, suffix_scores: torch.Tensor) -> torch.Tensor:
+        scores = torch.cat([prompt_scores, suffix_scores], -1).float() * self.scale
+        return torch.tanh(scores / self.softcap) * self.softcap if self.softcap is not None else scores
+
+    def weights(self, scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        weights = torch.softmax(scores, -1).to(dtype)
+        return torch.nn.functional.dropout(weights, p=self.dropout) if self.dropout else weights
 
 
 def _attend(
@@ -207,10 +222,7 @@ def _attend(
     key: torch.Tensor,
     value: torch.Tensor,
     suffix_padding: torch.Tensor | None,
-    scale: float,
-    sliding_window: int | None,
-    softcap: float | None,
-    dropout: float,
+    scoring: _Scoring,
 ) -> torch.Tensor:
     """Attention of paths that all continue `prefix` (see `shared_prefix_attention`): [B, T, H, D]."""
     prefix.served.add(layer)
@@ -225,17 +237,13 @@ def _attend(
     flat = grouped.transpose(0, 1).reshape(kv_heads, batch * group * new, dim)
     prefix_scores = (flat @ prefix_keys.transpose(1, 2)).reshape(kv_heads, batch, group * new, -1).transpose(0, 1)
     suffix_scores = grouped @ key.transpose(2, 3)  # [B, H_kv, g·T, S]
-    scores = torch.cat([prefix_scores, suffix_scores], -1).float() * scale
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
+    scores = scoring.scores(prefix_scores, suffix_scores)
     padding = suffix_padding.to(query.device) if suffix_padding is not None else None
-    prompt_visible, suffix_visible = _visible(new, suffix, prompt_len, padding, sliding_window, query.device)
+    prompt_visible, suffix_visible = _visible(new, suffix, prompt_len, padding, scoring.sliding_window, query.device)
     scores[..., prompt_len:].masked_fill_(~suffix_visible.repeat(1, group, 1)[:, None], float("-inf"))
     if prompt_visible is not None:
         scores[..., :prompt_len].masked_fill_(~prompt_visible.repeat(1, group, 1)[:, None], float("-inf"))
-    weights = torch.softmax(scores, -1).to(query.dtype)
-    if dropout:
-        weights = torch.nn.functional.dropout(weights, p=dropout)
+    weights = scoring.weights(scores, query.dtype)
     prefix_weights = weights[..., :prompt_len].transpose(0, 1).reshape(kv_heads, batch * group * new, prompt_len)
     out = (prefix_weights @ prefix_values).reshape(kv_heads, batch, group * new, dim).transpose(0, 1)
     out = out + weights[..., prompt_len:] @ value
@@ -249,10 +257,7 @@ def _attend_stacked(
     key: torch.Tensor,
     value: torch.Tensor,
     suffix_padding: torch.Tensor | None,
-    scale: float,
-    sliding_window: int | None,
-    softcap: float | None,
-    dropout: float,
+    scoring: _Scoring,
 ) -> torch.Tensor:
     """`_attend` for R runs of c paths each at once, their prompts stacked (`PromptRuns.stacked`): [B, T, H, D]."""
     prompt_keys, prompt_values, lengths = runs.stacked(layer)  # [R, H_kv, W, D], [B]
@@ -271,9 +276,7 @@ def _attend_stacked(
 
     grouped = query.reshape(batch, kv_heads, rows, dim)
     prefix_scores = by_path(by_run(grouped) @ prompt_keys.transpose(2, 3))  # [B, H_kv, rows, W]
-    scores = torch.cat([prefix_scores, grouped @ key.transpose(2, 3)], -1).float() * scale
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
+    scores = scoring.scores(prefix_scores, grouped @ key.transpose(2, 3))
     padding = suffix_padding.to(query.device) if suffix_padding is not None else None
     query_slot = torch.arange(suffix - new, suffix, device=query.device)
     slots = torch.arange(suffix, device=query.device)
@@ -283,15 +286,14 @@ def _attend_stacked(
         suffix_visible = suffix_visible & (slots[None, None, :] >= padding[:, None, None])
         query_position = query_position - padding[:, None]
     prompt_visible = (torch.arange(width, device=query.device)[None, :] < lengths[:, None])[:, None, :]
-    if sliding_window is not None:
-        suffix_visible = suffix_visible & (query_slot[:, None] - slots[None, :] < sliding_window)
+    window = scoring.sliding_window
+    if window is not None:
+        suffix_visible = suffix_visible & (query_slot[:, None] - slots[None, :] < window)
         prompt_visible = prompt_visible & (torch.arange(width, device=query.device) > query_position[..., None]
-                                           - sliding_window)
+                                           - window)
     visible = torch.cat([prompt_visible.expand(batch, new, width), suffix_visible.expand(batch, new, suffix)], -1)
     scores = scores.masked_fill(~visible.repeat(1, heads // kv_heads, 1)[:, None], float("-inf"))
-    weights = torch.softmax(scores, -1).to(query.dtype)
-    if dropout:
-        weights = torch.nn.functional.dropout(weights, p=dropout)
+    weights = scoring.weights(scores, query.dtype)
     out = by_path(by_run(weights[..., :width].contiguous()) @ prompt_values) + weights[..., width:] @ value
     return out.reshape(batch, heads, new, dim).transpose(1, 2).contiguous()
 
