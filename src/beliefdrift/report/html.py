@@ -111,14 +111,14 @@ def markdown_tables(text: str) -> list[Table]:
 
 
 def stage_tables(directory: Path, command: str) -> list[Table]:
-    """The tables a stage wrote: tables.md (evaluate, report), summary.md (drift, emd), the reasoning summary."""
+    """The tables a stage wrote: tables.md and the paired comparisons paired.md (evaluate, report), summary.md
+    (drift, emd), the reasoning summary."""
     if command == "reasoning":
         path = directory / "summary.json"
         return markdown_tables(summary_markdown(json.loads(path.read_text()))) if path.is_file() else []
-    for name in ("tables.md", "summary.md"):
-        if (directory / name).is_file():
-            return markdown_tables((directory / name).read_text())
-    return []
+    names = ("tables.md", "paired.md") if (directory / "tables.md").is_file() else ("summary.md",)
+    return [table for name in names if (directory / name).is_file()
+            for table in markdown_tables((directory / name).read_text())]
 
 
 def resolved_settings(directory: Path, command: str) -> dict[str, Any]:
