@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
               f"{config.paths_per_update} paths per update ({config.micro_batch} per forward pass), "
               f"{config.mode} rollouts", file=sys.stderr, flush=True)
     adapter = trainer.train()
+    # Every process leaves its process group before exiting (gloo's threads otherwise abort some exits).
+    trainer.accelerator.end_training()
     if trainer.is_main:
         print(f"adapter in {adapter}; log in {args.out / 'log.csv'}")
     return 0
