@@ -27,14 +27,9 @@ from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from beliefdrift.backend import AnswerTokens
-from beliefdrift.backend.loading import input_device
+from beliefdrift.backend.loading import input_device, unwrapped
 from beliefdrift.backend.path_cache import shares_prefix
 from beliefdrift.backend.shared_prefix import SharedPrefix
-
-
-def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a DDP/FSDP wrapper (for its config); the wrapper itself is what gets called."""
-    return getattr(model, "module", model)
 
 
 class _OnePassLayer(DynamicLayer):
@@ -57,7 +52,7 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """Non-reentrant activation checkpointing of every decoder layer, keeping the layers' KV cache: transformers
     drops the cache of a checkpointed layer because a recompute would append to it twice, which a
     `one_pass_cache` does not."""
-    _unwrapped(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    unwrapped(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for layer in model.modules():
         if isinstance(layer, GradientCheckpointingLayer):
             layer._can_checkpoint_with_cache = True

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from platformdirs import user_cache_dir
@@ -58,11 +59,16 @@ class LanguageModel:
         return next(self.model.parameters()).dtype
 
 
-def input_device(model: torch.nn.Module) -> torch.device:
-    """The device of the model's input embedding (DDP/peft wrappers are looked through)."""
+def unwrapped(model: torch.nn.Module) -> Any:
+    """The model inside DDP/FSDP wrappers (for its config); the wrapper itself is what gets called."""
     while hasattr(model, "module"):
         model = model.module
-    return model.get_input_embeddings().weight.device
+    return model
+
+
+def input_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's input embedding (DDP/peft wrappers are looked through)."""
+    return unwrapped(model).get_input_embeddings().weight.device
 
 
 def cache_dir() -> Path:

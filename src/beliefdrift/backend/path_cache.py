@@ -15,15 +15,8 @@ from typing import Any, Protocol
 import torch
 from transformers import DynamicCache
 
-from beliefdrift.backend.loading import input_device
+from beliefdrift.backend.loading import input_device, unwrapped
 from beliefdrift.backend.shared_prefix import PromptRuns, SharedPrefix, enable_shared_prefix, full_cache
-
-
-def _unwrapped(model: torch.nn.Module) -> Any:
-    """The model inside a DDP/FSDP/peft wrapper (for its config); the wrapper itself is what gets called."""
-    while hasattr(model, "module"):
-        model = model.module
-    return model
 
 
 class PathCache(Protocol):
@@ -41,14 +34,14 @@ class PathCache(Protocol):
 
 def shares_prefix(model: torch.nn.Module) -> bool:
     """Whether the engine serves `model` (or the model inside a DDP/peft wrapper) with one shared prompt cache."""
-    base = _unwrapped(model)
+    base = unwrapped(model)
     return enable_shared_prefix(base.get_base_model() if hasattr(base, "get_base_model") else base)
 
 
 def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: Any) -> tuple[PathCache, Any]:
     """One path holding the prompt after a single forward pass over it, and that pass's output (gradients flow
     when grad mode is on)."""
-    base = _unwrapped(model)
+    base = unwrapped(model)
     shared = shares_prefix(model)
     input_ids = torch.tensor([list(prompt_ids)], device=input_device(model))
     cache = full_cache() if shared else DynamicCache(config=base.config)
@@ -56,11 +49,6 @@ def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: A
     if shared:
         return SharedPrefixCache(model, [SharedPrefix.from_cache(cache)]), out
     return PerPathCache(model, input_ids, torch.ones_like(input_ids), cache), out
-
-
-def fork(cache: PathCache, copies: int) -> PathCache:
-    """`copies` paths per existing path (path i becomes paths i·copies … i·copies + copies − 1)."""
-    return cache.select(torch.arange(cache.size).repeat_interleave(copies))
 
 
 def concat(caches: Sequence[PathCache]) -> PathCache:
@@ -181,17 +169,15 @@ class PerPathCache:
         input_ids = input_ids.to(self.ids.device)
         new = input_ids.shape[1]
         ids = torch.cat([self.ids, input_ids], 1)
-        new_mask = torch.ones_like(input_ids)
+        mask = torch.cat([self.mask, torch.ones_like(input_ids)], 1)
         if padding is not None:
-            new_mask = (torch.arange(new, device=ids.device) >= padding.to(ids.device)[:, None]).long()
-        mask = torch.cat([self.mask, new_mask], 1)
-        if padding is not None:
+            mask[:, -new:] = (torch.arange(new, device=ids.device) >= padding.to(ids.device)[:, None]).long()
             # Padding goes first in every row (sliding windows count slots), so the sequences are re-encoded.
             order = torch.sort(mask, dim=1, stable=True).indices
             ids, mask, self.cache = ids.gather(1, order), mask.gather(1, order), None
         old = 0 if self.cache is None else self.ids.shape[1]
         if self.cache is None:
-            self.cache = DynamicCache(config=_unwrapped(self.model).config)
+            self.cache = DynamicCache(config=unwrapped(self.model).config)
         keep = model_kwargs.pop("logits_to_keep", 0)
         if isinstance(keep, torch.Tensor):
             keep = keep + (ids.shape[1] - new)  # positions within the re-encoded sequence
