@@ -24,8 +24,8 @@ from unittest import mock
 import numpy as np
 
 from beliefdrift import metrics
-from beliefdrift.commands.report import load_run, write_report
 from beliefdrift.report.reliability import reliability_figures
+from beliefdrift.report.runs import load_run, write_report
 from beliefdrift.report.tables import RunScores, write_tables
 from beliefdrift.scoring import QualityControl
 from beliefdrift.store import STORE_FILE, ResultRow, RunStore

@@ -30,7 +30,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
 
@@ -41,9 +40,11 @@ def worker(config_path: str, out: str, dtype: str, updates: int, warm_up: bool) 
     """Time `updates` optimizer updates (after one warm-up update if asked) and print a JSON line."""
     import torch
 
-    from beliefdrift.amortize.trainer import SCTrainer, load_train_config
+    from beliefdrift.amortize.trainer import SCTrainer, TrainConfig
+    from beliefdrift.config import load_settings
 
-    config = load_train_config(config_path, {"dtype": dtype, "rollouts": str(Path(out).parent / "rollouts")})
+    config = load_settings(TrainConfig, config_path, {"dtype": dtype,
+                                                      "rollout_dir": str(Path(out).parent / "rollouts")})
     trainer = SCTrainer(config, out)
     plan = trainer.updates
     if warm_up:
@@ -71,15 +72,15 @@ def run(config: str, out: str, dtype: str, updates: int, warm_up: bool, threads:
 def prepare_rollouts(config_path: str, out: str) -> None:
     """Generate the preset's rollouts once (fp32), for the first few questions only."""
     from beliefdrift.amortize.rollouts import generate_rollouts, save_rollouts
-    from beliefdrift.amortize.trainer import load_train_config
+    from beliefdrift.amortize.trainer import TrainConfig
     from beliefdrift.backend import load_model
+    from beliefdrift.config import load_settings
     from beliefdrift.data.registry import load_dataset
 
-    config = load_train_config(config_path)
-    config = replace(config, n=2)
+    config = load_settings(TrainConfig, config_path, {"n": 2})
     lm = load_model(config.model, dtype="float32")
     questions = load_dataset(config.dataset, config.split, config.data_dir, n=config.n, seed=config.seed)
-    groups = generate_rollouts(lm, questions, config.prefix_lengths, config.num_rollouts, config.horizon - 1,
+    groups = generate_rollouts(lm, questions, config.prefix_lengths, config.paths, config.horizon - 1,
                                config.seed, config.template, config.prefix_mode)
     save_rollouts(groups, Path(out) / "rollouts", {"bench": True})
 

@@ -45,10 +45,10 @@ def test_every_command_runs_on_the_gpu(tiny_model_dir: Path, history_template: s
     assert main(["evaluate", *model, *data, *TINY, "--methods", "direct", "ppr", "ppr-seed1", "--bootstrap", "10",
                  "--batch-questions", "2", "--out", str(tmp_path / "evaluate")]) == 0
     assert main(["report", str(tmp_path / "evaluate"), "--bootstrap", "10"]) == 0
-    assert main(["drift", *model, *data, *TINY, "--methods", "ppr,ppr-seed1", "--out", str(tmp_path / "drift")]) == 0
-    assert main(["emd", *model, *data, *TINY, "--methods", "ppr", "--K", "3", "--prefix-lengths", "0,1",
-                 "--burn-in", "1", "--k", "3", "--out", str(tmp_path / "emd")]) == 0
-    assert main(["reasoning", *model[:6], *data, "-R", "2", "-N", "1", "-m", "1", "--tau", "1",
+    assert main(["drift", *model, *data, *TINY, "--methods", "ppr", "ppr-seed1", "--out", str(tmp_path / "drift")]) == 0
+    assert main(["emd", *model, *data, *TINY, "--methods", "ppr", "--horizon", "3", "--prefix-lengths", "0", "1",
+                 "--burn-in", "1", "--lookahead", "3", "--out", str(tmp_path / "emd")]) == 0
+    assert main(["reasoning", *model[:6], *data, "-J", "2", "-N", "1", "-m", "1", "--tau", "1",
                  "--max-new-tokens", "24", "--seed-max-new-tokens", "12", "--out", str(tmp_path / "reasoning")]) == 0
     assert main(["demo", *model, "--n", "2", *TINY, "--emd-questions", "1", "--reasoning-questions", "1",
                  "--out", str(tmp_path / "demo")]) == 0
@@ -57,10 +57,10 @@ def test_every_command_runs_on_the_gpu(tiny_model_dir: Path, history_template: s
 @pytest.mark.parametrize("anchor", [0.0, 1.0])
 def test_train_command_runs_on_the_gpu(tiny_model_dir: Path, history_template: str, tmp_path: Path, anchor: float):
     preset = {"model": str(tiny_model_dir), "template": history_template, "dataset": "demo", "n": 1,
-              "prefix_lengths": [2], "num_rollouts": 8, "micro_batch": 4, "grad_accum": 2, "epochs": 1,
+              "prefix_lengths": [2], "paths": 8, "micro_batch": 4, "grad_accum": 2, "epochs": 1,
               "steps_per_group": 2, "warmup_steps": 0, "eval_n": 0, "device": "cuda", "dtype": "bfloat16"}
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(preset))
     out = tmp_path / "train"
-    assert main(["train", "--config", str(config), "--out", str(out), f"anchor={anchor}"]) == 0
+    assert main(["train", "--config", str(config), "--out", str(out), "--anchor", str(anchor)]) == 0
     assert (out / "adapter").is_dir()

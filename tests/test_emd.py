@@ -140,8 +140,8 @@ def test_record_writer_resumes_and_checks_settings(tmp_path):
 
 def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_path, capsys):
     common = ["--model", str(tiny_model_dir), "--template", short_template, "--dataset", "demo", "--n", "1",
-              "-J", "4", "-N", "4", "--methods", "ppr,ppr-seed2"]
-    emd_args = ["emd", *common, "--K", "3", "--prefix-lengths", "0,1", "--burn-in", "2", "--k", "3",
+              "-J", "4", "-N", "4", "--methods", "ppr", "ppr-seed2"]
+    emd_args = ["emd", *common, "--horizon", "3", "--prefix-lengths", "0", "1", "--burn-in", "2", "--lookahead", "3",
                 "--distance", "kl", "--out", str(tmp_path / "emd")]
     assert main(emd_args) == 0
     out = tmp_path / "emd"
@@ -157,7 +157,7 @@ def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_p
     with RunStore.open(out / STORE_FILE, create=False) as store:
         assert [store.records(q, m) for q, m in store.record_units()] == before
     assert "(2 done)" in capsys.readouterr().out
-    assert main([*emd_args, "--K", "4"]) == 2  # different settings in the same directory
+    assert main([*emd_args, "--horizon", "4"]) == 2  # different settings in the same directory
 
     assert main(["drift", *common, "--plot-questions", "0", "--out", str(tmp_path / "drift")]) == 0
     drift_out = tmp_path / "drift"

@@ -18,11 +18,12 @@ from test_engine import fresh_dist
 
 from beliefdrift.adapters import base_model, load_adapter
 from beliefdrift.backend import load_model
-from beliefdrift.cli import main
+from beliefdrift.cli import build_parser, main
+from beliefdrift.config import settings_from
 from beliefdrift.data import MCQuestion
 from beliefdrift.distributed import Ranks
 from beliefdrift.evaluation import question_rows
-from beliefdrift.evaluation_config import EvalConfig, load_preset, resolve_config
+from beliefdrift.evaluation_config import EvalConfig, resolve_methods
 from beliefdrift.methods import parse_method, run_methods
 from beliefdrift.resampling import direct_tokens, ppr_tokens
 from beliefdrift.scoring import QualityControl, canonical_methods, score_rows
@@ -177,27 +178,30 @@ def test_scoring_excludes_and_counts() -> None:
 # ----------------------------------------------------------------------------------------- configuration
 
 
+def evaluate_config(*argv: str) -> EvalConfig:
+    """The settings `beliefdrift evaluate ARGV` runs with."""
+    args = build_parser().parse_args(["evaluate", *argv])
+    return resolve_methods(settings_from(args, EvalConfig), given="methods" in args.given)
+
+
 def test_config_layers_and_adapter_methods(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert resolve_config({}, {}) == EvalConfig()
+    assert evaluate_config() == resolve_methods(EvalConfig())
     assert canonical_methods(["direct,ppr-seed5", "ppr", "PPR"]) == ("ppr", "ppr-seed5", "direct")
-    preset = {"paths": 16, "steps": 50, "methods": ["direct", "am-ppr-seed1", "ppr"], "n": 10}
-    config = resolve_config(preset, {"steps": 7})
-    assert (config.paths, config.steps, config.n, config.methods) == (16, 7, 10, ("ppr", "direct"))
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("paths: 16\nsteps: 50\nmethods: [direct, am-ppr-seed1, ppr]\nn: 10\n")
+    config = evaluate_config("--config", str(preset), "-N", "7")
+    assert (config.paths, config.steps, config.n, config.methods) == (16, 7, 10, ["ppr", "direct"])
     assert "skipping am-ppr-seed1: no --adapter" in capsys.readouterr().err
-    assert resolve_config(preset, {"adapter": "lora"}).methods == ("ppr", "am-ppr-seed1", "direct")
+    assert evaluate_config("--config", str(preset), "--adapter", "lora").methods == ["ppr", "am-ppr-seed1", "direct"]
     with pytest.raises(ValueError, match="am-ppr-seed1 need --adapter"):
-        resolve_config({}, {"methods": ["am-ppr-seed1"]})
-    with pytest.raises(ValueError, match=r"-N/--steps \(setting steps\) must be at least 1"):
-        resolve_config({}, {"steps": 0})
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("paths: 4\nwarmup: 3\n")
-    with pytest.raises(ValueError, match=r"unknown settings \['warmup'\]"):
-        load_preset(bad)
+        evaluate_config("--methods", "am-ppr-seed1")
+    with pytest.raises(ValueError, match=r"-N/--steps must be at least 1"):
+        evaluate_config("--steps", "0")
 
 
 @pytest.mark.parametrize("name", ["paper.yaml", "cpu-default.yaml"])
 def test_bundled_presets_resolve(name: str) -> None:
-    config = resolve_config(load_preset(REPO / "configs" / name), {"adapter": "lora-dir"})
+    config = evaluate_config("--config", str(REPO / "configs" / name), "--adapter", "lora-dir")
     assert config.methods[0] == "ppr" and config.methods[-1] == "direct"
     assert config.paths >= 8 and config.steps >= 20 and config.qc_path_mass == 0.5
 
@@ -231,7 +235,7 @@ def test_corrupt_store_is_a_clear_error(tiny_model_dir: Path, tmp_path: Path, ca
 # ----------------------------------------------------------------------------------------- resume and sharding
 
 RUN_ARGS = ["--dataset", "demo", "-n", "8", "-J", "3", "-N", "4", "--qc-path-mass", "0", "--bootstrap", "50"]
-RUN_ROWS = 8 * len(EvalConfig.methods)
+RUN_ROWS = 8 * len(EvalConfig().methods)
 
 
 def subprocess_env() -> dict[str, str]:
@@ -285,7 +289,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tiny_model_dir: Path, tmp
         process.kill()
         process.wait()
     interrupted = len(stored_keys(tmp_path))
-    assert 2 * RUN_ROWS // 8 <= interrupted < RUN_ROWS and interrupted % len(EvalConfig.methods) == 0
+    assert 2 * RUN_ROWS // 8 <= interrupted < RUN_ROWS and interrupted % len(EvalConfig().methods) == 0
     assert not (tmp_path / "tables.md").exists()
 
     evaluate_in_process(tiny_model_dir, tmp_path)  # the same command again, run to completion

@@ -139,8 +139,9 @@ def test_old_records_are_refused_clearly():
 
 def test_emd_command_prints_and_stores_the_floor(tiny_model_dir, short_template, tmp_path, capsys):
     args = ["emd", "--model", str(tiny_model_dir), "--template", short_template, "--dataset", "demo", "--n", "1",
-            "-J", "4", "-N", "4", "--methods", "ppr,ppr-seed1", "--K", "3", "--prefix-lengths", "0,1",
-            "--burn-in", "1", "--k", "3", "--distance", "l1,kl", "--exact-budget", "0", "--out", str(tmp_path)]
+            "-J", "4", "-N", "4", "--methods", "ppr", "ppr-seed1", "--horizon", "3", "--prefix-lengths", "0", "1",
+            "--burn-in", "1", "--lookahead", "3", "--distance", "l1", "kl", "--exact-budget", "0",
+            "--out", str(tmp_path)]
     summary = tmp_path / "summary.json"
     assert main([*args, "--noise-floor-replicates", "0"]) == 0
     off, before = capsys.readouterr().out, json.loads(summary.read_text())

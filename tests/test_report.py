@@ -260,8 +260,8 @@ def test_report_writes_pdfs_on_request(tmp_path: Path, capsys: pytest.CaptureFix
     write_store(tmp_path, "csqa", synthetic_rows())
     assert main(["report", str(tmp_path), "--bootstrap", "20"]) == 0
     assert [p.name for p in tmp_path.glob("reliability-*")] and not list(tmp_path.glob("*.pdf"))
-    assert main(["report", str(tmp_path), "--bootstrap", "20", "--figure-formats", "png,pdf"]) == 0
+    assert main(["report", str(tmp_path), "--bootstrap", "20", "--figure-formats", "png", "pdf"]) == 0
     pdfs = {p.name for p in tmp_path.glob("reliability-*.pdf")}
     assert pdfs == {f"reliability-csqa-{m}.pdf" for m in ("am-ppr-seed1", "direct", "ppr", "ppr-seed5")}
-    assert main(["report", str(tmp_path), "--figure-formats", "png,jpg"]) == 2
-    assert "'png,jpg': give png and/or pdf" in capsys.readouterr().err
+    assert main(["report", str(tmp_path), "--figure-formats", "png", "jpg"]) == 2
+    assert "--figure-formats: invalid choice: 'jpg' (choose from 'png', 'pdf')" in capsys.readouterr().err

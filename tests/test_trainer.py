@@ -33,8 +33,9 @@ from beliefdrift.amortize.rollouts import (
     sample_rollouts,
     save_rollouts,
 )
-from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, load_train_config, plan_updates
+from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, plan_updates
 from beliefdrift.backend import load_model
+from beliefdrift.config import load_settings
 from beliefdrift.diagnostics.emd import kstep_drift
 from beliefdrift.diagnostics.kstep import kstep_exact
 from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens, sample_answers
@@ -52,8 +53,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def tiny_config(model_dir: Path, template: str, **changes: object) -> TrainConfig:
-    base = TrainConfig(model=str(model_dir), template=template, dataset="demo", n=1, prefix_lengths=(2,),
-                       num_rollouts=8, micro_batch=4, grad_accum=2, epochs=1, steps_per_group=6, warmup_steps=0,
+    base = TrainConfig(model=str(model_dir), template=template, dataset="demo", n=1, prefix_lengths=[2],
+                       paths=8, micro_batch=4, grad_accum=2, epochs=1, steps_per_group=6, warmup_steps=0,
                        learning_rate=1e-2, eval_n=0, save_steps=100)
     return replace(base, **changes)
 
@@ -111,7 +112,7 @@ def test_anchor_needs_rollouts_with_final_thetas(tiny_model_dir, template, tmp_p
     groups, settings = load_rollouts(tmp_path / "run" / "rollouts")
     save_rollouts([replace(g, final_thetas=None) for g in groups], tmp_path / "old", settings)
     with pytest.raises(ValueError, match="final θ"):
-        SCTrainer(tiny_config(tiny_model_dir, template, anchor=1.0, rollouts=str(tmp_path / "old")), tmp_path / "b")
+        SCTrainer(tiny_config(tiny_model_dir, template, anchor=1.0, rollout_dir=str(tmp_path / "old")), tmp_path / "b")
     assert trainer.groups[0].forecast is not None
 
 
@@ -190,7 +191,7 @@ def test_gradient_caching_gives_the_one_graph_gradient(tiny_model_dir, template,
 
 
 def test_gradient_caching_memory_does_not_grow_with_the_paths(tiny_model_dir, template, tmp_path):
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template, num_rollouts=16), tmp_path)
+    trainer = SCTrainer(tiny_config(tiny_model_dir, template, paths=16), tmp_path)
     rollouts = trainer.groups[0].rollouts
     peaks = {}
     for caching in (False, True):
@@ -299,7 +300,7 @@ def test_update_rollouts_offline_subset_and_on_policy(tiny_model_dir, template, 
     stored = {tuple(r) for r in group.rollouts[:, :3].tolist()}
     assert all(tuple(r) in stored for r in subset.tolist()), "offline updates use stored base-model rollouts"
 
-    config = tiny_config(tiny_model_dir, template, mode="on-policy", rollouts=str(tmp_path / "offline" / "rollouts"))
+    config = tiny_config(tiny_model_dir, template, mode="on-policy", rollout_dir=str(tmp_path / "offline" / "rollouts"))
     trainer = SCTrainer(config, tmp_path / "on-policy")
     with torch.no_grad():  # move the adapter away from the base model, so "current model" is observable
         for name, p in trainer.peft_model.named_parameters():
@@ -343,8 +344,8 @@ def test_short_training_run_lowers_sc_loss_and_emd_on_its_group(tiny_model_dir, 
 
 
 def test_validation_reports_emd_and_the_confidence_that_exposes_collapse(tiny_model_dir, template, tmp_path):
-    config = tiny_config(tiny_model_dir, template, eval_n=2, eval_horizon=3, eval_prefix_lengths=(0,),
-                         eval_num_rollouts=4)
+    config = tiny_config(tiny_model_dir, template, eval_n=2, eval_horizon=3, eval_prefix_lengths=[0],
+                         eval_paths=4)
     trainer = SCTrainer(config, tmp_path)
     questions = trainer.validation_questions()
     result = trainer.validate(questions)
@@ -355,13 +356,14 @@ def test_validation_reports_emd_and_the_confidence_that_exposes_collapse(tiny_mo
 
 # ---------------------------------------------------------------------------------------- CLI, resume
 
-CLI_SETTINGS = ["dataset=demo", "n=1", "prefix_lengths=[0]", "num_rollouts=4", "micro_batch=2", "grad_accum=2",
-                "epochs=1", "steps_per_group=8", "warmup_steps=2", "learning_rate=1e-2", "save_steps=1", "eval_n=0"]
+CLI_SETTINGS = ["--dataset", "demo", "-n", "1", "--prefix-lengths", "0", "--paths", "4", "--micro-batch", "2",
+                "--grad-accum", "2", "--epochs", "1", "--steps-per-group", "8", "--warmup-steps", "2",
+                "--learning-rate", "1e-2", "--save-steps", "1", "--eval-n", "0"]
 
 
 def train_command(out: Path, model_dir: Path, template: str) -> list[str]:
-    return [sys.executable, "-m", "beliefdrift", "train", "--out", str(out), f"model={model_dir}",
-            f"template={template}", *CLI_SETTINGS]
+    return [sys.executable, "-m", "beliefdrift", "train", "--out", str(out), "--model", str(model_dir),
+            "--template", template, *CLI_SETTINGS]
 
 
 def cli_env() -> dict[str, str]:
@@ -427,33 +429,34 @@ def test_saved_adapter_loads_with_peft_and_load_adapter(reference_run, tiny_mode
 
 
 def test_resume_refuses_changed_settings(reference_run, tiny_model_dir, template):
-    command = [*train_command(reference_run, tiny_model_dir, template), "learning_rate=0.5"]
+    command = [*train_command(reference_run, tiny_model_dir, template), "--learning-rate", "0.5"]
     result = subprocess.run(command, env=cli_env(), capture_output=True, text=True)
-    assert result.returncode == 2 and "other settings (learning_rate)" in result.stderr
+    assert result.returncode == 2 and "learning_rate: stored 0.01, requested 0.5" in result.stderr
 
 
 def test_presets_and_overrides():
     for preset in sorted((ROOT / "configs").glob("train-*.yaml")):
-        assert isinstance(load_train_config(preset), TrainConfig)
-    llama = load_train_config(ROOT / "configs" / "train-paper-llama.yaml")
-    olmo = load_train_config(ROOT / "configs" / "train-paper-olmo.yaml")
-    assert (llama.learning_rate, llama.n, llama.prefix_lengths, llama.steps_per_group) == (2e-6, 20, (0, 2, 4, 6, 8), 1)
-    assert (olmo.learning_rate, olmo.n, olmo.prefix_lengths, olmo.steps_per_group) == (1e-4, 12, (0, 2), 4)
+        assert isinstance(load_settings(TrainConfig, preset), TrainConfig)
+    llama = load_settings(TrainConfig, ROOT / "configs" / "train-paper-llama.yaml")
+    olmo = load_settings(TrainConfig, ROOT / "configs" / "train-paper-olmo.yaml")
+    assert (llama.learning_rate, llama.n, llama.prefix_lengths, llama.steps_per_group) == (2e-6, 20, [0, 2, 4, 6, 8], 1)
+    assert (olmo.learning_rate, olmo.n, olmo.prefix_lengths, olmo.steps_per_group) == (1e-4, 12, [0, 2], 4)
     for config in (llama, olmo):
         lora = (config.lora_r, config.lora_alpha, config.lora_dropout, config.target_modules)
-        assert lora == (16, 8, 0.05, "all-linear") and (config.beta, config.clip) == (0.01, 5)
+        assert lora == (16, 8, 0.05, ["all-linear"]) and (config.beta, config.clip) == (0.01, 5)
     for name in ("train-paper-llama.yaml", "train-paper-olmo.yaml"):  # the two readings the paper leaves open
         preset = yaml.safe_load((ROOT / "configs" / name).read_text())
         assert (preset["max_grad_norm"], preset["predictive_scope"]) == (1.0, "update"), name
     assert (TrainConfig().max_grad_norm, TrainConfig().predictive_scope) == (1.0, "update")
-    with pytest.raises(ValueError, match="predictive_scope"):
-        load_train_config(None, {"predictive_scope": "batch"})
-    config = load_train_config(None, {"learning_rate": "3e-4", "prefix_lengths": [0, 2], "max_grad_norm": None})
-    assert config.learning_rate == 3e-4 and config.prefix_lengths == (0, 2) and config.max_grad_norm is None
-    with pytest.raises(ValueError, match="unknown training settings"):
-        load_train_config(None, {"lr": 1})
-    with pytest.raises(ValueError, match="exceeds num_rollouts"):
-        load_train_config(None, {"micro_batch": 16, "grad_accum": 4, "num_rollouts": 32})
+    with pytest.raises(ValueError, match="predictive_scope: expected one of update, micro_batch"):
+        load_settings(TrainConfig, None, {"predictive_scope": "batch"})
+    config = load_settings(TrainConfig, None, {"learning_rate": "3e-4", "prefix_lengths": [0, 2],
+                                               "max_grad_norm": None})
+    assert config.learning_rate == 3e-4 and config.prefix_lengths == [0, 2] and config.max_grad_norm is None
+    with pytest.raises(ValueError, match=r"unknown settings \['lr'\]"):
+        load_settings(TrainConfig, None, {"lr": 1})
+    with pytest.raises(ValueError, match="exceeds paths"):
+        load_settings(TrainConfig, None, {"micro_batch": 16, "grad_accum": 4, "paths": 32})
 
 
 # ---------------------------------------------------------------------------------------- two processes
@@ -475,7 +478,7 @@ def test_two_process_training_keeps_ranks_in_sync(tiny_model_dir, template, tmp_
 
 def _two_process_worker(out: Path, model_dir: Path, template: str) -> None:
     """Two updates per rank, one group each; then compare every rank's LoRA weights."""
-    config = tiny_config(model_dir, template, n=2, prefix_lengths=(0,), steps_per_group=2, num_rollouts=4,
+    config = tiny_config(model_dir, template, n=2, prefix_lengths=[0], steps_per_group=2, paths=4,
                          micro_batch=2, grad_accum=2, save_steps=1)
     trainer = SCTrainer(config, out)
     trainer.train()

@@ -15,7 +15,8 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
 - metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier`,
   `bootstrap_ci`;
 - evaluation runs: `EvalConfig`, `evaluate` (a resumable run store), `score_rows`, `QualityControl`;
-- SC fine-tuning (AM-PPR): `TrainConfig`, `SCTrainer`.
+- SC fine-tuning (AM-PPR): `TrainConfig`, `SCTrainer`;
+- settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Each public name and the module that defines it.
 _EXPORTS = {
@@ -56,6 +57,8 @@ _EXPORTS = {
     "QualityControl": "beliefdrift.scoring",
     "TrainConfig": "beliefdrift.amortize.trainer",
     "SCTrainer": "beliefdrift.amortize.trainer",
+    "load_settings": "beliefdrift.config",
+    "run_identity": "beliefdrift.identity",
 }
 
 __all__ = ["__version__", *_EXPORTS]

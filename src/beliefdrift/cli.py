@@ -11,11 +11,10 @@ import importlib
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn
 
 import torch
 
-from beliefdrift.errors import UserError
+from beliefdrift.config import CommandParser
 from beliefdrift.store import STORE_FILE, RunStore, StoreError
 
 COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning", "train", "paper"]
@@ -29,17 +28,10 @@ MEMORY_SETTINGS = {
 }
 
 
-class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (the usage is left to --help)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UserError(f"{message} (see {self.prog} --help)")
-
-
-def build_parser() -> Parser:
-    parser = Parser(prog="beliefdrift", description=__doc__.split("\n")[0])
+def build_parser() -> CommandParser:
+    parser = CommandParser(prog="beliefdrift", description=__doc__.split("\n")[0])
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     for name in COMMANDS:
         importlib.import_module(f"beliefdrift.commands.{name}").add_parser(subparsers)
         subparsers.choices[name].add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -49,7 +41,7 @@ def build_parser() -> Parser:
 
 def interrupted(args: argparse.Namespace) -> str:
     """One line for Ctrl-C: what the output directory holds and how to resume."""
-    if args.command not in RESUMABLE:
+    if args.command not in RESUMABLE or not hasattr(args, "out"):
         return "interrupted"
     path = Path(args.out) / STORE_FILE
     stored = ""
@@ -69,7 +61,9 @@ def out_of_memory(command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = argparse.Namespace(command=None, debug=False)
+    given = sys.argv[1:] if argv is None else argv
+    # until the arguments are parsed, the command is the first word that names one (for error messages)
+    args = argparse.Namespace(command=next((word for word in given if word in COMMANDS), None), debug=False)
     try:
         args = parser.parse_args(argv)
         return args.func(args) or 0

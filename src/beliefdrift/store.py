@@ -148,6 +148,20 @@ def config_differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) 
     }
 
 
+def identity_mismatch(where: str, stored: Mapping[str, Any], requested: Mapping[str, Any]) -> StoreError | None:
+    """The error for resuming `where` (a run made with the `stored` identity) with the `requested` one, naming each
+    differing setting; None when they agree."""
+    diff = config_differences(stored, requested)
+    if len(diff) > 1:  # the hash differs with any other key: name those
+        diff.pop("sha256", None)
+    if not diff:
+        return None
+    details = "; ".join(f"{key}: stored {old!r}, requested {new!r}{KEY_HINTS.get(key, '')}"
+                        for key, (old, new) in diff.items())
+    return StoreError(f"{where} holds a run with a different configuration ({details}); re-run with the stored "
+                      "settings to resume it, or choose another --out directory")
+
+
 def writable(path: Path) -> bool:
     """Whether this process may write to `path` (False on read-only files, directories and mounts)."""
     return os.access(path, os.W_OK)
@@ -268,12 +282,9 @@ class RunStore:
                 self._db.executemany("INSERT INTO config (key, value) VALUES (?, ?)",
                                      [(key, json.dumps(value)) for key, value in requested.items()])
                 return
-        diff = config_differences(stored, requested)
-        if diff:
-            details = "; ".join(f"{key}: stored {old!r}, requested {new!r}{KEY_HINTS.get(key, '')}"
-                                for key, (old, new) in diff.items())
-            raise StoreError(f"{self.path} holds a run with a different configuration ({details}); "
-                             "re-run with the stored settings to resume it, or choose another --out directory")
+        mismatch = identity_mismatch(str(self.path), stored, requested)
+        if mismatch:
+            raise mismatch
 
     # ---------------------------------------------------------------------------------------- results
 

@@ -23,7 +23,7 @@ from beliefdrift.amortize.rollouts import (
     sample_rollouts,
     save_rollouts,
 )
-from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, load_train_config, plan_updates
+from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, plan_updates
 
 __all__ = [
     "PrefixState",
@@ -42,7 +42,6 @@ __all__ = [
     "group_id",
     "horizon_pairs",
     "load_rollouts",
-    "load_train_config",
     "log_predictive",
     "plan_updates",
     "rollout_conditionals",

@@ -23,10 +23,7 @@ import random
 import re
 import shutil
 import sys
-import types
-import typing
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -45,155 +42,100 @@ from beliefdrift.amortize.rollouts import (
     sample_rollouts,
     save_rollouts,
 )
-from beliefdrift.backend import DEFAULT_MODEL, AnswerTokens, LanguageModel, load_model
+from beliefdrift.backend import AnswerTokens, LanguageModel, load_model
 from beliefdrift.backend.shared_prefix import enable_shared_prefix
+from beliefdrift.config import DataOptions, ModelOptions, SamplingOptions, as_mapping, option, out_option, retuned
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, question_emd
-from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
+from beliefdrift.errors import UserError
+from beliefdrift.files import write_atomic
+from beliefdrift.identity import pin_identity, run_identity
+from beliefdrift.prompts import load_template
 from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
 
 MODES = ("offline", "on-policy")
+#: The settings that determine a generated rollout dataset.
+ROLLOUT_SETTINGS = ("model", "dtype", "device", "template", "template_ending", "dataset", "split", "n", "seed",
+                    "prefix_lengths", "prefix_mode", "paths", "horizon")
 PREDICTIVE_SCOPES = ("update", "micro_batch")
-# Settings that do not change the trained adapter: a run may resume with different values.
-OPERATIONAL = ("save_steps", "save_total_limit", "eval_steps", "eval_n", "eval_dataset", "eval_split", "eval_horizon",
-               "eval_prefix_lengths", "eval_num_rollouts")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Every setting of an SC fine-tuning run (YAML presets in configs/train-*.yaml; paper values in DESIGN §10)."""
+class TrainConfig(ModelOptions, DataOptions):
+    """Every setting of an SC fine-tuning run (YAML presets in configs/train-*.yaml; paper values in DESIGN §10).
+    The operational ones (checkpoints, validation, output) may change when a run resumes."""
 
-    # model
-    model: str = DEFAULT_MODEL
-    dtype: str = "auto"
-    device: str = "cpu"
-    attn_implementation: str = "auto"  # for the forward passes the engine does not own (prefills)
-    template: str = DEFAULT_PPR_TEMPLATE
-    template_ending: str = DEFAULT_TEMPLATE_ENDING  # prompts.TEMPLATE_ENDINGS
+    _argument_group_name = "training"
+
     # training queries and their rollout groups
-    dataset: str = "csqa"
-    split: str | None = "train"
-    n: int | None = 20  # training questions; groups = questions × prefix lengths
-    data_dir: str | None = None
-    seed: int = 0
-    prefix_lengths: tuple[int, ...] = (0, 2, 4, 6, 8)  # 𝒩
-    prefix_mode: str = "sample"  # sample | top (see amortize/rollouts.py)
-    num_rollouts: int = 32  # J stored per group
-    horizon: int = 6  # K: k1 < k2 ≤ K, rollouts of depth K − 1
-    mode: str = "offline"  # offline (stored base-model rollouts) | on-policy (fresh rollouts every update)
-    rollouts: str | None = None  # an existing rollout dataset; default: generated into <out>/rollouts
+    dataset: str = retuned(DataOptions, "dataset", "csqa")
+    split: str | None = retuned(DataOptions, "split", "train")
+    n: int | None = retuned(DataOptions, "n", 20, "training questions; groups = questions × prefix lengths")
+    seed: int = retuned(SamplingOptions, "seed", 0, "run seed (rollouts, update order, LoRA initialisation)")
+    prefix_lengths: list[int] = option([0, 2, 4, 6, 8], "prefix lengths 𝒩 of the training groups", minimum=0)
+    prefix_mode: str = option("sample", "prefixes sampled from the base model's PPR process, or its top ones",
+                              choices=PREFIX_MODES)
+    paths: int = retuned(SamplingOptions, "paths", 32, "rollouts stored per group (J)")
+    horizon: int = option(6, "K: k1 < k2 ≤ K, rollouts of depth K − 1", "-K", minimum=2)
+    mode: str = option("offline", "offline: stored base-model rollouts (the paper's); on-policy: fresh rollouts "
+                                  "every update", choices=MODES)
+    rollout_dir: str | None = option(None, "an existing rollout dataset (unset: generated into OUT/rollouts)")
     # loss
-    beta: float = 0.01
-    clip: float = 5.0
-    anchor: float = 0.0  # λ of KL(base K-step forecast ‖ θ_0) (ours, see amortize/loss.py; 0 = the paper's loss)
-    format_weight: float = 0.0  # γ of −log label mass (ours, see amortize/loss.py; 0 = the paper's loss)
-    predictive_scope: str = "update"  # p̂^(k) averages the paths of the update (on this process) | of each micro_batch
+    beta: float = option(0.01, "weight β of the policy-gradient correction")
+    clip: float = option(5.0, "advantage clamp")
+    anchor: float = option(0.0, "λ of KL(base K-step forecast ‖ θ_0) (ours, see amortize/loss.py; 0: the paper's "
+                                "loss)", minimum=0)
+    format_weight: float = option(0.0, "γ of −log label mass (ours, see amortize/loss.py; 0: the paper's loss)",
+                                  minimum=0)
+    predictive_scope: str = option("update", "p̂^(k) averages the paths of the update (on this process) or of each "
+                                             "micro-batch", choices=PREDICTIVE_SCOPES)
     # LoRA
-    lora_r: int = 16
-    lora_alpha: int = 8
-    lora_dropout: float = 0.05
-    target_modules: str | tuple[str, ...] = "all-linear"
+    lora_r: int = option(16, "LoRA rank", minimum=1)
+    lora_alpha: int = option(8, "LoRA alpha")
+    lora_dropout: float = option(0.05, "LoRA dropout")
+    target_modules: list[str] = option(["all-linear"], "modules given LoRA adapters (peft's names)")
     # optimization
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    warmup_steps: int = 5
-    max_grad_norm: float | None = 1.0  # clip the update's gradient norm to this (0 or None: no clipping)
-    micro_batch: int = 8  # paths per forward chunk
-    grad_accum: int = 4  # chunks per update: micro_batch × grad_accum paths per update (per process)
-    gradient_caching: bool = True  # back-propagate chunk by chunk (memory of one chunk; the same gradient)
-    gradient_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
-    epochs: int = 2
-    steps_per_group: int = 1  # U
-    max_steps: int | None = None  # stop after this many updates (the schedule then spans them)
-    mixed_precision: str = "no"  # no | bf16 | fp16 (accelerate autocast)
-    # checkpoints, validation
-    save_steps: int = 10
-    save_total_limit: int = 2
-    eval_steps: int = 0  # validation EMD‾ every this many updates (0: before training and at the end only)
-    eval_dataset: str | None = None  # default: the training dataset and split, questions not trained on
-    eval_split: str | None = None
-    eval_n: int = 4
-    eval_horizon: int = 4
-    eval_prefix_lengths: tuple[int, ...] = (0, 2)
-    eval_num_rollouts: int = 16
+    learning_rate: float = option(1e-4, "AdamW learning rate")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    warmup_steps: int = option(5, "linear warm-up updates of the cosine schedule", minimum=0)
+    max_grad_norm: float | None = option(1.0, "clip each update's gradient norm to this (0 or null: no clipping)",
+                                         minimum=0)
+    micro_batch: int = option(8, "paths per forward pass", minimum=1)
+    grad_accum: int = option(4, "forward chunks per update: micro_batch × grad_accum paths per update (per "
+                                "process)", minimum=1)
+    gradient_caching: bool = option(True, "back-propagate chunk by chunk (the memory of one chunk, the same "
+                                          "gradient)")
+    gradient_checkpointing: bool = option(False, "recompute each decoder layer's activations in the backward pass")
+    epochs: int = option(2, "passes over the groups", minimum=1)
+    steps_per_group: int = option(1, "updates per group in a row (U)", minimum=1)
+    max_steps: int | None = option(None, "stop after this many updates (the schedule then spans them)", minimum=1)
+    mixed_precision: str = option("no", "accelerate autocast", choices=("no", "bf16", "fp16"))
+    # checkpoints, validation: may change when a run resumes
+    save_steps: int = option(10, "checkpoint every this many updates", operational=True, minimum=1)
+    save_total_limit: int = option(2, "checkpoints kept", operational=True, minimum=1)
+    eval_steps: int = option(0, "validation EMD‾ every this many updates (0: before training and at the end only)",
+                             operational=True, minimum=0)
+    eval_dataset: str | None = option(None, "validation dataset (default: the training dataset and split, questions "
+                                            "not trained on)", operational=True)
+    eval_split: str | None = option(None, "validation split", operational=True)
+    eval_n: int = option(4, "validation questions", operational=True, minimum=0)
+    eval_horizon: int = option(4, "K of the validation EMD‾", operational=True, minimum=2)
+    eval_prefix_lengths: list[int] = option([0, 2], "prefix lengths of the validation EMD‾", operational=True,
+                                            minimum=0)
+    eval_paths: int = option(16, "Monte Carlo paths of the validation EMD‾", operational=True, minimum=1)
+    out: Path = out_option("beliefdrift-out/train")
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.mode not in MODES:
-            problems.append(f"mode must be one of {MODES}")
-        if self.prefix_mode not in PREFIX_MODES:
-            problems.append(f"prefix_mode must be one of {PREFIX_MODES}")
-        if self.horizon < 2:
-            problems.append("horizon must be at least 2")
-        if self.predictive_scope not in PREDICTIVE_SCOPES:
-            problems.append(f"predictive_scope must be one of {PREDICTIVE_SCOPES}")
-        if self.anchor < 0 or self.format_weight < 0 or (self.max_grad_norm or 0) < 0:
-            problems.append("anchor, format_weight and max_grad_norm must be non-negative")
-        if self.paths_per_update > self.num_rollouts:
-            problems.append(f"micro_batch × grad_accum = {self.paths_per_update} exceeds num_rollouts = "
-                            f"{self.num_rollouts}")
-        if min(self.micro_batch, self.grad_accum, self.epochs, self.steps_per_group, self.save_steps) < 1:
-            problems.append("micro_batch, grad_accum, epochs, steps_per_group and save_steps must be ≥ 1")
-        if min(self.prefix_lengths, default=0) < 0 or not self.prefix_lengths:
-            problems.append("prefix_lengths must be non-negative and not empty")
-        if problems:
-            raise ValueError("invalid training settings: " + "; ".join(problems))
+        super().__post_init__()
+        if self.paths_per_update > self.paths:
+            raise UserError(f"micro_batch × grad_accum = {self.paths_per_update} exceeds paths = {self.paths}")
+        if not self.prefix_lengths:
+            raise UserError("--prefix-lengths must name at least one prefix length")
 
     @property
     def paths_per_update(self) -> int:
         return self.micro_batch * self.grad_accum
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
-        """A config from YAML-style values (unknown keys are an error; "1e-4" and lists are coerced)."""
-        hints = typing.get_type_hints(cls)
-        unknown = sorted(set(values) - set(hints))
-        if unknown:
-            raise ValueError(f"unknown training settings {unknown}; known: {', '.join(hints)}")
-        return cls(**{key: _coerce(key, hints[key], value) for key, value in values.items()})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
-
-
-def _coerce(key: str, hint: Any, value: Any) -> Any:
-    """`value` as the field type `hint` (int, float, str, bool, tuple[...], optional unions of those)."""
-    if value is None:
-        return None
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    for option in [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]:
-        kind = typing.get_origin(option) or option
-        if kind is tuple and isinstance(value, (list, tuple)):
-            item = typing.get_args(option)[0]
-            return tuple(_coerce(key, item, v) for v in value)
-        if kind is bool and isinstance(value, bool):
-            return value
-        if kind in (int, float) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                continue
-            if kind is float:
-                return number
-            if number.is_integer():
-                return int(number)
-        if kind is str and isinstance(value, str):
-            return value
-    raise ValueError(f"setting {key}: cannot read {value!r} as {hint}")
-
-
-def load_train_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    """Built-in defaults, overridden by a YAML preset, overridden by `overrides`."""
-    preset: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"--config {path}: no such file")
-        preset = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(preset, dict):
-            raise ValueError(f"--config {path}: expected a mapping of settings")
-    return TrainConfig.from_dict({**preset, **(overrides or {})})
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
@@ -261,7 +203,7 @@ class SCTrainer:
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(base.model)
         torch.manual_seed(config.seed)  # LoRA initialisation
-        target = config.target_modules if isinstance(config.target_modules, str) else list(config.target_modules)
+        target = "all-linear" if config.target_modules == ["all-linear"] else list(config.target_modules)
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                           target_modules=target, task_type="CAUSAL_LM")
         peft_model = get_peft_model(base.model, lora)
@@ -278,15 +220,15 @@ class SCTrainer:
     # -------------------------------------------------------------------------------------------- data
 
     def _rollout_groups(self, lm: LanguageModel) -> list[RolloutGroup]:
-        """The stored groups (`config.rollouts`), else those in `out/rollouts`, generated there first if missing."""
+        """The stored groups (`config.rollout_dir`), else those in `out/rollouts`, generated there first if missing."""
         config = self.config
-        directory = Path(config.rollouts) if config.rollouts else self.out / "rollouts"
-        if not config.rollouts and not directory.exists():
+        directory = Path(config.rollout_dir) if config.rollout_dir else self.out / "rollouts"
+        if not config.rollout_dir and not directory.exists():
             if self.is_main:
                 questions = self.training_questions()
                 print(f"sampling rollouts: {len(questions)} questions × {len(config.prefix_lengths)} prefixes, "
-                      f"J={config.num_rollouts}, depth {config.horizon - 1}", file=sys.stderr, flush=True)
-                groups = generate_rollouts(lm, questions, config.prefix_lengths, config.num_rollouts,
+                      f"J={config.paths}, depth {config.horizon - 1}", file=sys.stderr, flush=True)
+                groups = generate_rollouts(lm, questions, config.prefix_lengths, config.paths,
                                            config.horizon - 1, config.seed, config.template, config.prefix_mode,
                                            config.template_ending)
                 save_rollouts(groups, directory, self.rollout_settings())
@@ -299,19 +241,18 @@ class SCTrainer:
                              f"{config.horizon} with {config.paths_per_update} paths per update")
         if config.anchor and any(g.forecast is None for g in groups):
             raise ValueError(f"{directory}: the anchor term needs the base model's final θ of every rollout, which "
-                             "this dataset does not keep; generate a new one (leave `rollouts` unset)")
+                             "this dataset does not keep; generate a new one (leave --rollout-dir unset)")
         if config.anchor and depth != config.horizon - 1:
             raise ValueError(f"{directory}: the anchor's forecast is over {depth + 1} steps, the loss's horizon is "
                              f"{config.horizon}; generate rollouts of depth {config.horizon - 1}")
         return groups
 
     def rollout_settings(self) -> dict[str, Any]:
-        """The settings that determine a generated rollout dataset (stored in its meta.json)."""
+        """The identity of a generated rollout dataset (stored in its meta.json)."""
         c = self.config
-        keys = ("model", "dtype", "template", "dataset", "split", "n", "seed", "prefix_lengths", "prefix_mode",
-                "num_rollouts")
-        ending = {"template_ending": c.template_ending} if c.template_ending != DEFAULT_TEMPLATE_ENDING else {}
-        return {**{k: getattr(c, k) for k in keys}, **ending, "depth": c.horizon - 1}
+        return run_identity("rollouts", c, self.training_questions(), template=load_template(c.template,
+                                                                                            c.template_ending),
+                            only=ROLLOUT_SETTINGS)
 
     def training_questions(self) -> list[MCQuestion]:
         c = self.config
@@ -402,7 +343,7 @@ class SCTrainer:
         mean confidence max_a p^(1)(a) at the evaluated prefixes: a low EMD‾ with confidence → 1 is the SC loss's
         degenerate minimum (θ collapsed onto one label), not coherence."""
         c = self.config
-        emd = EMDConfig(horizon=c.eval_horizon, prefix_lengths=c.eval_prefix_lengths, num_rollouts=c.eval_num_rollouts,
+        emd = EMDConfig(horizon=c.eval_horizon, prefix_lengths=tuple(c.eval_prefix_lengths), num_rollouts=c.eval_paths,
                         burn_in=0, k=2)
         self.peft_model.eval()
         lm = self.current_lm()
@@ -465,17 +406,14 @@ class SCTrainer:
         return json.loads((directory / "state.json").read_text())["step"]
 
     def _check_config(self) -> None:
-        """Record the run's settings in `out/config.yaml`; refuse to resume a run made with other settings."""
-        path = self.out / "config.yaml"
-        mine = self.config.to_dict()
-        if path.is_file():
-            theirs = {**TrainConfig().to_dict(), **(yaml.safe_load(path.read_text()) or {})}  # keys added since
-            changed = sorted(k for k in mine if k not in OPERATIONAL and theirs.get(k) != mine[k])
-            if changed:
-                raise ValueError(f"{self.out} holds a run with other settings ({', '.join(changed)}); "
-                                 "use a new --out directory")
+        """Pin the run identity in `out/identity.json` (the questions are the trained groups'); refuse to resume a
+        run made with other settings. `out/config.yaml` records every setting of the latest start."""
+        c = self.config
+        questions = list({g.question.id: g.question for g in self.groups}.values())
+        identity = run_identity("train", c, questions, template=load_template(c.template, c.template_ending))
+        pin_identity(self.out / "identity.json", identity, write=self.is_main)
         if self.is_main:
-            path.write_text(yaml.safe_dump(mine, sort_keys=False))
+            write_atomic(self.out / "config.yaml", yaml.safe_dump(dict(as_mapping(c)), sort_keys=False))
 
     # -------------------------------------------------------------------------------------------- loop
 

@@ -9,17 +9,22 @@ trajectories in embedding space on a few more.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from beliefdrift.commands.common import (
-    add_model_args,
-    add_output_args,
-    add_sampling_args,
-    add_template_ending_arg,
-    model_from_args,
+from beliefdrift.commands.common import load_language_model
+from beliefdrift.config import (
+    DataOptions,
+    ModelOptions,
+    SamplingOptions,
+    add_command,
+    option,
+    out_option,
+    retuned,
+    settings_from,
 )
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, emd_summary
@@ -36,17 +41,21 @@ EMD_METHODS = ("ppr", "ppr-seed5")
 DEMO_EMD = EMDConfig(horizon=4, prefix_lengths=(0, 2), top_k=3, num_rollouts=8, burn_in=4, k=4)
 
 
+@dataclass(frozen=True)
+class DemoConfig(ModelOptions, SamplingOptions):
+    """The settings of `beliefdrift demo` (the bundled demo questions)."""
+
+    _argument_group_name = "demo"
+
+    n: int | None = retuned(DataOptions, "n", 20, "number of demo questions (0: all 52)")
+    emd_questions: int = option(2, "questions in the EMD section (0: skip)", minimum=0)
+    reasoning_questions: int = option(3, "questions in the chain-of-thought section (0: skip)", minimum=0)
+    plot_question: str | None = option(None, "question id for the drift figure (default: the first)")
+    out: Path = out_option("beliefdrift-out/demo")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="run the paper's methods on the bundled demo set", description=__doc__)
-    add_model_args(parser)
-    add_template_ending_arg(parser)
-    add_sampling_args(parser, paths=8, steps=20)
-    add_output_args(parser, "beliefdrift-out/demo")
-    parser.add_argument("--n", type=int, default=20, help="number of demo questions (0 = all 52)")
-    parser.add_argument("--emd-questions", type=int, default=2, help="questions in the EMD section (0 = skip)")
-    parser.add_argument("--reasoning-questions", type=int, default=3,
-                        help="questions in the chain-of-thought section (0 = skip)")
-    parser.add_argument("--plot-question", default=None, help="question id for the drift figure (default: first)")
+    parser = add_command(subparsers, "demo", DemoConfig, "run the paper's methods on the bundled demo set", __doc__)
     parser.set_defaults(func=run)
 
 
@@ -63,16 +72,17 @@ def summary_rows(results: dict[str, list[MethodResult]], targets: list[int]) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    questions = load_dataset("demo", n=args.n or None, seed=args.seed)
+    config = settings_from(args, DemoConfig)
+    questions = load_dataset("demo", n=config.n or None, seed=config.seed)
     methods = [parse_method(name) for name in DEMO_METHODS]
-    print(f"loading {args.model} ...", flush=True)
-    lm = model_from_args(args)
-    print(f"{len(questions)} questions × {len(methods)} methods, J={args.paths} paths, N={args.steps} answers "
+    print(f"loading {config.model} ...", flush=True)
+    lm = load_language_model(config)
+    print(f"{len(questions)} questions × {len(methods)} methods, J={config.paths} paths, N={config.steps} answers "
           f"({lm.dtype}, {lm.device})", flush=True)
     results: dict[str, list[MethodResult]] = {m.name: [] for m in methods}
     for question in tqdm(questions, desc="demo", unit="question"):
-        for result in run_methods(lm, question, methods, args.paths, args.steps, args.seed, args.template,
-                                  args.template_ending):
+        for result in run_methods(lm, question, methods, config.paths, config.steps, config.seed, config.template,
+                                  config.template_ending):
             results[result.method.name].append(result)
 
     rows = summary_rows(results, [q.answer_index for q in questions])
@@ -82,33 +92,33 @@ def run(args: argparse.Namespace) -> int:
     )
     metrics = metric_table(results, questions, label="Demo")
     print(table + "\n\n" + metrics)
-    args.out.mkdir(parents=True, exist_ok=True)
+    config.out.mkdir(parents=True, exist_ok=True)
     sections = [table, metrics]
 
-    index = next((i for i, q in enumerate(questions) if q.id == args.plot_question), 0)
+    index = next((i for i, q in enumerate(questions) if q.id == config.plot_question), 0)
     question = questions[index]
     panels = [(results[name][index].method.title, marginal_drift(results[name][index].trajectories))
               for name in ("ppr", "ppr-seed5")]
-    written = plot_marginal_drift(panels, question.labels, Path(args.out) / "marginal_drift",
+    written = plot_marginal_drift(panels, question.labels, Path(config.out) / "marginal_drift",
                                   title=f"{question.id}: {question.stem[:70]}")
-    if args.emd_questions:
-        sections.append(emd_section(lm, questions[: args.emd_questions], args))
+    if config.emd_questions:
+        sections.append(emd_section(lm, questions[: config.emd_questions], config))
         print(sections[-1])
-    if args.reasoning_questions:
-        print(f"chain-of-thought drift on {args.reasoning_questions} questions ...", flush=True)
-        sections.append(reasoning_section(lm, args.out / "reasoning", args.seed, args.reasoning_questions))
+    if config.reasoning_questions:
+        print(f"chain-of-thought drift on {config.reasoning_questions} questions ...", flush=True)
+        sections.append(reasoning_section(lm, config.out / "reasoning", config.seed, config.reasoning_questions))
         print(sections[-1])
-    (args.out / "summary.md").write_text("\n\n".join(sections) + "\n")
-    print(f"wrote {args.out / 'summary.md'} and {', '.join(str(p) for p in written)}")
+    (config.out / "summary.md").write_text("\n\n".join(sections) + "\n")
+    print(f"wrote {config.out / 'summary.md'} and {', '.join(str(p) for p in written)}")
     return 0
 
 
-def emd_section(lm, questions, args: argparse.Namespace) -> str:
+def emd_section(lm, questions, config: DemoConfig) -> str:
     """EMD‾ (L1, k = 2 … K) and EMD_k(b) of PPR with and without seeds on a few questions."""
     print(f"EMD on {len(questions)} questions (K={DEMO_EMD.horizon}, prefixes n ∈ {DEMO_EMD.prefix_lengths}) ...",
           flush=True)
-    rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], DEMO_EMD, args.seed, args.template,
-                       ending=args.template_ending)
+    rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], DEMO_EMD, config.seed, config.template,
+                       ending=config.template_ending)
     return "Expected martingale drift (L1)\n\n" + markdown_table(
         ["method", "EMD‾ mean ± std", f"EMD_{DEMO_EMD.k}(b), b = 0 … {DEMO_EMD.burn_in}"],
         [[row.method, plus_minus(row.emd_bar, row.emd_bar_std), " ".join(f"{v:.3f}" for v in row.burn_in)]

@@ -8,8 +8,11 @@ question × method's records in the run store (resumable); writes records.csv, s
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from pathlib import Path
 
-from beliefdrift.commands.units import add_run_args, for_each_unit, run_config, to_json
+from beliefdrift.commands.units import DiagnosticsConfig, for_each_unit, to_json
+from beliefdrift.config import SamplingOptions, add_command, option, out_option, retuned, settings_from
 from beliefdrift.diagnostics.trajectory import cid_summary, trajectory_quantities
 from beliefdrift.files import write_atomic
 from beliefdrift.report.diagnostic_plots import plot_curves
@@ -18,17 +21,27 @@ from beliefdrift.report.plots import plot_marginal_drift
 from beliefdrift.report.text import markdown_table, mean_std, plus_minus
 
 
+@dataclass(frozen=True)
+class DriftConfig(DiagnosticsConfig):
+    """The settings of `beliefdrift drift`."""
+
+    _argument_group_name = "drift"
+
+    paths: int = retuned(SamplingOptions, "paths", 16)
+    plot_questions: int = option(1, "per-question drift figures to draw", operational=True, minimum=0)
+    out: Path = out_option("beliefdrift-out/drift")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("drift", help="marginal drift of θ_n and a c.i.d. check", description=__doc__)
-    add_run_args(parser, paths=16, steps=20, out="beliefdrift-out/drift")
-    parser.add_argument("--plot-questions", type=int, default=1, help="per-question drift figures to draw")
+    parser = add_command(subparsers, "drift", DriftConfig, "marginal drift of θ_n and a c.i.d. check", __doc__)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    config = settings_from(args, DriftConfig)
     writer, questions, methods = for_each_unit(
-        args, run_config(args), lambda runner, m: trajectory_quantities(runner, m, args.paths, args.steps, args.seed),
-        "drift", args.steps,
+        "drift", config, lambda runner, m: trajectory_quantities(runner, m, config.paths, config.steps, config.seed),
+        config.steps,
     )
     records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
     writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
@@ -43,17 +56,17 @@ def run(args: argparse.Namespace) -> int:
                      plus_minus(s["cid_l1_mean"], s["cid_l1_std"]), f"{s['cid_rejected']}/{len(questions)}"])
     table = markdown_table(["method", "questions", "‖E[θ_N] − E[θ_0]‖₁", "c.i.d. ‖D̄‖₁", "c.i.d. rejected"], rows)
     print(table)
-    write_atomic(args.out / "summary.md", table + "\n")
-    write_atomic(args.out / "summary.json", to_json(summary))
+    write_atomic(config.out / "summary.md", table + "\n")
+    write_atomic(config.out / "summary.json", to_json(summary))
 
     written = plot_curves([(m.title, summary[m.name]["marginal_shift_mean"], summary[m.name]["marginal_shift_std"])
                            for m in methods], "n (answers generated)", r"$\|E[\theta_n] - E[\theta_0]\|_1$",
-                          args.out / "marginal_shift", title=f"{args.dataset}: mean ± std over questions")
-    written += plot_average_drift(questions, methods, records, args.out / "marginal_drift", args.dataset)
-    for question in questions[: args.plot_questions]:
+                          config.out / "marginal_shift", title=f"{config.dataset}: mean ± std over questions")
+    written += plot_average_drift(questions, methods, records, config.out / "marginal_drift", config.dataset)
+    for question in questions[: config.plot_questions]:
         i = questions.index(question)
         panels = [(m.title, record_drift(records[m.name][i])) for m in methods]
-        written += plot_marginal_drift(panels, question.labels, args.out / f"marginal_drift_{question.id}",
+        written += plot_marginal_drift(panels, question.labels, config.out / f"marginal_drift_{question.id}",
                                        title=f"{question.id}: {question.stem[:70]}")
-    print(f"wrote {args.out}/summary.md, records.csv and {len(written)} figure files")
+    print(f"wrote {config.out}/summary.md, records.csv and {len(written)} figure files")
     return 0

@@ -12,9 +12,12 @@ method's paired Δ EMD‾ against PPR over the same questions (`report.paired`).
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from beliefdrift.commands.units import add_run_args, for_each_unit, run_config, to_json
+from beliefdrift.commands.units import DiagnosticsConfig, for_each_unit, to_json
+from beliefdrift.config import SamplingOptions, add_command, option, out_option, retuned, settings_from
 from beliefdrift.diagnostics.emd import DISTANCES, EMDConfig, EMDRow, aggregate_emd, question_emd
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET
 from beliefdrift.diagnostics.noise_floor import (
@@ -33,54 +36,49 @@ from beliefdrift.report.text import markdown_table
 from beliefdrift.resampling import QuestionRunner, make_generator
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
+@dataclass(frozen=True)
+class EMDCommandConfig(DiagnosticsConfig):
+    """The settings of `beliefdrift emd`: -J is the number of Monte Carlo continuations per k-step estimate and of
+    c.i.d. paths; -N the c.i.d. path length."""
 
+    _argument_group_name = "EMD"
 
-def _distances(text: str) -> tuple[str, ...]:
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = [name for name in names if name not in DISTANCES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"distances must be among {', '.join(DISTANCES)}; got {text!r}")
-    return names
+    paths: int = retuned(SamplingOptions, "paths", 32, "Monte Carlo continuations per k-step estimate and c.i.d. "
+                                                       "paths (J)")
+    horizon: int = option(10, "EMD‾ averages k = 2 … K", "-K", minimum=2)
+    prefix_lengths: list[int] = option([0, 2, 4, 6, 8], "prefix lengths 𝒩 of EMD‾", minimum=0)
+    top_k: int = option(5, "a prefix is drawn from the top-k prefixes of each length", minimum=1)
+    burn_in: int = option(10, "EMD_k(b) for b = 0 … this", minimum=0)
+    lookahead: int = option(10, "the horizon k of EMD_k(b)", "-k", minimum=2)
+    burn_in_paths: int = option(1, "sampled burn-in prefixes per question", minimum=1)
+    distance: list[str] = option(["l1", "kl"], "distances: l1, kl and tv (total variation = ½ L1)",
+                                 choices=DISTANCES)
+    exact_budget: int = option(EXACT_BUDGET, "enumerate p^(k) exactly when |options|^(k-1) ≤ this, else Monte Carlo")
+    batch_budget: int = option(BATCH_BUDGET, "most paths per forward pass", operational=True, minimum=1)
+    noise_floor_replicates: int = option(100, "EMD of R matched Pólya-urn martingales per question: the floor printed "
+                                              "beside every EMD figure, with its 95%% interval and whether EMD lies "
+                                              "above it (0: off)", operational=True, minimum=0, metavar="R")
+    out: Path = out_option("beliefdrift-out/emd")
+
+    @property
+    def emd(self) -> EMDConfig:
+        return EMDConfig(horizon=self.horizon, prefix_lengths=tuple(self.prefix_lengths), top_k=self.top_k,
+                         num_rollouts=self.paths, burn_in=self.burn_in, k=self.lookahead,
+                         burn_in_paths=self.burn_in_paths, exact_budget=self.exact_budget,
+                         batch_budget=self.batch_budget)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("emd", help="expected martingale drift (EMD‾, EMD_k(b)) and a c.i.d. check",
-                                   description=__doc__)
-    add_run_args(parser, paths=32, steps=20, out="beliefdrift-out/emd")
-    group = parser.add_argument_group("EMD", "-J is the number of Monte Carlo continuations per k-step estimate "
-                                             "and of c.i.d. paths; -N the c.i.d. path length")
-    group.add_argument("--K", type=int, default=10, dest="horizon", help="EMD‾ averages k = 2 … K")
-    group.add_argument("--prefix-lengths", type=_ints, default=(0, 2, 4, 6, 8), help="𝒩, comma list")
-    group.add_argument("--top-k", type=int, default=5, help="a prefix is drawn from the top-k of each length")
-    group.add_argument("--burn-in", type=int, default=10, help="EMD_k(b) for b = 0 … this")
-    group.add_argument("--k", type=int, default=10, help="horizon of EMD_k(b)")
-    group.add_argument("--burn-in-paths", type=int, default=1, help="sampled burn-in prefixes per question")
-    group.add_argument("--distance", type=_distances, default=("l1", "kl"),
-                       help="comma list of l1, kl and tv (total variation = ½ L1)")
-    group.add_argument("--exact-budget", type=int, default=EXACT_BUDGET,
-                       help="enumerate p^(k) exactly when |options|^(k-1) ≤ this, else Monte Carlo")
-    group.add_argument("--batch-budget", type=int, default=BATCH_BUDGET, help="most paths per forward pass")
-    group.add_argument("--noise-floor-replicates", type=int, default=100, metavar="R",
-                       help="EMD of R matched Pólya-urn martingales per question: the floor printed beside every "
-                            "EMD figure, with its 95%% interval and whether EMD lies above it (0: off)")
+    parser = add_command(subparsers, "emd", EMDCommandConfig,
+                         "expected martingale drift (EMD‾, EMD_k(b)) and a c.i.d. check", __doc__)
     parser.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace) -> EMDConfig:
-    return EMDConfig(horizon=args.horizon, prefix_lengths=args.prefix_lengths, top_k=args.top_k,
-                     num_rollouts=args.paths, burn_in=args.burn_in, k=args.k, burn_in_paths=args.burn_in_paths,
-                     exact_budget=args.exact_budget, batch_budget=args.batch_budget)
-
-
-def emd_quantities(
-    runner: QuestionRunner, method: Method, config: EMDConfig, args: argparse.Namespace
-) -> dict[str, Any]:
+def emd_quantities(runner: QuestionRunner, method: Method, settings: EMDCommandConfig) -> dict[str, Any]:
     """The records of one question × method: EMD summaries and ingredients, then marginal drift and the c.i.d.
     check of J × N PPR paths, and the step spread of θ along J × N more (the floor's own) that the floor matches."""
-    result = question_emd(runner, method.num_seeds, config, make_generator(args.seed, runner.question.id,
-                                                                           method.name, "emd"))
+    result = question_emd(runner, method.num_seeds, settings.emd, make_generator(settings.seed, runner.question.id,
+                                                                                  method.name, "emd"))
     return {
         **result.summary(),
         "prefix_lengths": list(result.prefix_lengths),
@@ -91,8 +89,9 @@ def emd_quantities(
         "prefixes_exact": result.prefixes_exact,
         "burn_in_first": result.burn_in_first.tolist(),
         "burn_in_kth": result.burn_in_kth.tolist(),
-        **trajectory_quantities(runner, method, args.paths, args.steps, args.seed),
-        **spread_fields(runner.ppr(args.paths, args.steps, floor_generator(args.seed, runner.question, method, "paths"),
+        **trajectory_quantities(runner, method, settings.paths, settings.steps, settings.seed),
+        **spread_fields(runner.ppr(settings.paths, settings.steps, floor_generator(settings.seed, runner.question,
+                                                                                   method, "paths"),
                                    method.num_seeds).thetas),
     }
 
@@ -113,42 +112,42 @@ def _emd_cells(row: EMDRow, points: list[int]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    identity = run_config(args, "horizon", "prefix_lengths", "top_k", "burn_in", "k", "burn_in_paths", "exact_budget")
-    answers = max(args.steps, max(config.prefix_lengths, default=0) + config.horizon, config.burn_in + config.k)
-    writer, questions, methods = for_each_unit(
-        args, identity, lambda runner, m: emd_quantities(runner, m, config, args), "emd", answers
-    )
+    settings = settings_from(args, EMDCommandConfig)
+    config = settings.emd
+    answers = max(settings.steps, max(config.prefix_lengths, default=0) + config.horizon, config.burn_in + config.k)
+    writer, questions, methods = for_each_unit("emd", settings, lambda runner, m: emd_quantities(runner, m, settings),
+                                               answers)
     records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
     writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
 
     missing = missing_fields([r for m in methods for r in records[m.name]])
-    if args.noise_floor_replicates and missing:
+    if settings.noise_floor_replicates and missing:
         print(f"no noise floor: records stored before it existed lack {', '.join(missing)} (new --out for one)")
-    floors = {m.name: replicate_summaries(records[m.name], [floor_generator(args.seed, q, m) for q in questions],
-                                          config, args.noise_floor_replicates, args.distance)
-              for m in methods} if args.noise_floor_replicates and not missing else {}
+    floors = {m.name: replicate_summaries(records[m.name], [floor_generator(settings.seed, q, m) for q in questions],
+                                          config, settings.noise_floor_replicates, settings.distance)
+              for m in methods} if settings.noise_floor_replicates and not missing else {}
 
     summary: dict[str, Any] = {}
     header = ["method", "questions"]
-    for distance in args.distance:
+    for distance in settings.distance:
         label = DISTANCE_LABELS[distance]
         floor = ["floor [95%]"] if floors else []
         header += [f"EMD‾ ({label})", *floor, *(["> floor (p)"] if floors else [])]
-        header += [f"EMD_{args.k}(0) ({label})", *floor]
-        header += [f"EMD_{args.k}({args.burn_in}) ({label})", *floor] if args.burn_in else []
+        header += [f"EMD_{settings.lookahead}(0) ({label})", *floor]
+        header += [f"EMD_{settings.lookahead}({settings.burn_in}) ({label})", *floor] if settings.burn_in else []
     header += ["c.i.d. ‖D̄‖₁", "c.i.d. rejected"]
     rows = {m.name: [m.title, str(len(questions))] for m in methods}
-    for distance in args.distance:
+    for distance in settings.distance:
         emd_rows = [aggregate_emd(m.title, records[m.name], distance) for m in methods]
         if floors:
             emd_rows = [with_floor(row, records[m.name], floors[m.name]) for m, row in zip(methods, emd_rows,
                                                                                           strict=True)]
         for method, row in zip(methods, emd_rows, strict=True):
             summary.setdefault(method.name, {})[distance] = row.__dict__
-            rows[method.name] += _emd_cells(row, [0, len(row.burn_in) - 1] if args.burn_in else [0])
-        plot_emd_bars({args.dataset: emd_rows}, args.out / f"emd_bar_{distance}", title=f"K = {args.horizon}")
-        plot_emd_burn_in(emd_rows, args.k, args.out / f"emd_k_b_{distance}", title=args.dataset)
+            rows[method.name] += _emd_cells(row, [0, len(row.burn_in) - 1] if settings.burn_in else [0])
+        plot_emd_bars({settings.dataset: emd_rows}, settings.out / f"emd_bar_{distance}",
+                      title=f"K = {settings.horizon}")
+        plot_emd_burn_in(emd_rows, settings.lookahead, settings.out / f"emd_k_b_{distance}", title=settings.dataset)
     for method in methods:
         cid = cid_summary(records[method.name])
         summary[method.name]["cid"] = cid
@@ -158,14 +157,14 @@ def run(args: argparse.Namespace) -> int:
                               f"{cid['cid_rejected']}/{cid['questions']}"]
     table = markdown_table(header, list(rows.values()))
     if floors:
-        table += (f"\n\nfloor: mean [2.5%, 97.5%] of the same figure for {args.noise_floor_replicates} replicates of "
-                  "Pólya-urn martingales matched to each question's θ and spread (exact martingales: EMD = 0, so the "
-                  "floor is the estimator's noise); > floor: EMD‾ above the 97.5% point (one-sided p), "
+        table += (f"\n\nfloor: mean [2.5%, 97.5%] of the same figure for {settings.noise_floor_replicates} "
+                  "replicates of Pólya-urn martingales matched to each question's θ and spread (exact martingales: "
+                  "EMD = 0, so the floor is the estimator's noise); > floor: EMD‾ above the 97.5% point (one-sided p), "
                   "and the questions whose own EMD‾ is above their own floor's")
-    paired = emd_markdown(emd_comparisons(records, args.distance))
+    paired = emd_markdown(emd_comparisons(records, settings.distance))
     table += f"\n\n{paired}" if paired else ""
     print(table)
-    write_atomic(args.out / "summary.md", table + "\n")
-    write_atomic(args.out / "summary.json", to_json(summary))
-    print(f"wrote {args.out}/summary.md, records.csv, emd_bar_*.png/pdf and emd_k_b_*.png/pdf")
+    write_atomic(settings.out / "summary.md", table + "\n")
+    write_atomic(settings.out / "summary.json", to_json(summary))
+    print(f"wrote {settings.out}/summary.md, records.csv, emd_bar_*.png/pdf and emd_k_b_*.png/pdf")
     return 0

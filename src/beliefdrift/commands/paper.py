@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from beliefdrift.cli import main
+from beliefdrift.config import Settings, add_command, option, out_option, settings_from
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
@@ -43,7 +44,7 @@ STAGES_FILE = "stages.json"
 
 @dataclass(frozen=True)
 class Stage:
-    """One command of the paper: `args` are its flags (`key: value`; train: `key=value` overrides of `config`),
+    """One command of the paper: `args` are its flags (`key: value`, over the YAML `config` it is given),
     `requires` data files under the data directory without which it is skipped, `runs` (report) the stages
     whose run stores it reports."""
 
@@ -63,18 +64,25 @@ class Preset:
     stages: list[Stage]
 
 
+@dataclass(frozen=True)
+class PaperConfig(Settings):
+    """The settings of `beliefdrift paper`: a preset of stages, and what every stage shares."""
+
+    _argument_group_name = "paper"
+
+    preset: str = option("cpu", f"{' or '.join(PRESETS)} (configs/{', configs/'.join(PRESETS.values())}) or a YAML "
+                                "path")
+    model: str | None = option(None, "override the preset's model in every stage")
+    device: str | None = option(None, "override the preset's device in every stage (cpu, cuda, auto)")
+    data_dir: str | None = option(None, f"benchmark data directory (${DATA_ENV}) for every stage")
+    stages: list[str] | None = option(None, "stages to run (default: all, in the preset's order)")
+    list_stages: bool = option(False, "print each stage's command line and status")
+    out: Path = out_option("beliefdrift-out/paper")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("paper", help="run the whole paper (train, evaluate, drift, emd, reasoning, "
-                                                 "report) as one resumable command", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="cpu",
-                        help=f"{' or '.join(PRESETS)} (configs/{', configs/'.join(PRESETS.values())}) or a YAML path")
-    parser.add_argument("--model", help="override the preset's model in every stage")
-    parser.add_argument("--device", help="override the preset's device in every stage (cpu, cuda, auto)")
-    parser.add_argument("--data-dir", help=f"benchmark data directory (${DATA_ENV}) for every stage")
-    parser.add_argument("--stages", help="comma list of stages to run (default: all, in the preset's order)")
-    parser.add_argument("--list-stages", action="store_true", help="print each stage's command line and status")
-    parser.add_argument("--out", type=Path, default=Path("beliefdrift-out/paper"), help="output directory")
+    parser = add_command(subparsers, "paper", PaperConfig, "run the whole paper (train, evaluate, drift, emd, "
+                                                           "reasoning, report) as one resumable command", __doc__)
     parser.set_defaults(func=run)
 
 
@@ -111,14 +119,14 @@ def load_paper_preset(spec: str) -> Preset:
 
 
 def flags(values: dict[str, Any]) -> list[str]:
-    """`--key value` per setting: lists comma-joined, true as a bare flag, false and null left out."""
+    """`--key value` per setting: a list's items as separate words, booleans as true/false, null left out."""
     argv = []
     for key, value in values.items():
-        if value is None or value is False:
+        if value is None:
             continue
         argv.append("--" + key.replace("_", "-"))
-        if value is not True:
-            argv.append(",".join(map(str, value)) if isinstance(value, list) else str(value))
+        items = value if isinstance(value, list) else [value]
+        argv += [str(item).lower() if isinstance(item, bool) else str(item) for item in items]
     return argv
 
 
@@ -129,12 +137,8 @@ def stage_argv(stage: Stage, settings: dict[str, Any], out: Path, stages: list[S
             for key, value in (stage.args or {}).items()}
     if stage.command == "report":
         return ["report", *map(str, report_runs(stage, out, stages)), "--out", target, *flags(args)]
-    values = {**settings, **args}
     config = ["--config", str(stage.config)] if stage.config else []
-    if stage.command == "train":
-        return ["train", *config, "--out", target,
-                *(f"{key}={json.dumps(value)}" for key, value in values.items() if value is not None)]
-    return [stage.command, *config, *flags(values), "--out", target]
+    return [stage.command, *config, *flags({**settings, **args}), "--out", target]
 
 
 def report_runs(stage: Stage, out: Path, stages: list[Stage]) -> list[Path]:
@@ -163,18 +167,18 @@ def save_record(out: Path, record: dict[str, Any]) -> None:
     write_atomic(out / STAGES_FILE, json.dumps(record, indent=1) + "\n")
 
 
-def select(preset: Preset, names: str | None) -> list[Stage]:
-    if not names:
+def select(preset: Preset, wanted: list[str] | None) -> list[Stage]:
+    if not wanted:
         return preset.stages
-    wanted = [name.strip() for name in names.split(",") if name.strip()]
     known = [stage.name for stage in preset.stages]
     unknown = [name for name in wanted if name not in known]
-    if unknown or not wanted:
-        raise UserError(f"--stages: unknown stages {unknown or names!r}; {preset.path.name} has {', '.join(known)}")
+    if unknown:
+        raise UserError(f"--stages: unknown stages {unknown}; {preset.path.name} has {', '.join(known)}")
     return [stage for stage in preset.stages if stage.name in wanted]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(parsed: argparse.Namespace) -> int:
+    args = settings_from(parsed, PaperConfig)
     preset = load_paper_preset(args.preset)
     overrides = {"model": args.model, "device": args.device,
                  "data_dir": args.data_dir or preset.settings.get("data_dir") or os.environ.get(DATA_ENV)}

@@ -1,6 +1,6 @@
 """`beliefdrift reasoning`: drift of chain-of-thought trajectories in embedding space (paper Appendix E).
 
-For each question, R rollouts write up to N thought–answer pairs <sol>…</sol><ans>…</ans>, with and
+For each question, J rollouts write up to N thought–answer pairs <sol>…</sol><ans>…</ans>, with and
 without m reasoning seeds (pairs drawn from a direct chain-of-thought prompt, prefilled first). Reports
 cos(h̄_n, h̄_{n+τ}) of the pair-embedding centroids, mean ± std over questions, and the majority answer.
 Each question × condition is stored in OUT/run.sqlite (finished questions are skipped on a re-run); also
@@ -11,11 +11,24 @@ file with {num_lines} and {question}; default per dataset: reasoning-gsm8k, reas
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from pathlib import Path
 
 from tqdm import tqdm
 
-from beliefdrift.commands.common import add_data_args, add_model_args, add_output_args, model_from_args
-from beliefdrift.data.registry import fingerprint, load_dataset
+from beliefdrift.commands.common import load_language_model
+from beliefdrift.config import (
+    DataOptions,
+    ModelOptions,
+    SamplingOptions,
+    add_command,
+    option,
+    out_option,
+    retuned,
+    settings_from,
+)
+from beliefdrift.data.registry import load_dataset
+from beliefdrift.identity import run_identity
 from beliefdrift.reasoning.embeddings import EMBEDDINGS
 from beliefdrift.reasoning.experiment import ReasoningConfig, run_experiment, summary_markdown
 from beliefdrift.reasoning.task import ReasoningTask, pairs_template
@@ -24,65 +37,62 @@ from beliefdrift.store import STORE_FILE
 DEFAULTS = ReasoningConfig()
 
 
+@dataclass(frozen=True)
+class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
+    """The settings of `beliefdrift reasoning`: rollouts are its paths, thought–answer pairs its steps."""
+
+    _argument_group_name = "rollouts"
+
+    template: str | None = retuned(ModelOptions, "template", None, "pairs prompt: a .txt file with {num_lines} and "
+                                                                   "{question} (default: the dataset's)")
+    dataset: str = retuned(DataOptions, "dataset", "gsm8k")
+    n: int | None = retuned(DataOptions, "n", 20)
+    paths: int = retuned(SamplingOptions, "paths", DEFAULTS.rollouts, "rollouts per question (J; R in Appendix E)")
+    steps: int = retuned(SamplingOptions, "steps", DEFAULTS.pairs, "thought–answer pairs per rollout (N)")
+    seed_pairs: int = option(DEFAULTS.seeds, "reasoning seeds (prefilled pairs) per rollout for the seeded "
+                                             "condition (m; 0: unseeded only)", "-m", minimum=0)
+    tau: int = option(DEFAULTS.tau, "lag τ of cos(h̄_n, h̄_{n+τ})", minimum=1)
+    max_new_tokens: int = option(DEFAULTS.max_new_tokens, "token budget per rollout", minimum=1)
+    seed_max_new_tokens: int = option(DEFAULTS.seed_max_new_tokens, "token budget per reasoning seed", minimum=1)
+    max_solution_tokens: int = option(DEFAULTS.max_solution_tokens, "guided format: close a solution after this "
+                                                                    "many tokens", minimum=1)
+    temperature: float = option(DEFAULTS.temperature, "sampling temperature")
+    top_p: float = option(DEFAULTS.top_p, "nucleus sampling mass")
+    format: str = option("guided" if DEFAULTS.guided else "free", "guided: the pair tags are written for the model; "
+                         "free: prompt only (the paper's)", choices=("guided", "free"))
+    embedding: str = option(DEFAULTS.embedding, "hidden: mean last hidden state of the model; sentence: "
+                                                "all-MiniLM-L6-v2 (extra)", choices=EMBEDDINGS)
+    out: Path = out_option("beliefdrift-out/reasoning")
+
+    @property
+    def experiment(self) -> ReasoningConfig:
+        return ReasoningConfig(rollouts=self.paths, pairs=self.steps, seeds=self.seed_pairs, tau=self.tau,
+                               max_new_tokens=self.max_new_tokens, seed_max_new_tokens=self.seed_max_new_tokens,
+                               temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+                               embedding=self.embedding, guided=self.format == "guided",
+                               max_solution_tokens=self.max_solution_tokens)
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "reasoning",
-        help="chain-of-thought drift: centroid cosine of thought–answer pair embeddings",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_model_args(parser)
-    parser.set_defaults(template=None)
-    add_data_args(parser, dataset="gsm8k", n=20)
-    run = parser.add_argument_group("rollouts")
-    run.add_argument("--seed", type=int, default=0, help="run seed (each question × condition derives its own)")
-    run.add_argument("-R", "--rollouts", type=int, default=DEFAULTS.rollouts, help="rollouts per question (R)")
-    run.add_argument("-N", "--pairs", type=int, default=DEFAULTS.pairs, help="pairs generated per rollout (N)")
-    run.add_argument("-m", "--seeds", type=int, default=DEFAULTS.seeds,
-                     help="reasoning seeds per rollout for the seeded condition (0: unseeded only)")
-    run.add_argument("--tau", type=int, default=DEFAULTS.tau, help="lag τ of cos(h̄_n, h̄_{n+τ})")
-    run.add_argument("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens, help="token budget per rollout")
-    run.add_argument("--seed-max-new-tokens", type=int, default=DEFAULTS.seed_max_new_tokens,
-                     help="token budget per reasoning seed")
-    run.add_argument("--max-solution-tokens", type=int, default=DEFAULTS.max_solution_tokens,
-                     help="guided format: close a solution after this many tokens")
-    run.add_argument("--temperature", type=float, default=DEFAULTS.temperature)
-    run.add_argument("--top-p", type=float, default=DEFAULTS.top_p)
-    run.add_argument("--format", choices=["guided", "free"], default="guided" if DEFAULTS.guided else "free",
-                     help="guided: the pair tags are written for the model; free: prompt only (the paper's)")
-    run.add_argument("--embedding", choices=EMBEDDINGS, default=DEFAULTS.embedding,
-                     help="hidden: mean last hidden state of the model; sentence: all-MiniLM-L6-v2 (extra)")
-    add_output_args(parser, "beliefdrift-out/reasoning")
+    parser = add_command(subparsers, "reasoning", ReasoningCommandConfig,
+                         "chain-of-thought drift: centroid cosine of thought–answer pair embeddings", __doc__)
     parser.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    config = ReasoningConfig(
-        rollouts=args.rollouts,
-        pairs=args.pairs,
-        seeds=args.seeds,
-        tau=args.tau,
-        max_new_tokens=args.max_new_tokens,
-        seed_max_new_tokens=args.seed_max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        seed=args.seed,
-        embedding=args.embedding,
-        guided=args.format == "guided",
-        max_solution_tokens=args.max_solution_tokens,
-    )
-    items = load_dataset(args.dataset, split=args.split, data_dir=args.data_dir, n=args.n, seed=args.seed)
-    template = args.template or pairs_template(args.dataset)
+    settings = settings_from(args, ReasoningCommandConfig)
+    config = settings.experiment
+    items = load_dataset(settings.dataset, split=settings.split, data_dir=settings.data_dir, n=settings.n,
+                         seed=settings.seed)
+    template = settings.template or pairs_template(settings.dataset)
     tasks = [ReasoningTask.from_item(item, template) for item in items]
-    print(f"loading {args.model} ...", flush=True)
-    lm = model_from_args(args)
-    print(f"{len(tasks)} {args.dataset} questions, R={config.rollouts}, N={config.pairs}, m={config.seeds}, "
-          f"τ={config.tau}, {args.format} format ({lm.dtype}, {lm.device})", flush=True)
-    run_info = {"model": args.model, "dataset": args.dataset, "split": args.split, "template": template,
-                "questions_sha256": fingerprint(items)}
-    summary = run_experiment(
-        lm, tasks, config, args.out, run_info, progress=lambda xs: tqdm(xs, desc="reasoning", unit="question")
-    )
+    print(f"loading {settings.model} ...", flush=True)
+    lm = load_language_model(settings)
+    print(f"{len(tasks)} {settings.dataset} questions, J={config.rollouts}, N={config.pairs}, m={config.seeds}, "
+          f"τ={config.tau}, {settings.format} format ({lm.dtype}, {lm.device})", flush=True)
+    identity = run_identity("reasoning", settings, items, template=template)
+    summary = run_experiment(lm, tasks, config, settings.out, identity,
+                             progress=lambda xs: tqdm(xs, desc="reasoning", unit="question"))
     print(summary_markdown(summary))
-    print(f"wrote {args.out / STORE_FILE}, {args.out / 'summary.json'}, {', '.join(summary['figure'])}")
+    print(f"wrote {settings.out / STORE_FILE}, {settings.out / 'summary.json'}, {', '.join(summary['figure'])}")
     return 0

@@ -14,9 +14,10 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -216,15 +217,15 @@ def run_experiment(
     tasks: Iterable[ReasoningTask],
     config: ReasoningConfig,
     out: Path,
-    run_info: dict | None = None,
+    identity: Mapping[str, Any] | None = None,
     progress: Callable[[Iterable[ReasoningTask]], Iterable[ReasoningTask]] = iter,
 ) -> dict:
-    """Run every task not finished yet in `out`'s run store (which must hold the same configuration and run
-    info, e.g. model and dataset; a different one is a StoreError), then write summary.json and the figure.
-    Returns the summary."""
+    """Run every task not finished yet in `out`'s run store (which must hold the same run `identity`, by default
+    `config` itself; a different one is a StoreError), then write summary.json and the figure. Returns the
+    summary."""
     tasks = list(tasks)
     check_context(lm, tasks, config)
-    identity = {"command": "reasoning", "config": asdict(config), **(run_info or {})}
+    identity = dict(identity or {"command": "reasoning", "config": asdict(config)})
     writer = RecordWriter(out, identity)
     keys = [key for key, _, _ in config.conditions]
     embedder = SentenceEmbedder(device=lm.device) if config.embedding == "sentence" else None
@@ -235,7 +236,7 @@ def run_experiment(
         results.append(_from_units({key: writer.read(task.id, key) for key in keys}))
     summary = identity | summarize(results, config)
     count = f"{len(results)} question" + ("s" if len(results) != 1 else "")
-    title = f"{(run_info or {}).get('dataset', 'reasoning')}: {count}, R={config.rollouts}"
+    title = f"{identity.get('dataset', 'reasoning')}: {count}, R={config.rollouts}"
     curves = {cond["title"]: curve_stats_of(results, key) for key, cond in summary["conditions"].items()}
     summary["figure"] = [str(p) for p in plot_centroid_drift(curves, config.tau, out / "centroid_drift", title)]
     writer.write_scalars([(task["task"]["id"], key) for task in results for key in keys])
@@ -311,5 +312,6 @@ def demo_section(lm: LanguageModel, out: Path, seed: int = 0, num_questions: int
     questions = load_dataset("demo", n=num_questions, seed=seed)
     tasks = [ReasoningTask.from_item(q) for q in questions]
     config = config or replace(DEMO_CONFIG, seed=seed)
-    summary = run_experiment(lm, tasks, config, out, {"model": lm.name, "dataset": "demo"})
+    summary = run_experiment(lm, tasks, config, out, {"command": "demo", "model": lm.name, "dataset": "demo",
+                                                      "config": asdict(config)})
     return summary_markdown(summary)

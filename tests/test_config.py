@@ -1,0 +1,118 @@
+"""The one config system (`beliefdrift.config`) and the one run identity (`beliefdrift.identity`): every command's
+flags come from its settings dataclass, a `--config` YAML file sets defaults the flags override, a concept has one
+spelling across commands, and the identity keeps exactly the settings that change a number."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from beliefdrift.cli import COMMANDS, build_parser, main
+from beliefdrift.commands.drift import DriftConfig
+from beliefdrift.commands.emd import EMDCommandConfig
+from beliefdrift.config import coerce, is_operational, load_settings, settings_from
+from beliefdrift.data.registry import load_dataset
+from beliefdrift.errors import UserError
+from beliefdrift.evaluation_config import EvalConfig
+from beliefdrift.identity import identity_hash, run_identity
+
+#: Old spellings that must not come back (one spelling per concept).
+RETIRED = {"--K", "--k", "-R", "--rollouts", "--pairs", "--seeds", "--num-rollouts", "--num_rollouts"}
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_a_concept_has_one_spelling_in_every_command() -> None:
+    spellings: dict[str, dict[str, set[str]]] = {}
+    for name, parser in subparsers().items():
+        for action in parser._actions:
+            if action.option_strings and action.dest not in ("help",):
+                spellings.setdefault(action.dest, {})[name] = set(action.option_strings)
+    for dest, by_command in spellings.items():
+        assert len({frozenset(flags) for flags in by_command.values()}) == 1, (dest, by_command)
+    flags = {flag for by_command in spellings.values() for options in by_command.values() for flag in options}
+    assert not flags & RETIRED
+    assert {"-J", "-N", "-K", "-k", "-n", "-m"} <= flags
+    assert set(subparsers()) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "drift", "emd", "reasoning", "train", "demo", "report", "paper"])
+def test_every_command_takes_a_config_file(command: str) -> None:
+    options = {flag for action in subparsers()[command]._actions for flag in action.option_strings}
+    assert "--config" in options
+
+
+def test_config_file_sets_defaults_and_flags_win(tmp_path: Path) -> None:
+    preset = tmp_path / "drift.yaml"
+    preset.write_text("paths: 5\nsteps: 9\nmethods: [ppr, ppr-seed1]\nprefix_lengths_unused: 1\n")
+    with pytest.raises(UserError, match=r"drift.yaml: unknown settings \['prefix_lengths_unused'\]"):
+        build_parser().parse_args(["drift", "--config", str(preset)])
+    preset.write_text("paths: 5\nsteps: 9\nmethods: [ppr, ppr-seed1]\n")
+    config = settings_from(build_parser().parse_args(["drift", "--config", str(preset), "-J", "7"]), DriftConfig)
+    assert (config.paths, config.steps, config.methods) == (7, 9, ["ppr", "ppr-seed1"])
+    assert settings_from(build_parser().parse_args(["drift"]), DriftConfig) == DriftConfig()
+    assert DriftConfig().paths == 16 and EMDCommandConfig().paths == 32 and EvalConfig().paths == 8
+
+
+@pytest.mark.parametrize(("yaml_text", "fragment"), [
+    ("paths: abc\n", "setting paths: expected an integer, got 'abc'"),
+    ("paths: 2.5\n", "setting paths: expected an integer, got 2.5"),
+    ("methods: ppr\n", "setting methods: expected a list of strings or null, got 'ppr'"),
+    ("distance: [l1, l3]\n", "setting distance: expected one of l1, kl, tv, got 'l3'"),
+    ("dtype: float16\n", "setting dtype: expected one of auto, float32, bfloat16"),
+    ("skip_long_prompts: 1\n", "setting skip_long_prompts: expected true or false, got 1"),
+    ("- paths\n", "expected a mapping of settings, got list"),
+    ("paths: [\n", "not valid YAML"),
+])
+def test_a_bad_config_file_is_one_line_naming_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture, yaml_text: str, fragment: str
+) -> None:
+    preset = tmp_path / "emd.yaml"
+    preset.write_text(yaml_text)
+    assert main(["emd", "--config", str(preset)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"--config {preset}: " in err and fragment in err
+
+
+def test_out_of_range_values_name_the_flag(capsys: pytest.CaptureFixture) -> None:
+    assert main(["emd", "-K", "1"]) == 2
+    assert "-K/--horizon must be at least 2, got 1" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--prefix-lengths must be at least 0"):
+        load_settings(EMDCommandConfig, None, {"prefix_lengths": [0, -2]})
+
+
+def test_coerce_reads_yaml_values_as_the_field_types() -> None:
+    assert coerce(float, "1e-4") == 1e-4 and coerce(int, 3.0) == 3 and coerce(int | None, None) is None
+    assert coerce(list[int], [0, 2.0]) == [0, 2] and coerce(Path, "a/b") == Path("a/b")
+    for hint, value in ((int, True), (bool, "yes"), (str, 3), (list[int], 3), (int, None)):
+        with pytest.raises(ValueError, match="expected"):
+            coerce(hint, value)
+
+
+def test_identity_keeps_what_changes_a_number_and_resolves_auto() -> None:
+    questions = load_dataset("demo", n=2)
+    base = EvalConfig(n=2)
+    identity = run_identity("evaluate", base, questions, template="T")
+    assert identity["dtype"] in ("float32", "bfloat16") and identity["device"] == "cpu"  # never "auto"
+    operational = {f.name for f in dataclasses.fields(EvalConfig) if is_operational(f)}
+    assert operational == {"device_map", "data_dir", "batch_questions", "qc_path_mass", "qc_max_fraction",
+                           "bootstrap", "out"}
+    assert not operational & set(identity)
+    assert identity["sha256"] == identity_hash(identity)
+    same = run_identity("evaluate", dataclasses.replace(base, batch_questions=4, out=Path("elsewhere")), questions,
+                        template="T")
+    assert same == identity
+    for change in ({"paths": 9}, {"template_ending": "paper"}, {"methods": ["ppr"]}, {"seed": 1}):
+        other = run_identity("evaluate", dataclasses.replace(base, **change), questions, template="T")
+        assert other["sha256"] != identity["sha256"], change
+    assert run_identity("evaluate", base, questions, template="U")["sha256"] != identity["sha256"]
+    assert run_identity("evaluate", base, questions[:1], template="T")["questions_sha256"] != (
+        identity["questions_sha256"])
