@@ -20,13 +20,14 @@ def save_figure(
 ) -> list[Path]:
     """Write `path` in each of `formats` (default .png and .pdf), cropped to the drawn content; return the paths.
     The crop box is computed once for all files (`bbox_inches="tight"` lays the figure out again for each).
-    `close=False` keeps `fig` open to be drawn on again."""
+    `close=False` keeps `fig` open to be drawn on again. PDFs carry no creation date, so the same figure gives the
+    same bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     crop = fig.get_tightbbox().padded(plt.rcParams["savefig.pad_inches"])
     written = []
     for suffix in formats:
         target = path.with_suffix(f".{suffix}")
-        fig.savefig(target, dpi=150, bbox_inches=crop)
+        fig.savefig(target, dpi=150, bbox_inches=crop, metadata={"CreationDate": None} if suffix == "pdf" else None)
         written.append(target)
     if close:
         plt.close(fig)
