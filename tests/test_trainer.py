@@ -491,6 +491,7 @@ def _two_process_worker(out: Path, model_dir: Path, template: str) -> None:
         report = {"groups": groups, "max_difference": float((gathered - gathered[0]).abs().max()),
                   "moved": float(lora.abs().sum())}
         (out / "ranks.json").write_text(json.dumps(report))
+    trainer.accelerator.end_training()  # as `beliefdrift train` does: gloo's threads otherwise abort some exits
 
 
 if __name__ == "__main__":
