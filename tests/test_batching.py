@@ -79,3 +79,47 @@ def test_stacked_prompts_match_run_by_run_attention(family, history_template):
     exact, stacked = thetas(False), thetas(True)
     torch.testing.assert_close(stacked, exact, atol=1e-5, rtol=0)
     assert (exact[:3] - exact[3:6]).abs().max() > 1e-3, "the questions' θ differ, so a mix-up would show"
+
+
+def test_trajectory_quantities_many_is_bit_identical_to_one_at_a_time(tiny_lm, history_template):
+    """drift/emd's per-unit quantities (marginal drift, c.i.d. check) with every unit's paths in one batch equal,
+    with ==, those of each unit alone; the paths are those `run_methods` samples."""
+    from beliefdrift.diagnostics.marginal import marginal_drift
+    from beliefdrift.diagnostics.trajectory import trajectory_quantities, trajectory_quantities_many
+    from beliefdrift.resampling import QuestionRunner
+
+    methods = [parse_method("ppr"), parse_method("ppr-seed5")]
+    runners = [QuestionRunner(tiny_lm, q, history_template) for q in questions()]
+    units = [(runner, method) for runner in runners for method in methods]
+    batched = trajectory_quantities_many(units, 4, 6, 11)
+    assert len(batched) == len(units)
+    for (runner, method), got in zip(units, batched, strict=True):
+        alone = trajectory_quantities(QuestionRunner(tiny_lm, runner.question, history_template), method, 4, 6, 11)
+        assert got.keys() == alone.keys()
+        for key, value in alone.items():
+            assert got[key] == value, (runner.question.id, method.name, key)
+    # Another order and a partial set of units change nothing either.
+    assert trajectory_quantities_many(units[::-1][:3], 4, 6, 11) == batched[::-1][:3]
+    # The paths are run_methods' paths (same generators; there ppr-seed5 shares a batch with ppr, whose padded paths
+    # round θ differently), and the units differ, so a mix-up would show.
+    expected = run_methods(tiny_lm, runners[0].question, methods, 4, 6, 11, history_template)
+    torch.testing.assert_close(torch.tensor(batched[1]["marginal_mean"], dtype=torch.float64),
+                               marginal_drift(expected[1].trajectories).mean, atol=1e-5, rtol=0)
+    assert batched[0]["marginal_mean"] != batched[2]["marginal_mean"] != batched[3]["marginal_mean"]
+    assert len(batched[4]["cid_difference"]) == 3 and len(batched[0]["cid_difference"]) == 4
+
+
+def test_trajectory_quantities_many_wants_one_model(tiny_lm, history_template):
+    from beliefdrift.backend import LanguageModel
+    from beliefdrift.diagnostics.trajectory import trajectory_quantities_many
+    from beliefdrift.resampling import QuestionRunner
+
+    other = LanguageModel(model=tiny_lm.model, tokenizer=tiny_lm.tokenizer, name="other")
+    runner = QuestionRunner(tiny_lm, SKY_QUESTION, history_template)
+    assert trajectory_quantities_many([], 4, 6, 11) == []
+    with pytest.raises(ValueError, match="same model"):
+        trajectory_quantities_many([(runner, parse_method("ppr")),
+                                    (QuestionRunner(other, SKY_QUESTION, history_template), parse_method("ppr"))],
+                                   4, 6, 11)
+    with pytest.raises(ValueError, match="separate calls"):
+        trajectory_quantities_many([(runner, parse_method("ppr")), (runner, parse_method("am-ppr"))], 4, 6, 11)
