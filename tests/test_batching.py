@@ -123,3 +123,33 @@ def test_trajectory_quantities_many_wants_one_model(tiny_lm, history_template):
                                    4, 6, 11)
     with pytest.raises(ValueError, match="separate calls"):
         trajectory_quantities_many([(runner, parse_method("ppr")), (runner, parse_method("am-ppr"))], 4, 6, 11)
+
+
+@pytest.mark.parametrize("command", ["drift", "emd"])
+def test_diagnostics_batch_questions_store_the_same_records(command, tiny_model_dir, tmp_path):
+    """drift and emd with three questions per engine batch store, byte for byte, the records and summary of one
+    question at a time (float32, CPU). J = 4: the CPU's matrix product rounds a row differently when it falls in
+    an incomplete block of 4 rows (plain `F.linear` does this too), so a question's paths fill whole blocks."""
+    from beliefdrift.cli import main
+    from beliefdrift.store import RunStore
+
+    extra = {"drift": ["--plot-questions", "0"],
+             "emd": ["-K", "3", "--prefix-lengths", "0", "1", "--burn-in", "2", "-k", "2", "--noise-floor-replicates",
+                     "3"]}[command]
+
+    def stored(batch: int) -> tuple[dict, str]:
+        out = tmp_path / f"{command}-{batch}"
+        argv = [command, "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "4", "-J", "4", "-N", "4",
+                "--dtype", "float32", "--batch-questions", str(batch), "--out", str(out), *extra]
+        assert main(argv) == 0
+        with RunStore.open(out / "run.sqlite", read_only=True) as store:
+            records = {unit: store.records(*unit) for unit in store.record_units()}
+        return records, (out / "summary.md").read_text()
+
+    (one, one_summary), (three, three_summary) = stored(1), stored(3)
+    assert len(one) == 8 and one.keys() == three.keys()
+    for unit, record in one.items():
+        assert record == three[unit], unit
+    assert one_summary == three_summary
+    first, second = (one[unit]["marginal_mean"] for unit in sorted(one)[:2])
+    assert first != second, "the units differ, so a mix-up between them would show"

@@ -3,7 +3,6 @@ files and the `drift` / `emd` commands end to end on the tiny model."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import replace
@@ -171,15 +170,13 @@ def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, s
     from peft import LoraConfig, get_peft_model
 
     from beliefdrift.backend import load_model
-    from beliefdrift.commands.units import Models
+    from beliefdrift.diagnostics.runner import DiagnosticsConfig, Models
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # random: changes θ
     get_peft_model(load_model(str(tiny_model_dir)).model, lora).save_pretrained(tmp_path / "adapter")
-    args = argparse.Namespace(model=str(tiny_model_dir), device="cpu", dtype="float32", attn_implementation="auto",
-                              device_map=None, adapter=tmp_path / "adapter")
-    models = Models(args)
+    models = Models(DiagnosticsConfig(model=str(tiny_model_dir), dtype="float32", adapter=str(tmp_path / "adapter")))
     base = runner_for(load_model(str(tiny_model_dir)), short_template).paths(1).dist.probs
     for name, tuned in [("ppr-seed1", False), ("am-ppr", True), ("ppr", False)]:
-        with models.use(parse_method(name)) as lm:
+        with models.use(parse_method(name).needs_adapter) as lm:
             theta = runner_for(lm, short_template).paths(1).dist.probs
         assert torch.allclose(theta, base, atol=1e-6) is not tuned, name

@@ -20,9 +20,10 @@ from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
 from beliefdrift.methods import parse_method, run_methods
 from beliefdrift.report.marginal import average_panels, plot_average_drift
 from beliefdrift.report.tables import RunScores, csv_table, latex_tables, markdown_tables, metric_table
-from beliefdrift.report.text import markdown_table, mean_std, plus_minus
+from beliefdrift.report.text import markdown_table, plus_minus
 from beliefdrift.resampling import Trajectories
 from beliefdrift.scoring import QualityControl, score_rows
+from beliefdrift.stats import mean_std
 from beliefdrift.store import ResultRow, RunStore
 
 # Four questions scored by hand (2 options each):

@@ -22,9 +22,10 @@ RESUMABLE = {"drift", "emd", "evaluate", "reasoning", "train"}
 #: What to lower when a command runs out of GPU memory.
 MEMORY_SETTINGS = {
     "evaluate": "--batch-questions or -J/--paths (paths run together)",
-    "train": "micro_batch (paths per forward pass) or paths_per_update",
-    "emd": "--batch-budget (paths per forward pass) or -J/--paths",
-    "reasoning": "-R/--rollouts or --max-new-tokens",
+    "drift": "--batch-questions or -J/--paths (paths run together)",
+    "train": "--micro-batch (paths per forward pass), or --gradient-checkpointing",
+    "emd": "--batch-budget (k-step paths per forward pass), --batch-questions or -J/--paths",
+    "reasoning": "-J/--paths (rollouts run together) or --max-new-tokens",
 }
 
 

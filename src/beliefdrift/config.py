@@ -20,12 +20,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
+import torch
 import yaml
 from transformers import HfArgumentParser
 
-from beliefdrift.backend import DEFAULT_MODEL
+from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
 from beliefdrift.backend.loading import ATTN_IMPLEMENTATIONS
-from beliefdrift.errors import UserError
+from beliefdrift.errors import UserError, check_device, check_model
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 from beliefdrift.scoring import QualityControl
 
@@ -97,6 +98,14 @@ class ModelOptions(Settings):
                                                            "paper: the prompt ends with the question (Appendix C)",
                                   choices=TEMPLATE_ENDINGS)
 
+    def load_model(self) -> LanguageModel:
+        """The model these options name (device, dtype, attention and device map as set), after checking that the
+        device exists and the model can be found, so that either is a one-line error."""
+        check_device(self.device)
+        check_model(self.model)
+        return load_model(self.model, device=self.device, dtype=self.dtype,
+                          attn_implementation=self.attn_implementation, device_map=self.device_map)
+
 
 @dataclasses.dataclass(frozen=True)
 class DataOptions(Settings):
@@ -116,6 +125,19 @@ class SamplingOptions(Settings):
     paths: int = option(8, "paths per question (J)", "-J", minimum=1)
     steps: int = option(20, "answers generated per path (N)", "-N", minimum=1)
     seed: int = option(0, "run seed (each question × method derives its own random stream)")
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchingOptions(Settings):
+    _argument_group_name = "batching"
+
+    batch_questions: int = option(0, "questions whose paths advance together in one engine batch (0: 16 on a GPU, 1 "
+                                     "on the CPU); the results do not depend on it", operational=True, minimum=0)
+
+    def questions_per_batch(self, device: torch.device) -> int:
+        """`batch_questions`, or when 0: 16 on a GPU (many paths per forward pass keep it busy), 1 on the CPU
+        (where one question's paths already fill the cores)."""
+        return self.batch_questions or (16 if device.type == "cuda" else 1)
 
 
 @dataclasses.dataclass(frozen=True)

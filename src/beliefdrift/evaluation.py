@@ -14,15 +14,14 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from beliefdrift.adapters import base_model, load_adapter
-from beliefdrift.backend import LanguageModel, load_model
+from beliefdrift.backend import LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.distributed import Ranks, process_group
-from beliefdrift.errors import UserError, check_device, check_model
+from beliefdrift.errors import UserError
 from beliefdrift.evaluation_config import EvalConfig
 from beliefdrift.methods import Method, parse_method, run_methods_many
 from beliefdrift.resampling import direct_tokens, ppr_tokens
@@ -63,12 +62,6 @@ def question_rows(
             for result in question_results
         ]
     return rows
-
-
-def questions_per_batch(config: EvalConfig, device: torch.device) -> int:
-    """`batch_questions`, or when 0: 16 on a GPU (many paths per forward pass keep it busy), 1 on the CPU (where
-    a batch of one question's paths already fills the cores)."""
-    return config.batch_questions or (16 if device.type == "cuda" else 1)
 
 
 def load_questions(config: EvalConfig) -> list[MCQuestion]:
@@ -148,11 +141,8 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
     path = Path(out) / STORE_FILE
     questions = load_questions(config)
     methods = config.method_list
-    check_device(config.device)
-    check_model(config.model)
     # The store is written only once model and data have loaded, so a failed start leaves no run behind.
-    lm = load_model(config.model, device=config.device, dtype=config.dtype,
-                    attn_implementation=config.attn_implementation, device_map=config.device_map)
+    lm = config.load_model()
     adapter_lm = load_adapter(lm, config.adapter) if config.adapter else None
     questions, skipped = split_long_prompts(lm, questions, methods, config.steps, config.template,
                                             config.template_ending, config.skip_long_prompts)
@@ -165,7 +155,7 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
         todo = [(i, q) for i, q in mine if any((q.id, m.name) not in done for m in methods)]
         with tqdm(total=len(mine), initial=len(mine) - len(todo), unit="question", desc=config.dataset,
                   disable=not progress or ranks.rank != 0, dynamic_ncols=True) as bar:
-            size = questions_per_batch(config, lm.device)
+            size = config.questions_per_batch(lm.device)
             for chunk in (todo[i : i + size] for i in range(0, len(todo), size)):
                 done = store.done()  # another process on this directory may have stored some meanwhile
                 pending: dict[tuple[str, ...], list[tuple[int, MCQuestion]]] = {}

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from beliefdrift.config import DataOptions, ModelOptions, ReportOptions, SamplingOptions, option, out_option
+from beliefdrift.config import (
+    BatchingOptions,
+    DataOptions,
+    ModelOptions,
+    ReportOptions,
+    SamplingOptions,
+    option,
+    out_option,
+)
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.errors import UserError
 from beliefdrift.identity import run_identity
@@ -22,15 +30,13 @@ METHODS = ("ppr", "ppr-seed1", "ppr-seed5", "direct")
 
 
 @dataclass(frozen=True)
-class EvalConfig(ModelOptions, DataOptions, SamplingOptions, ReportOptions):
+class EvalConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOptions, ReportOptions):
     """Everything an evaluation run needs; `identity()` is the part that determines the results."""
 
     _argument_group_name = "evaluation"
 
     methods: list[str] = option(METHODS, "methods, e.g. direct ppr ppr-seed1 ppr-seed5 am-ppr-seed5")
     adapter: str | None = option(None, "LoRA adapter directory of the SC-tuned model (for am-ppr methods)")
-    batch_questions: int = option(0, "questions whose paths advance together in one engine batch (0: 16 on a GPU, 1 "
-                                     "on the CPU); the results do not depend on it", operational=True, minimum=0)
     skip_long_prompts: bool = option(False, "skip (and count) questions whose prompt, seeds and answers exceed the "
                                             "model's context instead of stopping at the first")
     out: Path = out_option("beliefdrift-out/evaluate")

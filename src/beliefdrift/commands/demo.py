@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from beliefdrift.commands.common import load_language_model
 from beliefdrift.config import (
     DataOptions,
     ModelOptions,
@@ -76,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     questions = load_dataset("demo", n=config.n or None, seed=config.seed)
     methods = [parse_method(name) for name in DEMO_METHODS]
     print(f"loading {config.model} ...", flush=True)
-    lm = load_language_model(config)
+    lm = config.load_model()
     print(f"{len(questions)} questions × {len(methods)} methods, J={config.paths} paths, N={config.steps} answers "
           f"({lm.dtype}, {lm.device})", flush=True)
     results: dict[str, list[MethodResult]] = {m.name: [] for m in methods}

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from beliefdrift.commands.common import load_language_model
 from beliefdrift.config import (
     DataOptions,
     ModelOptions,
@@ -76,10 +75,10 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(subparsers, "reasoning", ReasoningCommandConfig,
                          "chain-of-thought drift: centroid cosine of thought–answer pair embeddings", __doc__)
-    parser.set_defaults(func=run_command)
+    parser.set_defaults(func=run)
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     settings = settings_from(args, ReasoningCommandConfig)
     config = settings.experiment
     items = load_dataset(settings.dataset, split=settings.split, data_dir=settings.data_dir, n=settings.n,
@@ -87,7 +86,7 @@ def run_command(args: argparse.Namespace) -> int:
     template = settings.template or pairs_template(settings.dataset)
     tasks = [ReasoningTask.from_item(item, template) for item in items]
     print(f"loading {settings.model} ...", flush=True)
-    lm = load_language_model(settings)
+    lm = settings.load_model()
     print(f"{len(tasks)} {settings.dataset} questions, J={config.rollouts}, N={config.pairs}, m={config.seeds}, "
           f"τ={config.tau}, {settings.format} format ({lm.dtype}, {lm.device})", flush=True)
     identity = run_identity("reasoning", settings, items, template=template)

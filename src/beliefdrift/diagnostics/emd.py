@@ -28,6 +28,7 @@ from beliefdrift.diagnostics.prefixes import burn_in_prefixes, pick_prefix, top_
 from beliefdrift.methods import Method
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 from beliefdrift.resampling import QuestionRunner, draw_seeds, make_generator
+from beliefdrift.stats import mean_std
 
 KL_FLOOR = 1e-12  # p^(1) is clipped below at this value inside KL (θ can underflow to 0 in float32)
 
@@ -119,6 +120,21 @@ class QuestionEMD:
             out[f"emd_k_b_{distance}"] = self.burn_in(distance).tolist()
         return out
 
+    def record(self) -> dict[str, Any]:
+        """The `summary` and its ingredients as JSON-ready values: what the `emd` command stores per question ×
+        method (the noise floor is computed from these)."""
+        return {
+            **self.summary(),
+            "prefix_lengths": list(self.prefix_lengths),
+            "prefixes": [list(p) for p in self.prefixes],
+            "seeds": self.seeds,
+            "kstep": self.kstep.tolist(),
+            "kstep_exact": self.exact,
+            "prefixes_exact": self.prefixes_exact,
+            "burn_in_first": self.burn_in_first.tolist(),
+            "burn_in_kth": self.burn_in_kth.tolist(),
+        }
+
 
 def _root(
     runner: QuestionRunner, num_seeds: int, paths: int, generator: torch.Generator
@@ -205,11 +221,6 @@ class EMDRow:
     questions_above_floor: int | None = None  # questions whose own EMD‾ is above their own floor's upper bound
 
 
-def _mean_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    std = values.std(0, correction=1) if values.shape[0] > 1 else torch.zeros_like(values[0])
-    return values.mean(0), std
-
-
 def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: str) -> EMDRow:
     """Mean ± std over questions of per-question `QuestionEMD.summary` dicts (as computed or as read back)."""
     if not summaries:
@@ -217,8 +228,8 @@ def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: st
     if any(f"emd_bar_{distance}" not in s for s in summaries):
         raise ValueError(f"{method}: records without the {distance} distance (stored before it existed); "
                          "run again into a new --out directory")
-    bar_mean, bar_std = _mean_std(torch.tensor([s[f"emd_bar_{distance}"] for s in summaries], dtype=torch.float64))
-    curve_mean, curve_std = _mean_std(torch.tensor([s[f"emd_k_b_{distance}"] for s in summaries], dtype=torch.float64))
+    bar_mean, bar_std = mean_std([s[f"emd_bar_{distance}"] for s in summaries], ddof=1)
+    curve_mean, curve_std = mean_std([s[f"emd_k_b_{distance}"] for s in summaries], ddof=1)
     return EMDRow(method, distance, len(summaries), float(bar_mean), float(bar_std), curve_mean.tolist(),
                   curve_std.tolist())
 

@@ -184,6 +184,22 @@ def replicate_summaries(
     return [list(replicate) for replicate in zip(*per_question, strict=True)]
 
 
+def method_floors(
+    questions: Sequence[MCQuestion],
+    methods: Sequence[Method],
+    records: Mapping[str, Sequence[Mapping[str, Any]]],
+    seed: int,
+    config: EMDConfig,
+    replicates: int,
+    distances: Sequence[str],
+) -> dict[str, list[list[dict[str, Any]]]]:
+    """Each method's `replicate_summaries` over `questions` (`records[method name][i]` belongs to `questions[i]`),
+    every question drawing from its own `floor_generator`."""
+    return {m.name: replicate_summaries(records[m.name], [floor_generator(seed, q, m) for q in questions], config,
+                                        replicates, distances)
+            for m in methods}
+
+
 def with_floor(
     row: EMDRow, measured: Sequence[Mapping[str, Any]], replicates: Sequence[Sequence[Mapping[str, Any]]]
 ) -> EMDRow:

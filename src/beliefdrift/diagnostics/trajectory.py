@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from beliefdrift.diagnostics.cid import cid_check
 from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
 from beliefdrift.methods import Method
-from beliefdrift.report.text import mean_std
 from beliefdrift.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator, sample_many
+from beliefdrift.stats import mean_std
 
 
 def trajectory_quantities(runner: QuestionRunner, method: Method, paths: int, steps: int, seed: int) -> dict[str, Any]:
@@ -21,11 +23,25 @@ def trajectory_quantities(runner: QuestionRunner, method: Method, paths: int, st
 def trajectory_quantities_many(
     units: Sequence[tuple[QuestionRunner, Method]], paths: int, steps: int, seed: int
 ) -> list[dict[str, Any]]:
-    """`trajectory_quantities` of each (runner, method) unit, in order, with the J × N PPR paths of all units that
-    have the same number of seeds advanced together (`sample_many`: one forward pass per step, one batch per seed
-    count and number of options; mixing seed counts would left-pad paths, which changes θ's float rounding). Each
-    unit draws its paths and its c.i.d. bootstrap from its own generators, so its quantities do not depend on which
-    units share the call: bit for bit on the CPU in float32.
+    """`trajectory_quantities` of each (runner, method) unit, in order, their paths sampled together
+    (`unit_trajectories`); each unit's c.i.d. bootstrap draws from its own generator too."""
+    generators = [make_generator(seed, runner.question.id, method.name) for runner, method in units]
+    return [
+        _quantities(trajectories, runner.question.id, method, seed)
+        for (runner, method), trajectories in zip(units, unit_trajectories(units, paths, steps, generators),
+                                                  strict=True)
+    ]
+
+
+def unit_trajectories(
+    units: Sequence[tuple[QuestionRunner, Method]], paths: int, steps: int, generators: Sequence[torch.Generator]
+) -> list[Trajectories]:
+    """J × N PPR paths of each (runner, method) unit, in order, drawn from its generator in `generators`; the paths
+    of all units with the same number of seeds advance together (`sample_many`: one forward pass per step, one batch
+    per seed count and number of options; mixing seed counts would left-pad paths, which changes θ's float
+    rounding). A unit's paths do not depend on which units share the call: bit for bit on the CPU in float32
+    when each unit's J is a multiple of 4 (the CPU matrix product rounds rows of an incomplete 4-row block apart),
+    else up to float rounding.
 
     One model per call: every runner must hold the same `LanguageModel`, used in one state, so base-model and
     adapter (AM-PPR) methods go in separate calls (the base ones inside `adapters.base_model`); a mix is a
@@ -35,13 +51,11 @@ def trajectory_quantities_many(
         return []
     lm = units[0][0].lm
     if any(runner.lm is not lm for runner, _ in units):
-        raise ValueError("trajectory_quantities_many: every runner must hold the same model (one call per model)")
+        raise ValueError("unit_trajectories: every runner must hold the same model (one call per model)")
     if len({method.needs_adapter for _, method in units}) > 1:
-        raise ValueError("trajectory_quantities_many: base-model and adapter methods need separate calls")
-    # One engine batch per seed count: paths with fewer seeds would be left-padded, and padding changes θ's rounding.
+        raise ValueError("unit_trajectories: base-model and adapter methods need separate calls")
     batches: dict[int, dict[int, tuple[QuestionRunner, list[PPRRequest]]]] = {}  # seeds -> runner -> its requests
-    for runner, method in units:
-        generator = make_generator(seed, runner.question.id, method.name)
+    for (runner, method), generator in zip(units, generators, strict=True):
         jobs = batches.setdefault(method.num_seeds, {})
         jobs.setdefault(id(runner), (runner, []))[1].append(PPRRequest(paths, steps, generator, method.num_seeds))
     sampled = {
@@ -49,10 +63,7 @@ def trajectory_quantities_many(
         for seeds, jobs in batches.items()
         for key, trajectories in zip(jobs, sample_many(list(jobs.values())), strict=True)
     }
-    return [
-        _quantities(next(sampled[method.num_seeds, id(runner)]), runner.question.id, method, seed)
-        for runner, method in units
-    ]
+    return [next(sampled[method.num_seeds, id(runner)]) for runner, method in units]
 
 
 def _quantities(traj: Trajectories, question_id: str, method: Method, seed: int) -> dict[str, Any]:

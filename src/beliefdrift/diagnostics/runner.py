@@ -1,0 +1,159 @@
+"""The question × method loop of the diagnostics (`drift`, `emd`): their shared settings, the base and tuned models,
+and a resumable loop that computes the quantities of a batch of units at a time and stores each question's in the
+run store.
+
+A unit is one (question, method). Its quantities come from generators keyed by run seed, question id and method
+name, so they do not depend on which units share a batch: `--batch-questions` changes speed, never a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+from beliefdrift.adapters import base_model, load_adapter
+from beliefdrift.backend import LanguageModel
+from beliefdrift.config import BatchingOptions, DataOptions, ModelOptions, SamplingOptions, option
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.data.registry import load_dataset
+from beliefdrift.diagnostics.emd import EMDConfig, emd_generator, question_emd
+from beliefdrift.diagnostics.noise_floor import floor_generator, spread_fields
+from beliefdrift.diagnostics.trajectory import trajectory_quantities_many, unit_trajectories
+from beliefdrift.errors import UserError
+from beliefdrift.evaluation import split_long_prompts
+from beliefdrift.identity import run_identity
+from beliefdrift.methods import Method, parse_method
+from beliefdrift.prompts import load_template
+from beliefdrift.records import RecordWriter
+from beliefdrift.resampling import QuestionRunner
+
+BASE_METHODS = ("ppr", "ppr-seed5")
+ADAPTER_METHODS = ("am-ppr", "am-ppr-seed5")
+
+#: (the runner of the unit's question on the unit's model, the method)
+Unit = tuple[QuestionRunner, Method]
+#: Quantities of each unit of a batch, in order; every unit of one call runs on the same model.
+Compute = Callable[[Sequence[Unit]], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOptions):
+    """Model, questions, methods and sampling of `drift` and `emd` (each adds its own settings)."""
+
+    _argument_group_name = "methods"
+
+    methods: list[str] | None = option(None, f"PPR-type methods (default {' '.join(BASE_METHODS)}, plus "
+                                             f"{' '.join(ADAPTER_METHODS)} with --adapter)")
+    adapter: str | None = option(None, "peft LoRA directory of the SC-tuned model (AM-PPR)")
+    skip_long_prompts: bool = option(False, "skip (and count) questions whose prompt and answers exceed the model's "
+                                            "context")
+
+    @property
+    def method_list(self) -> list[Method]:
+        names = self.methods or [*BASE_METHODS, *(ADAPTER_METHODS if self.adapter else ())]
+        methods = [parse_method(name) for name in names]
+        for method in methods:
+            if not method.resamples:
+                raise UserError(f"{method.name}: drift diagnostics need a resampling method (ppr…, am-ppr…)")
+            if method.needs_adapter and self.adapter is None:
+                raise UserError(f"{method.name} needs --adapter (a LoRA directory of the SC-tuned model)")
+        return methods
+
+    def questions(self) -> list[MCQuestion]:
+        questions = load_dataset(self.dataset, split=self.split, data_dir=self.data_dir, n=self.n, seed=self.seed)
+        if not questions or not isinstance(questions[0], MCQuestion):
+            raise UserError(f"{self.dataset}: drift diagnostics need multiple-choice questions")
+        return questions
+
+
+class Models:
+    """The base model and, with an adapter, the tuned one; `use(tuned)` gives the model in the state a method of
+    that kind runs on."""
+
+    def __init__(self, config: DiagnosticsConfig):
+        print(f"loading {config.model} ...", flush=True)
+        self.base = config.load_model()
+        self.tuned = load_adapter(self.base, config.adapter) if config.adapter else None
+
+    @contextmanager
+    def use(self, tuned: bool) -> Iterator[LanguageModel]:
+        if tuned:
+            yield self.tuned
+        elif self.tuned is None:
+            yield self.base
+        else:  # loading the adapter patched the base modules: switch it off for the base methods
+            with base_model(self.tuned):
+                yield self.tuned
+
+
+def compute_batch(
+    models: Models, questions: Sequence[MCQuestion], methods: Sequence[Method], compute: Compute, template: str,
+    ending: str,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """{question id: {method: quantities}} of `methods` on `questions`: one `compute` call per model (base, then
+    tuned) for all their units, each question's prompts prefilled once per model."""
+    results: dict[str, dict[str, dict[str, Any]]] = {q.id: {} for q in questions}
+    for tuned in (False, True):
+        group = [m for m in methods if m.needs_adapter == tuned]
+        if not group:
+            continue
+        with models.use(tuned) as lm:
+            runners = [QuestionRunner(lm, question, template, ending) for question in questions]
+            units = [(runner, method) for runner in runners for method in group]
+            for (runner, method), quantities in zip(units, compute(units), strict=True):
+                results[runner.question.id][method.name] = quantities
+    return results
+
+
+def for_each_unit(
+    command: str, config: DiagnosticsConfig, compute: Compute, answers: int
+) -> tuple[RecordWriter, list[MCQuestion], list[Method]]:
+    """Store `compute(units)` for every question × method not stored yet, `config.questions_per_batch` questions per
+    call, in the run store of `config.out` pinned to the run identity (opened once model and questions have
+    loaded). `answers` is the most answers a path holds after its seeds (for the check against the context)."""
+    questions, methods = config.questions(), config.method_list
+    models = Models(config)
+    questions, skipped = split_long_prompts(models.base, questions, methods, answers, config.template,
+                                            config.template_ending, config.skip_long_prompts)
+    if config.skip_long_prompts:
+        print(f"skipped {len(skipped)} questions longer than the model's context", flush=True)
+    template = load_template(config.template, config.template_ending)
+    writer = RecordWriter(config.out, run_identity(command, config, questions, skipped, template))
+    todo = [q for q in questions if any(not writer.done(q.id, m.name) for m in methods)]
+    stored = sum(writer.done(q.id, m.name) for q in questions for m in methods)
+    print(f"{len(questions)} questions × {len(methods)} methods ({stored} done)", flush=True)
+    size = config.questions_per_batch(models.base.device)
+    with tqdm(total=len(questions) * len(methods), initial=stored, desc=command, unit="question×method") as bar:
+        for start in range(0, len(todo), size):
+            chunk = todo[start : start + size]
+            # Units another process on this directory stored meanwhile are skipped; units of one set of missing
+            # methods share a call.
+            pending: dict[tuple[Method, ...], list[MCQuestion]] = {}
+            for question in chunk:
+                missing = tuple(m for m in methods if not writer.done(question.id, m.name))
+                if missing:
+                    pending.setdefault(missing, []).append(question)
+            for missing, batch in pending.items():
+                results = compute_batch(models, batch, missing, compute, config.template, config.template_ending)
+                for question in batch:
+                    writer.write(question.id, results[question.id])
+                    bar.update(len(missing))
+    return writer, questions, methods
+
+
+def emd_quantities(units: Sequence[Unit], config: EMDConfig, paths: int, steps: int, seed: int) -> list[dict[str, Any]]:
+    """What `emd` stores per unit: its `QuestionEMD.record` (each unit's k-step estimates already batch up to
+    `config.batch_budget` paths per forward pass), then the marginal drift and c.i.d. check of J × N PPR paths and
+    the step spread of θ along J × N more (the noise floor's own), both sampled for all `units` together."""
+    measured = trajectory_quantities_many(units, paths, steps, seed)
+    floor_paths = unit_trajectories(units, paths, steps, [floor_generator(seed, runner.question, method, "paths")
+                                                          for runner, method in units])
+    return [
+        {**question_emd(runner, method.num_seeds, config, emd_generator(seed, runner.question, method)).record(),
+         **quantities, **spread_fields(trajectories.thetas)}
+        for (runner, method), quantities, trajectories in zip(units, measured, floor_paths, strict=True)
+    ]

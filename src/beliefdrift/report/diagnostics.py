@@ -1,0 +1,134 @@
+"""Summaries and figures of the diagnostics commands from their stored records: `drift` (marginal drift and the
+c.i.d. check, paper Figure 1) and `emd` (EMD‾ and EMD_k(b) with their noise floors, paper Figure 3).
+
+`records[method name][i]` is the record of `questions[i]`. Each function returns the summary (JSON-ready), the
+Markdown table and the figure files it wrote; the commands write the text files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.diagnostics.emd import EMDRow, aggregate_emd
+from beliefdrift.diagnostics.noise_floor import with_floor
+from beliefdrift.diagnostics.trajectory import cid_summary
+from beliefdrift.methods import Method
+from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_curves, plot_emd_bars, plot_emd_burn_in
+from beliefdrift.report.marginal import plot_average_drift, record_drift
+from beliefdrift.report.paired import emd_comparisons, emd_markdown
+from beliefdrift.report.plots import plot_marginal_drift
+from beliefdrift.report.text import markdown_table, plus_minus
+from beliefdrift.stats import mean_std
+
+Records = Mapping[str, Sequence[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class DiagnosticsReport:
+    """What a diagnostics command writes: summary.json's content, summary.md's table, the figure files."""
+
+    summary: dict[str, Any]
+    table: str
+    figures: list[Path]
+
+
+def drift_report(
+    questions: Sequence[MCQuestion], methods: Sequence[Method], records: Records, out: Path, dataset: str,
+    plot_questions: int,
+) -> DiagnosticsReport:
+    """Per method: ‖E[θ_N] − E[θ_0]‖₁ and the c.i.d. statistic (mean ± sample std over questions) and how many
+    questions reject c.i.d.; figures of the shift against n, of E[θ_n] averaged over questions, and of the first
+    `plot_questions` questions' marginal drift, written under `out`."""
+    summary, rows = {}, []
+    for method in methods:
+        shift_mean, shift_std = mean_std([r["marginal_shift"] for r in records[method.name]], ddof=1)
+        summary[method.name] = {"marginal_shift_mean": shift_mean.tolist(), "marginal_shift_std": shift_std.tolist(),
+                                **cid_summary(list(records[method.name]))}
+        s = summary[method.name]
+        rows.append([method.title, str(len(questions)), plus_minus(shift_mean[-1], shift_std[-1]),
+                     plus_minus(s["cid_l1_mean"], s["cid_l1_std"]), f"{s['cid_rejected']}/{len(questions)}"])
+    table = markdown_table(["method", "questions", "‖E[θ_N] − E[θ_0]‖₁", "c.i.d. ‖D̄‖₁", "c.i.d. rejected"], rows)
+
+    figures = plot_curves([(m.title, summary[m.name]["marginal_shift_mean"], summary[m.name]["marginal_shift_std"])
+                           for m in methods], "n (answers generated)", r"$\|E[\theta_n] - E[\theta_0]\|_1$",
+                          out / "marginal_shift", title=f"{dataset}: mean ± std over questions")
+    figures += plot_average_drift(questions, methods, records, out / "marginal_drift", dataset)
+    for i, question in enumerate(questions[:plot_questions]):
+        panels = [(m.title, record_drift(records[m.name][i])) for m in methods]
+        figures += plot_marginal_drift(panels, question.labels, out / f"marginal_drift_{question.id}",
+                                       title=f"{question.id}: {question.stem[:70]}")
+    return DiagnosticsReport(summary, table, figures)
+
+
+def emd_report(
+    questions: Sequence[MCQuestion],
+    methods: Sequence[Method],
+    records: Records,
+    floors: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
+    distances: Sequence[str],
+    horizon: int,
+    lookahead: int,
+    burn_in: int,
+    out: Path,
+    dataset: str,
+) -> DiagnosticsReport:
+    """Per method and distance: EMD‾ (k = 2 … `horizon`) and EMD_`lookahead`(b) at b = 0 and b = `burn_in`, each
+    beside its noise floor when `floors` has the method's urn replicates; the c.i.d. check; then each method's
+    paired Δ EMD‾ against PPR. Bar and burn-in figures per distance, written under `out`."""
+    summary: dict[str, Any] = {}
+    header = ["method", "questions"]
+    for distance in distances:
+        label = DISTANCE_LABELS[distance]
+        floor = ["floor [95%]"] if floors else []
+        header += [f"EMD‾ ({label})", *floor, *(["> floor (p)"] if floors else [])]
+        header += [f"EMD_{lookahead}(0) ({label})", *floor]
+        header += [f"EMD_{lookahead}({burn_in}) ({label})", *floor] if burn_in else []
+    header += ["c.i.d. ‖D̄‖₁", "c.i.d. rejected"]
+    rows = {m.name: [m.title, str(len(questions))] for m in methods}
+    figures: list[Path] = []
+    for distance in distances:
+        emd_rows = [aggregate_emd(m.title, list(records[m.name]), distance) for m in methods]
+        if floors:
+            emd_rows = [with_floor(row, records[m.name], floors[m.name]) for m, row in zip(methods, emd_rows,
+                                                                                          strict=True)]
+        for method, row in zip(methods, emd_rows, strict=True):
+            summary.setdefault(method.name, {})[distance] = row.__dict__
+            rows[method.name] += _emd_cells(row, [0, len(row.burn_in) - 1] if burn_in else [0])
+        figures += plot_emd_bars({dataset: emd_rows}, out / f"emd_bar_{distance}", title=f"K = {horizon}")
+        figures += plot_emd_burn_in(emd_rows, lookahead, out / f"emd_k_b_{distance}", title=dataset)
+    for method in methods:
+        cid = cid_summary(list(records[method.name]))
+        summary[method.name]["cid"] = cid
+        summary[method.name]["kstep_exact"] = all(r["kstep_exact"] for r in records[method.name])
+        summary[method.name]["prefixes_exact"] = all(r["prefixes_exact"] for r in records[method.name])
+        rows[method.name] += [f"{cid['cid_l1_mean']:.3f} ± {cid['cid_l1_std']:.3f}",
+                              f"{cid['cid_rejected']}/{cid['questions']}"]
+    table = markdown_table(header, list(rows.values()))
+    if floors:
+        replicates = len(next(iter(floors.values())))
+        table += (f"\n\nfloor: mean [2.5%, 97.5%] of the same figure for {replicates} "
+                  "replicates of Pólya-urn martingales matched to each question's θ and spread (exact martingales: "
+                  "EMD = 0, so the floor is the estimator's noise); > floor: EMD‾ above the 97.5% point (one-sided p), "
+                  "and the questions whose own EMD‾ is above their own floor's")
+    paired = emd_markdown(emd_comparisons(records, distances))
+    table += f"\n\n{paired}" if paired else ""
+    return DiagnosticsReport(summary, table, figures)
+
+
+def _emd_cells(row: EMDRow, points: list[int]) -> list[str]:
+    """EMD‾ and EMD_k(b) at the burn-in `points` as mean ± std, each followed by its floor when `row` has one."""
+    cells = [f"{row.emd_bar:.4f} ± {row.emd_bar_std:.4f}"]
+    if row.floor_replicates:
+        cells += [f"{row.floor:.4f} [{row.floor_low:.4f}, {row.floor_high:.4f}]",
+                  f"{'yes' if row.above_floor else 'no'} ({row.floor_p:.3f}); {row.questions_above_floor}/"
+                  f"{row.questions} questions"]
+    for b in points:
+        cells.append(f"{row.burn_in[b]:.4f} ± {row.burn_in_std[b]:.4f}")
+        if row.floor_replicates:
+            low, high = row.burn_in_floor_low[b], row.burn_in_floor_high[b]
+            cells.append(f"{row.burn_in_floor[b]:.4f} [{low:.4f}, {high:.4f}]")
+    return cells
