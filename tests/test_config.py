@@ -116,3 +116,19 @@ def test_identity_keeps_what_changes_a_number_and_resolves_auto() -> None:
     assert run_identity("evaluate", base, questions, template="U")["sha256"] != identity["sha256"]
     assert run_identity("evaluate", base, questions[:1], template="T")["questions_sha256"] != (
         identity["questions_sha256"])
+
+
+def test_bundled_presets_resolve_by_name_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--config cpu-default` (and `cpu-default.yaml`) reads the preset shipped inside the package, whatever the
+    working directory; a file of that name in the working directory wins; an unknown name lists the presets."""
+    source = Path(__file__).resolve().parents[1] / "configs" / "cpu-default.yaml"
+    monkeypatch.chdir(tmp_path)
+    parser = subparsers()["evaluate"]
+    by_path = settings_from(parser.parse_args(["--config", str(source)]), EvalConfig)
+    for name in ("cpu-default", "cpu-default.yaml"):
+        assert settings_from(parser.parse_args(["--config", name]), EvalConfig) == by_path
+    assert (by_path.dataset, by_path.n) == ("csqa", 50) != (EvalConfig().dataset, EvalConfig().n), "read the preset"
+    (tmp_path / "cpu-default.yaml").write_text("paths: 3\n")
+    assert settings_from(parser.parse_args(["--config", "cpu-default.yaml"]), EvalConfig).paths == 3
+    with pytest.raises(FileNotFoundError, match="bundled preset .*cpu-default"):
+        parser.parse_args(["--config", "no-such-preset"])

@@ -31,6 +31,8 @@ from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, T
 from beliefdrift.scoring import QualityControl
 
 Config = TypeVar("Config")
+#: YAML presets shipped with the package (`configs/` in a source checkout links here).
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
 #: Field metadata that is ours, not an `add_argument` keyword.
 OWN_METADATA = ("operational", "minimum")
 
@@ -176,7 +178,8 @@ class CommandParser(HfArgumentParser):
         super().__init__(dataclass_types, **kwargs)
         if self.dataclass_types:
             self.add_argument("--config", metavar="FILE.yaml",
-                              help="YAML mapping of settings (the flags' names with underscores); flags override it")
+                              help="YAML mapping of settings (the flags' names with underscores), or the name of a "
+                                   f"bundled preset ({', '.join(bundled_presets())}); flags override it")
 
     def _add_dataclass_arguments(self, dtype: type) -> None:
         hints = typing.get_type_hints(dtype)
@@ -215,10 +218,25 @@ class CommandParser(HfArgumentParser):
 def _config_path(args: Sequence[str]) -> Path | None:
     for i, token in enumerate(args):
         if token == "--config" and i + 1 < len(args):
-            return Path(args[i + 1])
+            return preset_file(args[i + 1])
         if token.startswith("--config="):
-            return Path(token.partition("=")[2])
+            return preset_file(token.partition("=")[2])
     return None
+
+
+def preset_file(spec: str | Path) -> Path:
+    """`spec` as a path when it names a file, else the bundled preset of that name (`cpu-default`,
+    `train-cpu.yaml`, …; they ship with the package, `configs/` in a source checkout), else `spec` as given."""
+    path = Path(spec)
+    if path.is_file():
+        return path
+    bundled = PRESET_DIR / (path.name if path.suffix == ".yaml" else f"{path.name}.yaml")
+    return bundled if len(path.parts) == 1 and bundled.is_file() else path
+
+
+def bundled_presets() -> list[str]:
+    """The names of the presets that ship with the package."""
+    return sorted(path.stem for path in PRESET_DIR.glob("*.yaml"))
 
 
 def add_command(subparsers: argparse._SubParsersAction, name: str, settings: type | Sequence[type], help: str,
@@ -244,7 +262,7 @@ def read_settings(path: Path, classes: Iterable[type]) -> dict[str, Any]:
     """A YAML mapping of settings checked against the fields of `classes`: an unknown key or a value of the wrong
     type is one error naming the file and the key."""
     if not path.is_file():
-        raise FileNotFoundError(f"--config {path}: no such file")
+        raise FileNotFoundError(f"--config {path}: no such file or bundled preset ({', '.join(bundled_presets())})")
     try:
         values = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
@@ -328,7 +346,7 @@ def load_settings(cls: type[Config], path: str | Path | None = None,
                   overrides: Mapping[str, Any] | None = None) -> Config:
     """The `cls` settings of a YAML file and `overrides` (both checked like `--config`; overrides win), as in a
     script or notebook: `load_settings(TrainConfig, "configs/train-cpu.yaml", {"n": 4})`."""
-    values = read_settings(Path(path), [cls]) if path is not None else {}
+    values = read_settings(preset_file(path), [cls]) if path is not None else {}
     return cls(**{**values, **checked_settings(overrides or {}, [cls])})
 
 

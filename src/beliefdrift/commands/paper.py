@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from beliefdrift.cli import main
-from beliefdrift.config import Settings, add_command, option, out_option, settings_from
+from beliefdrift.config import Settings, add_command, option, out_option, preset_file, settings_from
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
@@ -34,7 +34,6 @@ from beliefdrift.store import STORE_FILE
 
 #: Preset names and their files under the source tree's configs/.
 PRESETS = {"cpu": "paper-cpu.yaml", "paper": "paper-full.yaml"}
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 #: The commands a stage may run, and the settings (preset `settings`, --model, …) every model command takes.
 STAGE_COMMANDS = ("train", "evaluate", "drift", "emd", "reasoning", "report")
 COMMON = ("model", "device", "dtype", "seed", "data_dir")
@@ -87,8 +86,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def preset_path(spec: str) -> Path:
-    """A preset name's file under configs/, or `spec` itself as a path."""
-    path = CONFIG_DIR / PRESETS[spec] if spec in PRESETS else Path(spec)
+    """The bundled preset a name (`cpu`, `paper`) stands for, or `spec` as a preset name or YAML path."""
+    path = preset_file(PRESETS.get(spec, spec))
     if not path.is_file():
         raise FileNotFoundError(f"--preset {spec}: {path} not found (expected {', '.join(PRESETS)} or a YAML file)")
     return path
