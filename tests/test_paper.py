@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from beliefdrift.cli import main
-from beliefdrift.commands.paper import STAGES_FILE, flags
 from beliefdrift.data.loaders import DataError
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.pipeline import STAGES_FILE, flags
 from beliefdrift.report.html import ADAPTER_WEIGHTS, fingerprints
 from beliefdrift.store import STORE_FILE, RunStore
 
