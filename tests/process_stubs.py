@@ -36,6 +36,9 @@ class HistoryProcess:
     def select(self, index: torch.Tensor | list[int]) -> HistoryProcess:
         return HistoryProcess(self.theta, [self.histories[int(i)] for i in index])
 
+    def reserve(self, answers: int) -> None:
+        """No cache to reserve room in."""
+
     def advance(self, answers: torch.Tensor) -> AnswerDist:
         rows = answers.reshape(self.size, -1).tolist()
         self.histories = [h + tuple(row) for h, row in zip(self.histories, rows, strict=True)]

@@ -201,3 +201,31 @@ def test_method_result_does_not_depend_on_other_methods(tiny_lm, question):
                            "ppr-llama")[2]
     assert torch.equal(alone.trajectories.answers, together.trajectories.answers)
     torch.testing.assert_close(alone.probs, together.probs)
+
+
+def test_reserved_suffix_cache_is_allocated_once_and_changes_no_number(tiny_lm, question, history_template,
+                                                                        monkeypatch):
+    """`sample_answers` reserves the room of all its steps up front: the suffix buffers never move while the paths
+    advance (a step copies only its new tokens), and θ is bit for bit what a cache growing as it goes gives."""
+    from beliefdrift.backend import PathBatch
+
+    runner = QuestionRunner(tiny_lm, question, history_template)
+
+    def sample() -> tuple[torch.Tensor, list[set[int]]]:
+        batch = runner.paths(4, torch.tensor([[1, 2]] * 4))  # seeded: the suffix already holds tokens
+        addresses, advance = [], batch.advance
+
+        def tracked(answers: torch.Tensor) -> AnswerDist:
+            dist = advance(answers)
+            addresses.append({layer._buffers[0].data_ptr() for layer in batch.cache.suffix.layers})
+            return dist
+
+        batch.advance = tracked
+        return sample_answers(batch, 40, make_generator(3))[1], addresses
+
+    reserved, still = sample()
+    assert len(still) == 40 and all(a == still[0] for a in still)
+    monkeypatch.setattr(PathBatch, "reserve", lambda self, answers: None)
+    grown, moving = sample()
+    assert torch.equal(reserved, grown)
+    assert any(a != moving[0] for a in moving), "without the reservation the buffers move as they grow"

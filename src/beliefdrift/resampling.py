@@ -113,6 +113,7 @@ def sample_answers(
     valid_mass [B, steps+1], on the model's device (nothing is copied to the host while sampling).
     """
     streams = [(batch.size, generator)] if isinstance(generator, torch.Generator) else list(generator)
+    batch.reserve(steps)
     thetas, masses, answers = [batch.dist.probs], [batch.dist.valid_mass], []
     for _ in range(steps):
         blocks = batch.dist.probs.split([size for size, _ in streams])

@@ -9,6 +9,7 @@ Both return the model's output for the tokens they append, so callers read logit
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -16,7 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from beliefdrift.backend.loading import input_device, unwrapped
-from beliefdrift.backend.shared_prefix import PromptRuns, SharedPrefix, enable_shared_prefix, full_cache
+from beliefdrift.backend.shared_prefix import GrowingLayer, PromptRuns, SharedPrefix, enable_shared_prefix, full_cache
 
 
 class PathCache(Protocol):
@@ -30,6 +31,10 @@ class PathCache(Protocol):
 
     def select(self, index: torch.Tensor) -> PathCache:
         """A new cache whose path i continues path `index[i]` of this one."""
+
+    def reserve(self, tokens: int) -> None:
+        """Room for `tokens` more tokens per path, so that the next extends up to them allocate no cache memory
+        (a hint: extending further still works)."""
 
 
 def shares_prefix(model: torch.nn.Module) -> bool:
@@ -112,6 +117,12 @@ class SharedPrefixCache:
         )
         self.suffix_length += new
         return out
+
+    def reserve(self, tokens: int) -> None:
+        room = self.suffix_length + tokens
+        self.suffix.layer_class_to_replicate = functools.partial(GrowingLayer, room)  # layers not created yet
+        for layer in self.suffix.layers:
+            layer.reserve(room)
 
     def select(self, index: torch.Tensor) -> SharedPrefixCache:
         index = torch.as_tensor(index, dtype=torch.long)
@@ -196,6 +207,9 @@ class PerPathCache:
             out.logits = out.logits[:, -new:]
         self.ids, self.mask = ids, mask
         return out
+
+    def reserve(self, tokens: int) -> None:
+        """Nothing: the model's own cache grows by concatenation (this is the slow, always-correct fallback)."""
 
     def select(self, index: torch.Tensor) -> PerPathCache:
         index = torch.as_tensor(index, dtype=torch.long).to(self.ids.device)

@@ -80,6 +80,10 @@ class PathBatch:
         """`copies` paths per existing path (path i becomes paths i·copies … i·copies + copies − 1)."""
         return self.select(torch.arange(self.size).repeat_interleave(copies))
 
+    def reserve(self, answers: int) -> None:
+        """Room for `answers` more answers per path in the cache (see `PathCache.reserve`)."""
+        self.cache.reserve(answers * self._answer_ids.shape[-1])
+
     @torch.no_grad()
     def advance(self, answers: torch.Tensor) -> AnswerDist:
         """Append answers [B, m] (label indices) to every path in one forward pass; return the new θ."""

@@ -17,6 +17,7 @@ chunked attention layers, attention sinks, KV sharing between layers) are report
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,35 +98,48 @@ class PromptRuns:
 
 
 class GrowingLayer(DynamicLayer):
-    """A full cache layer with spare room: appended keys/values are written in place into buffers whose length
-    doubles when full, so a decoding step copies only its new tokens instead of the whole cache. `keys` and
-    `values` are views of the filled part, with the same values `DynamicLayer` would hold."""
+    """A full cache layer with spare room: appended keys/values are written in place into buffers of at least
+    `room` positions (`reserve`), whose length doubles when full, so a decoding step copies only its new tokens
+    instead of the whole cache, and none once the room for a run is reserved. `keys` and `values` are views of the
+    filled part, with the same values `DynamicLayer` would hold."""
+
+    def __init__(self, room: int = 0):
+        super().__init__()
+        self.room = room
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-            self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
         new = key_states.shape[-2]
         filled = 0 if self._buffers is None else self.keys.shape[-2]
         if self._buffers is None or filled + new > self._buffers[0].shape[-2]:
-            room = max(2 * (filled + new), 16)
-            buffers = tuple(t.new_empty(*t.shape[:-2], room, t.shape[-1]) for t in (key_states, value_states))
-            if filled:
-                buffers[0][..., :filled, :].copy_(self.keys)
-                buffers[1][..., :filled, :].copy_(self.values)
-            self._buffers = buffers
+            self._grow(key_states, value_states, filled, max(2 * (filled + new), 16, self.room))
         self._buffers[0][..., filled : filled + new, :].copy_(key_states)
         self._buffers[1][..., filled : filled + new, :].copy_(value_states)
         self.keys = self._buffers[0][..., : filled + new, :]
         self.values = self._buffers[1][..., : filled + new, :]
         return self.keys, self.values
 
+    def reserve(self, room: int) -> None:
+        """Room for `room` positions in all (the filled ones included), allocated now if the layer holds any."""
+        self.room = max(self.room, room)
+        if self._buffers is not None and self._buffers[0].shape[-2] < self.room:
+            self._grow(self.keys, self.values, self.keys.shape[-2], self.room)
 
-def full_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> DynamicCache:
+    def _grow(self, keys: torch.Tensor, values: torch.Tensor, filled: int, room: int) -> None:
+        buffers = tuple(t.new_empty(*t.shape[:-2], room, t.shape[-1]) for t in (keys, values))
+        if filled:
+            buffers[0][..., :filled, :].copy_(self.keys)
+            buffers[1][..., :filled, :].copy_(self.values)
+        self._buffers = buffers
+
+
+def full_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]] = (), room: int = 0) -> DynamicCache:
     """A cache that keeps every position on every layer (no sliding-window truncation) and appends in place
-    (`GrowingLayer`), holding `rows[i]` = (keys, values) of layer i to start with."""
+    (`GrowingLayer`, with room for `room` positions), holding `rows[i]` = (keys, values) of layer i to start with."""
     cache = DynamicCache()
-    cache.layer_class_to_replicate = GrowingLayer
+    cache.layer_class_to_replicate = functools.partial(GrowingLayer, room)
     for layer, (keys, values) in enumerate(rows):
         cache.update(keys, values, layer)
     return cache

@@ -38,6 +38,9 @@ class AnswerProcess(Protocol):
 
     def advance(self, answers: torch.Tensor) -> AnswerDist: ...
 
+    def reserve(self, answers: int) -> None:
+        """Room for `answers` more answers per path (a hint; a process without a cache ignores it)."""
+
 
 @dataclass(frozen=True)
 class KStep:

@@ -66,6 +66,9 @@ class UrnProcess:
         index = torch.as_tensor(index, dtype=torch.long)
         return UrnProcess(self.dist.probs[index], self.weight[index])
 
+    def reserve(self, answers: int) -> None:
+        """Nothing to reserve: the urn keeps no cache."""
+
     def advance(self, answers: torch.Tensor) -> AnswerDist:
         """θ ← (1 − w) θ + w e_a and w ← w / (1 + w), once per column of answers [B, steps]."""
         probs, weight = self.dist.probs, self.weight

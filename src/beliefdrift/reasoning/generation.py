@@ -307,6 +307,7 @@ def generate_rollouts(
     width = max(len(f) for f in firsts)
     padding = [width - len(f) for f in firsts]
     rollouts = cache.paths.select(torch.zeros(len(firsts), dtype=torch.long))
+    rollouts.reserve(width + config.max_new_tokens)  # the first tokens and every token generated after them
 
     def forward(
         input_ids: torch.Tensor, hidden: bool, padding: torch.Tensor | None = None
