@@ -119,7 +119,7 @@ def test_read_only_open_never_writes(tmp_path: Path, monkeypatch: pytest.MonkeyP
         store.add([make_row("q1", "ppr", 0)])
     with RunStore.open(path, read_only=True) as store:
         assert store.units() == 1
-        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        with pytest.raises(StoreError, match="is read-only"):
             store.add([make_row("q2", "ppr", 1)])
     # a read-only directory (an archive): readers open it immutable, writers are told it is read-only
     monkeypatch.setattr("beliefdrift.store.writable", lambda p: False)
@@ -128,6 +128,21 @@ def test_read_only_open_never_writes(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(StoreError, match="is read-only") as err:
         RunStore.open(path)
     assert "remove" not in str(err.value) and "beliefdrift report" in str(err.value)
+
+
+def test_pages_damaged_behind_an_intact_schema_are_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    with RunStore.open(path) as store:
+        for i in range(30):
+            store.add([make_row(f"q{i}", "ppr", i, seed=i)])
+            store.add_records(f"q{i}", {"ppr": {"marginal_shift": [0.5] * 50}})
+    data = path.read_bytes()
+    path.write_bytes(data[:4096] + np.random.default_rng(0).bytes(len(data) - 4096))  # page 1: header and schema
+    with RunStore.open(path, create=False) as store:
+        for read in (store.done, store.rows, store.record_units, lambda: store.records("q1", "ppr")):
+            with pytest.raises(StoreError, match=r"run\.sqlite: not a readable beliefdrift run store \(database disk "
+                                                 r"image is malformed\)"):
+                read()
 
 
 def test_a_corrupt_array_names_question_and_method(tmp_path: Path) -> None:

@@ -18,11 +18,11 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,6 +30,7 @@ STORE_FILE = "run.sqlite"
 APPLICATION_ID = 0x62646674  # "bdft": marks a SQLite file as a beliefdrift run store
 SCHEMA_VERSION = 2  # 2 added the `records` table (version-1 stores gain it on open)
 BUSY_TIMEOUT_S = 120.0
+T = TypeVar("T")
 
 RECORDS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -162,6 +163,38 @@ def identity_mismatch(where: str, stored: Mapping[str, Any], requested: Mapping[
                       "settings to resume it, or choose another --out directory")
 
 
+def store_error(path: Path, err: sqlite3.DatabaseError) -> StoreError:
+    """The one-line error for a failed SQLite call on the store at `path`: read-only, locked, a full disk, or
+    a damaged file."""
+    message = str(err)
+    if "readonly" in message:
+        return read_only_error(path)
+    if "locked" in message:
+        return StoreError(f"{path}: the run store stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s "
+                          f"({message}); run the same command again once it has finished")
+    if "full" in message:
+        return StoreError(f"{path}: cannot write the run store ({message}); free some space and run the same command "
+                          "again to resume")
+    return StoreError(f"{path}: not a readable beliefdrift run store ({message}); move it away or choose another "
+                      "--out directory")
+
+
+def checked(method: Callable[..., T]) -> Callable[..., T]:
+    """A `RunStore` method whose SQLite failures (a page damaged after the store was opened, a write lock held too
+    long) are one StoreError naming the store; IntegrityError passes (`add` reports it)."""
+
+    @functools.wraps(method)
+    def wrapper(self: RunStore, *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.DatabaseError as err:
+            raise store_error(self.path, err) from err
+
+    return wrapper
+
+
 def writable(path: Path) -> bool:
     """Whether this process may write to `path` (False on read-only files, directories and mounts)."""
     return os.access(path, os.W_OK)
@@ -206,10 +239,7 @@ class RunStore:
             store._initialise(create, read_only)
         except sqlite3.DatabaseError as err:
             db.close()
-            if "readonly" in str(err):
-                raise read_only_error(path) from err
-            raise StoreError(f"{path}: not a readable beliefdrift run store ({err}); "
-                             "move it away or choose another --out directory") from err
+            raise store_error(path, err) from err
         except StoreError:
             db.close()
             raise
@@ -254,7 +284,8 @@ class RunStore:
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # SQLite has already rolled back after some errors (a full disk, I/O)
+                self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 
@@ -269,9 +300,11 @@ class RunStore:
 
     # ---------------------------------------------------------------------------------------- config
 
+    @checked
     def config(self) -> dict[str, Any]:
         return {key: json.loads(value) for key, value in self._db.execute("SELECT key, value FROM config")}
 
+    @checked
     def ensure_config(self, config: Mapping[str, Any]) -> None:
         """Write `config` into an empty store, or check it equals the stored one (StoreError naming the
         differing keys otherwise). Atomic, so concurrent callers agree."""
@@ -288,6 +321,7 @@ class RunStore:
 
     # ---------------------------------------------------------------------------------------- results
 
+    @checked
     def add(self, rows: Iterable[ResultRow]) -> int:
         """Insert rows (one question's methods) in one transaction and return how many were new: a (question,
         method) already stored (by another process running the same command) keeps its first result."""
@@ -314,10 +348,12 @@ class RunStore:
             raise StoreError(f"{self.path}: a result given twice ({keys}): {err}") from err
         return len(rows)
 
+    @checked
     def done(self) -> set[tuple[str, str]]:
         """The stored (question_id, method) pairs."""
         return set(self._db.execute("SELECT question_id, method FROM results"))
 
+    @checked
     def count(self) -> int:
         return self._db.execute("SELECT count(*) FROM results").fetchone()[0]
 
@@ -325,6 +361,7 @@ class RunStore:
         """Stored (question, method) units: results plus diagnostic records."""
         return self.count() + len(self.record_units())
 
+    @checked
     def rows(self, trajectories: bool = True) -> list[ResultRow]:
         """Every stored row with its alternatives, ordered by question position, then method name. Without
         `trajectories` the paths' answers, seeds and θ_n are not read (None): what scoring reads, faster."""
@@ -349,6 +386,7 @@ class RunStore:
 
     # ---------------------------------------------------------------------------------------- records
 
+    @checked
     def add_records(self, question_id: str, units: Mapping[str, Mapping[str, Any]]) -> int:
         """Store {method: {quantity: JSON-serialisable value}} of one question in one transaction and return how
         many methods were new: a (question, method) already stored (by another process) keeps its records."""
@@ -359,15 +397,18 @@ class RunStore:
                                   for method in new for name, value in units[method].items()])
         return len(new)
 
+    @checked
     def has_records(self, question_id: str, method: str) -> bool:
         query = "SELECT 1 FROM records WHERE question_id = ? AND method = ? LIMIT 1"
         return self._db.execute(query, (question_id, method)).fetchone() is not None
 
+    @checked
     def record_units(self) -> list[tuple[str, str]]:
         """The (question_id, method) pairs with records, in the order they were written."""
         query = "SELECT question_id, method FROM records GROUP BY question_id, method ORDER BY min(rowid)"
         return [tuple(row) for row in self._db.execute(query)]
 
+    @checked
     def records(self, question_id: str, method: str) -> dict[str, Any]:
         """{quantity: value} of one question × method, in the order written ({} when none are stored)."""
         query = "SELECT quantity, value FROM records WHERE question_id = ? AND method = ? ORDER BY rowid"
