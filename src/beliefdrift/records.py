@@ -20,12 +20,26 @@ from beliefdrift.store import STORE_FILE, RunStore
 
 class RecordWriter:
     """The records of one diagnostic run in `out` (see the module docstring); a StoreError if `out` holds a run
-    with other settings."""
+    with other settings. Close it (or use it as a context manager) when done: until then the newest records may
+    sit in `run.sqlite-wal` beside the store, not in `run.sqlite` itself."""
 
     def __init__(self, out: Path, config: dict[str, Any]):
         self.out = Path(out)
         self.store = RunStore.open(self.out / STORE_FILE)
-        self.store.ensure_config(config)
+        try:
+            self.store.ensure_config(config)
+        except BaseException:
+            self.store.close()
+            raise
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def done(self, question_id: str, method: str) -> bool:
         return self.store.has_records(question_id, method)

@@ -226,20 +226,20 @@ def run_experiment(
     tasks = list(tasks)
     check_context(lm, tasks, config)
     identity = dict(identity or {"command": "reasoning", "config": asdict(config)})
-    writer = RecordWriter(out, identity)
     keys = [key for key, _, _ in config.conditions]
     embedder = SentenceEmbedder(device=lm.device) if config.embedding == "sentence" else None
     results = []
-    for task in progress(tasks):
-        if not writer.done(task.id, keys[0]):
-            writer.write(task.id, _units(run_question(lm, task, config, embedder)))
-        results.append(_from_units({key: writer.read(task.id, key) for key in keys}))
+    with RecordWriter(out, identity) as writer:
+        for task in progress(tasks):
+            if not writer.done(task.id, keys[0]):
+                writer.write(task.id, _units(run_question(lm, task, config, embedder)))
+            results.append(_from_units({key: writer.read(task.id, key) for key in keys}))
+        writer.write_scalars([(task["task"]["id"], key) for task in results for key in keys])
     summary = identity | summarize(results, config)
     count = f"{len(results)} question" + ("s" if len(results) != 1 else "")
     title = f"{identity.get('dataset', 'reasoning')}: {count}, R={config.rollouts}"
     curves = {cond["title"]: curve_stats_of(results, key) for key, cond in summary["conditions"].items()}
     summary["figure"] = [str(p) for p in plot_centroid_drift(curves, config.tau, out / "centroid_drift", title)]
-    writer.write_scalars([(task["task"]["id"], key) for task in results for key in keys])
     write_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     return summary
 
