@@ -1,10 +1,14 @@
-"""Writing output files atomically: readers see the old file or the complete new one, never a partial one."""
+"""Output files: written atomically (readers see the old file or the complete new one, never a partial one), and
+a lock for commands whose output directory one process at a time may write."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+from typing import TextIO
+
+from beliefdrift.errors import UserError
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -18,3 +22,31 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+LOCK_FILE = ".beliefdrift.lock"
+
+
+def lock_directory(directory: Path, command: str) -> TextIO | None:
+    """Lock `directory` for this process until the returned file is closed or the process ends (SIGKILL included),
+    or raise a UserError naming the process that holds it. A POSIX record lock (`lockf`) is per process: the same
+    process may lock the directory again. Where there is no `fcntl` (Windows) nothing is locked (None)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    handle = open(directory / LOCK_FILE, "a+")  # noqa: SIM115 (the caller keeps it open while it holds the lock)
+    try:
+        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise UserError(f"{directory} is in use by another beliefdrift {command} (process {holder}); wait for it to "
+                        "end, or choose another --out directory") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle

@@ -26,11 +26,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 import yaml
 
+from beliefdrift import store
 from beliefdrift.amortize.backward import backward_sc_loss
 from beliefdrift.amortize.forward import Conditionals, enable_gradient_checkpointing
 from beliefdrift.amortize.loss import SCLossOutput, SelfConsistencyLoss, draw_horizons
@@ -49,10 +50,11 @@ from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, question_emd
 from beliefdrift.errors import UserError
-from beliefdrift.files import write_atomic
+from beliefdrift.files import lock_directory, write_atomic
 from beliefdrift.identity import pin_identity, run_identity
 from beliefdrift.prompts import load_template
 from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
+from beliefdrift.store import StoreError
 
 MODES = ("offline", "on-policy")
 #: The settings that determine a generated rollout dataset.
@@ -190,10 +192,14 @@ class SCTrainer:
 
         self.config = config
         self.out = Path(out)
+        if self.out.exists() and not store.writable(self.out):
+            raise UserError(f"{self.out}: the run directory is read-only (an archived run?); make it writable to "
+                            "resume the run, or choose another --out directory")
         self.accelerator = accelerator or Accelerator(
             cpu=config.device == "cpu", mixed_precision=config.mixed_precision, step_scheduler_with_optimizer=False
         )
         self.is_main = self.accelerator.is_main_process
+        self._lock = self._hold_directory()
         base = lm or load_model(config.model, device=str(self.accelerator.device), dtype=config.dtype,
                                 attn_implementation=config.attn_implementation)
         self.groups = self._rollout_groups(base)
@@ -217,6 +223,23 @@ class SCTrainer:
         self.loss = SelfConsistencyLoss(config.beta, config.clip, config.anchor, config.format_weight, predictive_paths)
         self._tokens: dict[str, AnswerTokens] = {}
 
+    def _hold_directory(self) -> TextIO | None:
+        """Lock `out` (the main process, for the whole run): a second run on the same directory would race on its
+        rollouts, checkpoints and log, so it is refused at once, naming the process that holds it."""
+        lock, error = None, None
+        if self.is_main:
+            try:
+                lock = lock_directory(self.out, "train")
+            except UserError as err:
+                error = str(err)
+        if self.accelerator.num_processes > 1:  # every process stops, not only the main one
+            from accelerate.utils import broadcast_object_list
+
+            error = broadcast_object_list([error])[0]
+        if error:
+            raise UserError(error)
+        return lock
+
     # -------------------------------------------------------------------------------------------- data
 
     def _rollout_groups(self, lm: LanguageModel) -> list[RolloutGroup]:
@@ -233,7 +256,14 @@ class SCTrainer:
                                            config.template_ending)
                 save_rollouts(groups, directory, self.rollout_settings())
             self.accelerator.wait_for_everyone()
-        groups, settings = load_rollouts(directory)
+        try:
+            groups, _ = load_rollouts(directory)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:  # damaged or hand-edited files
+            again = "move it away (the run samples it again)" if not config.rollout_dir else "generate it again"
+            raise UserError(f"{directory}: not a readable rollout dataset ({type(err).__name__}: {one_line(err)}); "
+                            f"{again}, or choose another --out directory") from err
+        if not groups:
+            raise UserError(f"{directory}: the rollout dataset holds no rollouts")
         depth = min(g.rollouts.shape[1] for g in groups)
         paths = min(g.rollouts.shape[0] for g in groups)
         if depth < config.horizon - 1 or paths < config.paths_per_update:
@@ -392,7 +422,17 @@ class SCTrainer:
         return final
 
     def load_checkpoint(self, directory: Path) -> int:
-        """Restore a checkpoint written by `save_checkpoint`; returns its step."""
+        """Restore a checkpoint written by `save_checkpoint`; returns its step. A checkpoint that cannot be read
+        (damaged, tampered with, from another number of processes) is one UserError naming it."""
+        try:
+            return self._restore(directory)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # the readers fail on damaged bytes in many ways (IndexError, EOFError, …)
+            raise UserError(f"{directory}: not a readable checkpoint ({type(err).__name__}: {one_line(err)}); move it "
+                            "away to resume from the one before it, or choose another --out directory") from err
+
+    def _restore(self, directory: Path) -> int:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
@@ -411,7 +451,13 @@ class SCTrainer:
         c = self.config
         questions = list({g.question.id: g.question for g in self.groups}.values())
         identity = run_identity("train", c, questions, template=load_template(c.template, c.template_ending))
-        pin_identity(self.out / "identity.json", identity, write=self.is_main)
+        try:
+            pin_identity(self.out / "identity.json", identity, write=self.is_main)
+        except StoreError:
+            raise
+        except (ValueError, AttributeError) as err:  # not JSON, or JSON but not a mapping
+            raise UserError(f"{self.out / 'identity.json'}: not a readable run identity ({one_line(err)}); restore "
+                            "it, or choose another --out directory") from err
         if self.is_main:
             write_atomic(self.out / "config.yaml", yaml.safe_dump(dict(as_mapping(c)), sort_keys=False))
 
@@ -452,6 +498,11 @@ class SCTrainer:
             os.replace(temporary, final)
         self.accelerator.wait_for_everyone()
         return final
+
+
+def one_line(err: BaseException) -> str:
+    """The first line of an exception's message (or its type, when it has none)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def load_plain(path: Path) -> Any:
