@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 import traceback
 from pathlib import Path
@@ -44,15 +45,34 @@ def interrupted(args: argparse.Namespace) -> str:
     """One line for Ctrl-C: what the output directory holds and how to resume."""
     if args.command not in RESUMABLE or not hasattr(args, "out"):
         return "interrupted"
-    path = Path(args.out) / STORE_FILE
-    stored = ""
+    stored = last_checkpoint(Path(args.out)) if args.command == "train" else stored_units(Path(args.out))
+    return f"interrupted; {stored}run the same command again to resume"
+
+
+def stored_units(out: Path) -> str:
+    """How many units the run store in `out` holds ("" when it cannot tell)."""
+    path = out / STORE_FILE
     if path.is_file():
         try:
             with RunStore.open(path, read_only=True) as store:
-                stored = f"{store.units()} question × method results stored in {path}; "
+                return f"{store.units()} question × method results stored in {path}; "
         except StoreError:
             pass
-    return f"interrupted; {stored}run the same command again to resume"
+    return ""
+
+
+def last_checkpoint(out: Path) -> str:
+    """The training run's last checkpoint in `out` and its step."""
+    from beliefdrift.amortize.trainer import latest_checkpoint
+
+    checkpoint = latest_checkpoint(out / "checkpoints")
+    if checkpoint is None:
+        return "no checkpoint yet; "
+    try:
+        state = json.loads((checkpoint / "state.json").read_text())
+        return f"the last checkpoint is {checkpoint} (step {state['step']} of {state['total_steps']}); "
+    except (OSError, ValueError, KeyError):
+        return f"the last checkpoint is {checkpoint}; "
 
 
 def out_of_memory(command: str) -> str:
