@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -29,6 +31,11 @@ def csqa_line(qid: str, stem: str = "Which is a fruit?", options: int = 3) -> st
 
 def write(path: Path, text: str) -> str:
     path.write_text(text)
+    return str(path)
+
+
+def write_parquet(path: Path, rows: list[dict]) -> str:
+    pq.write_table(pa.Table.from_pylist(rows), path)
     return str(path)
 
 
@@ -79,11 +86,15 @@ BAD_INPUTS = {
     "unknown dataset": (lambda m, t: ["drift", "--model", str(m), "--dataset", "nope", "--out", str(t)],
                         "unknown dataset 'nope'"),
     "empty data file": (lambda m, t: evaluate(m, t, "--dataset", write(t / "empty.jsonl", "")),
-                        "empty.jsonl: no records in the file; expected a .jsonl file in the CSQA/ARC layout"),
+                        "empty.jsonl: no records in the file; expected a .jsonl or .parquet file in the CSQA/ARC "
+                        "layout"),
     "empty csv file": (lambda m, t: evaluate(m, t, "--dataset", write(t / "empty.csv", "\n")),
                        "empty.csv: no questions in the file; expected"),
-    "parquet file": (lambda m, t: evaluate(m, t, "--dataset", write(t / "data.parquet", "PAR1")),
-                     "unsupported file type .parquet; expected a .jsonl file"),
+    "parquet file of other columns": (
+        lambda m, t: evaluate(m, t, "--dataset", write_parquet(t / "data.parquet", [{"text": "hi", "label": 1}])),
+        "data.parquet: columns 'text', 'label' match no known layout; expected a .parquet file in the CSQA/ARC layout"),
+    "not a parquet file": (lambda m, t: evaluate(m, t, "--dataset", write(t / "data.parquet", "PAR1")),
+                           "data.parquet: not a readable parquet file ("),
     "unknown layout": (lambda m, t: evaluate(m, t, "--dataset", write(t / "d.jsonl", '{"text": "hi"}\n')),
                        "d.jsonl:1: a record with keys 'text' matches no known layout"),
     "bad JSON": (lambda m, t: evaluate(m, t, "--dataset", write(t / "d.jsonl", csqa_line("a") + "\n{oops\n")),

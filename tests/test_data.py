@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import re
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from beliefdrift.data import (
@@ -174,6 +177,56 @@ def test_mmlu_csv() -> None:
 def test_malformed_files(loader, name: str, line: int, problem: str) -> None:
     with pytest.raises(DataError, match=rf"{re.escape(name)}:{line}: .*{re.escape(problem)}"):
         loader(FIXTURES / name)
+
+
+def without_source(items: list) -> list:
+    return [dataclasses.replace(item, source="") for item in items]
+
+
+def write_parquet(path: Path, records: list[dict]) -> Path:
+    pq.write_table(pa.Table.from_pylist(records), path)
+    return path
+
+
+def hub_layout(record: dict) -> dict:
+    """A CSQA/ARC jsonl record as the hub's parquet files hold it (flat stem, choices{label[], text[]})."""
+    choices = record["question"]["choices"]
+    return {"id": record["id"], "question": record["question"]["stem"], "question_concept": "x",
+            "choices": {"label": [c["label"] for c in choices], "text": [c["text"] for c in choices]},
+            "answerKey": record["answerKey"]}
+
+
+def arc_records() -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / "arc_mixed.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_parquet_rows_load_as_the_same_records_in_jsonl(tmp_path: Path) -> None:
+    records = arc_records()
+    jsonl = load_dataset(str(FIXTURES / "arc_mixed.jsonl"))
+    nested = write_parquet(tmp_path / "csqa.parquet", records)  # the jsonl layout, nested columns
+    flat = write_parquet(tmp_path / "hub.parquet", [hub_layout(r) for r in records])
+    assert (detect_format(nested), detect_format(flat)) == ("arc", "arc-hub")
+    for path in (nested, flat):
+        questions = load_dataset(str(path))
+        assert len(questions) == len(jsonl) >= 2
+        assert without_source(questions) == without_source(jsonl)
+        assert [q.source for q in questions] == [f"{path}:{i}" for i in range(1, len(jsonl) + 1)]
+    tinymmlu = [{"question": "2 + 2?", "choices": ["3", "4"], "answer": 1, "subject": "math"}]
+    assert [(q.stem, q.answer) for q in load_dataset(str(write_parquet(tmp_path / "m.parquet", tinymmlu)))] == [
+        ("2 + 2?", "B")]
+
+
+def test_parquet_errors_name_the_file_and_row(tmp_path: Path) -> None:
+    records = [hub_layout(record) for record in arc_records()]
+    records[1]["answerKey"] = "Q"
+    with pytest.raises(DataError, match=r"bad\.parquet:2: unknown answer label 'Q'"):
+        load_dataset(str(write_parquet(tmp_path / "bad.parquet", records)))
+    with pytest.raises(DataError, match=r"other\.parquet: columns 'text', 'label' match no known layout; expected a "
+                                        r"\.parquet file in the CSQA/ARC layout"):
+        load_dataset(str(write_parquet(tmp_path / "other.parquet", [{"text": "hi", "label": 1}])))
+    (tmp_path / "garbage.parquet").write_bytes(b"PAR1" + bytes(64))
+    with pytest.raises(DataError, match=r"garbage\.parquet: not a readable parquet file \("):
+        load_dataset(str(tmp_path / "garbage.parquet"))
 
 
 def test_gpqa_shuffle_reproducible_and_correct(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Benchmark loaders: each reads one file into a list of questions, or raises `DataError`.
 
-Every error message starts with "file:line: " (1-based). Blank lines are skipped; every other
-line either parses or raises. Surrounding whitespace is stripped from stems and option texts.
+Every error message starts with "file:line: " (1-based; in a .parquet file the row). Blank lines are skipped; every
+other line either parses or raises. Surrounding whitespace is stripped from stems and option texts. A .jsonl line and
+a .parquet row are records, parsed by the same functions once `record_layout` has told their layout.
 """
 
 from __future__ import annotations
@@ -185,6 +186,22 @@ def _labelled_record(record: Record, where: str, line: int) -> MCQuestion:
     )
 
 
+def _hub_labelled_record(record: Record, where: str, line: int) -> MCQuestion:
+    """CSQA / ARC as on the Hugging Face hub: `id`, `question` (the stem), `choices{label[], text[]}`, `answerKey`."""
+    labels = _string_list(record, "choices.label", where)
+    texts = _string_list(record, "choices.text", where)
+    if len(labels) != len(texts):
+        raise DataError(f"{where}: {len(labels)} choice labels but {len(texts)} choice texts")
+    return _question(
+        where,
+        require(record, "id", where, str),
+        require(record, "question", where, str),
+        texts,
+        require(record, "answerKey", where, str),
+        labels,
+    )
+
+
 def _tinymmlu_record(record: Record, where: str, line: int) -> MCQuestion:
     """tinyMMLU layout: `question`, `choices[...]`, `answer` (0-based index); other keys ignored."""
     return _question(
@@ -217,13 +234,32 @@ def _gsm8k_record(record: Record, where: str, line: int) -> MathProblem:
 _RECORD_PARSERS: dict[str, Callable[[Record, str, int], Any]] = {
     "csqa": _labelled_record,
     "arc": _labelled_record,
+    "arc-hub": _hub_labelled_record,
     "tinymmlu": _tinymmlu_record,
     "gsm8k": _gsm8k_record,
 }
+#: The record layouts `record_layout` tells apart, as an error message's "expected …".
+RECORD_LAYOUTS = ("the CSQA/ARC layout (id, answerKey, question.stem, question.choices[label, text]) or as on the "
+                  "Hugging Face hub (id, question, choices.label, choices.text, answerKey), the tinyMMLU/MMLU layout "
+                  "(question, choices, answer index) or the GSM8K layout (question, answer ending '#### <n>')")
+
+
+def record_layout(record: Record) -> str | None:
+    """The layout of one record (a .jsonl line, a .parquet row): "arc" (CSQA/ARC), "arc-hub" (CSQA/ARC as on the
+    hub), "tinymmlu" (MMLU-style), "gsm8k"; None when it has none of them."""
+    if isinstance(record.get("question"), dict):
+        return "arc"
+    if isinstance(record.get("choices"), dict):
+        return "arc-hub"
+    if "choices" in record:
+        return "tinymmlu"
+    if "####" in str(record.get("answer", "")):
+        return "gsm8k"
+    return None
 
 
 def questions_from_records(records: Iterable[Record], fmt: str, origin: str) -> list[Any]:
-    """Parse in-memory records laid out like the `fmt` jsonl files ("csqa", "arc", "tinymmlu",
+    """Parse in-memory records laid out like the `fmt` jsonl files ("csqa", "arc", "arc-hub", "tinymmlu",
     "gsm8k"); record i (1-based) is reported as "origin:i"."""
     parse = _RECORD_PARSERS[fmt]
     return _unique(((i, parse(r, f"{origin}:{i}", i)) for i, r in enumerate(records, 1)), origin)
@@ -231,6 +267,51 @@ def questions_from_records(records: Iterable[Record], fmt: str, origin: str) -> 
 
 def _load_jsonl(path: PathLike, parse: Callable[[Record, str, int], _T]) -> list[_T]:
     return _unique(((line, parse(r, f"{path}:{line}", line)) for line, r in read_jsonl(path)), str(path))
+
+
+def load_jsonl(path: PathLike, fmt: str) -> list[Any]:
+    """A .jsonl file of records in layout `fmt` (a key of `record_layout`'s answers, or "csqa")."""
+    return _load_jsonl(path, _RECORD_PARSERS[fmt])
+
+
+def read_parquet(path: PathLike) -> list[Record]:
+    """The rows of a .parquet file as records: nested columns become objects and lists, as in JSON."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as e:
+        reason = (str(e).splitlines() or [type(e).__name__])[0]
+        raise DataError(f"{path}: not a readable parquet file ({reason})") from None
+
+
+def _parquet_layout(path: PathLike, records: Sequence[Record]) -> str:
+    """The layout of a .parquet file's rows, told by the first one."""
+    if not records:
+        raise DataError(f"{path}: no rows in the file; expected a .parquet file in {RECORD_LAYOUTS}")
+    layout = record_layout(records[0])
+    if layout is None:
+        columns = ", ".join(map(repr, records[0])) or "none"
+        raise DataError(f"{path}: columns {columns} match no known layout; expected a .parquet file in "
+                        f"{RECORD_LAYOUTS}")
+    return layout
+
+
+def parquet_layout(path: PathLike) -> str:
+    """The layout of a .parquet file (see `record_layout`)."""
+    return _parquet_layout(path, read_parquet(path))
+
+
+def load_parquet(path: PathLike, fmt: str | None = None) -> list[Any]:
+    """A .parquet file whose rows are records in one layout (`fmt`, default: the first row's); errors name the row as
+    "file:row"."""
+    records = read_parquet(path)
+    fmt = fmt or _parquet_layout(path, records)
+    if fmt not in _RECORD_PARSERS:
+        raise DataError(f"{path}: format {fmt!r} does not apply to a .parquet file; expected one of "
+                        f"{', '.join(_RECORD_PARSERS)}")
+    return questions_from_records(records, fmt, str(path))
 
 
 # ---- file loaders -------------------------------------------------------------------------------------

@@ -12,24 +12,28 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from beliefdrift.data.loaders import (
+    RECORD_LAYOUTS,
     DataError,
     MathProblem,
     PathLike,
-    Record,
     load_arc,
     load_csqa,
     load_demo,
     load_gpqa_csv,
     load_gsm8k,
+    load_jsonl,
     load_mmlu_csv,
+    load_parquet,
     load_tinymmlu,
+    parquet_layout,
     questions_from_records,
     read_jsonl,
+    record_layout,
 )
 from beliefdrift.data.question import MCQuestion
 
 DATASETS = ("demo", "csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k")
-FORMATS = ("csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k")
+FORMATS = ("csqa", "arc", "arc-hub", "tinymmlu", "mmlu", "gpqa", "gsm8k")
 DATA_ENV = "BELIEFDRIFT_DATA"
 
 _T = TypeVar("_T")
@@ -75,10 +79,8 @@ _LAYOUTS = {
 }
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-_FILE_LAYOUTS = ("a .jsonl file in the CSQA/ARC layout (id, answerKey, question.stem, question.choices), the tinyMMLU "
-                 "layout (question, choices, answer index) or the GSM8K layout (question, answer ending '#### <n>'), "
-                 "or a .csv file (MMLU: question, A, B, C, D, answer letter without a header; GPQA: a header with "
-                 "Question, Correct Answer, Incorrect Answer 1-3)")
+_FILE_LAYOUTS = (f"a .jsonl or .parquet file in {RECORD_LAYOUTS}, or a .csv file (MMLU: question, A, B, C, D, "
+                 "answer letter without a header; GPQA: a header with Question, Correct Answer, Incorrect Answer 1-3)")
 _MISSING_HINT = f"pass --data-dir or set {DATA_ENV} to the benchmark data directory"
 
 
@@ -125,11 +127,15 @@ def subsample(items: Sequence[_T], n: int | None, seed: int = 0) -> list[_T]:
 
 
 def load_file(path: PathLike, fmt: str | None = None, seed: int = 0) -> list[MCQuestion] | list[MathProblem]:
-    """Load one file in format `fmt` (one of `FORMATS`; default: `detect_format(path)`)."""
+    """Load one file in format `fmt` (one of `FORMATS`; default: `detect_format(path)`). A .parquet file is read
+    once: its first row tells its layout."""
+    if Path(path).suffix.lower() == ".parquet":
+        return load_parquet(path, fmt)
     fmt = fmt or detect_format(path)
     loaders: dict[str, Callable[[PathLike], list[Any]]] = {
         "csqa": load_csqa,
         "arc": load_arc,
+        "arc-hub": lambda p: load_jsonl(p, "arc-hub"),
         "tinymmlu": load_tinymmlu,
         "mmlu": load_mmlu_csv,
         "gsm8k": load_gsm8k,
@@ -152,7 +158,8 @@ def fingerprint(items: Sequence[MCQuestion] | Sequence[MathProblem]) -> str:
 
 
 def detect_format(path: PathLike) -> str:
-    """Tell a file's format from its extension and first record ("arc" covers the CSQA layout too)."""
+    """Tell a file's format from its extension and first record ("arc" covers the CSQA layout too, "arc-hub" both
+    as on the Hugging Face hub)."""
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
         with open(path, encoding="utf-8-sig") as f:
@@ -160,15 +167,14 @@ def detect_format(path: PathLike) -> str:
         return "gpqa" if "Correct Answer" in header and "Question" in header else "mmlu"
     if suffix == ".jsonl":
         for line, record in read_jsonl(path):
-            if isinstance(record.get("question"), dict):
-                return "arc"
-            if "choices" in record:
-                return "tinymmlu"
-            if "####" in str(record.get("answer", "")):
-                return "gsm8k"
-            raise DataError(f"{path}:{line}: a record with keys {', '.join(map(repr, record)) or 'none'} matches no "
-                            f"known layout; expected {_FILE_LAYOUTS}")
+            layout = record_layout(record)
+            if layout is None:
+                raise DataError(f"{path}:{line}: a record with keys {', '.join(map(repr, record)) or 'none'} matches "
+                                f"no known layout; expected {_FILE_LAYOUTS}")
+            return layout
         raise DataError(f"{path}: no records in the file; expected {_FILE_LAYOUTS}")
+    if suffix == ".parquet":
+        return parquet_layout(path)
     raise DataError(f"{path}: unsupported file type {suffix or '(no extension)'}; expected {_FILE_LAYOUTS}")
 
 
@@ -197,27 +203,10 @@ def _load_layout(name: str, split: str | None, root: Path | None) -> list[Any]:
             reason = (str(e).splitlines() or [""])[0]
             why = f"the Hugging Face hub fallback failed ({type(e).__name__}: {reason})"
         else:
-            records = map(_labelled_layout, rows) if name in ("csqa", "arc") else rows
             origin = "/".join(part for part in ("hf:" + repo, config, hub_split) if part)
-            return questions_from_records(records, name, origin)
+            return questions_from_records(rows, "arc-hub" if name in ("csqa", "arc") else name, origin)
     wanted = root / relative if root is not None else f"<data dir>/{relative}"
     raise DataError(f"{name}: {wanted} not found and {why}; {_MISSING_HINT}")
-
-
-def _labelled_layout(row: Record) -> Record:
-    """A hub CSQA/ARC row (flat `question`, `choices{label[], text[]}`) in the jsonl layout."""
-    choices = row["choices"]
-    return {
-        "id": row["id"],
-        "answerKey": row["answerKey"],
-        "question": {
-            "stem": row["question"],
-            "choices": [
-                {"label": lab, "text": txt}
-                for lab, txt in zip(choices["label"], choices["text"], strict=True)
-            ],
-        },
-    }
 
 
 def _local_root(name: str, root: Path | None) -> Path:
