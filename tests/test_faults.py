@@ -1,0 +1,385 @@
+"""Faults on every resumable command (evaluate, drift, emd, train, reasoning), on real processes where it matters:
+SIGKILL before anything is stored and after some units are, SIGINT, two processes on one directory, a read-only run
+and damaged files. After a fault a command's results equal an uninterrupted run's byte for byte (the stored units and
+output files, timings left out); a fault it cannot recover from is one error line and exit status 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from beliefdrift.cli import main
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+DEADLINE_S = 240
+SHORT_TEMPLATE = "{question}\nAnswers ({choice_str}), one per line:\n"
+RESUME_HINT = "run the same command again to resume"
+
+
+# ---------------------------------------------------------------------------------------- reading a run
+
+
+def query(out: Path, sql: str) -> list[tuple]:
+    """Rows of `sql` on the run store in `out`, opened read-only ([] while it does not exist or is being created)."""
+    path = out / "run.sqlite"
+    if not path.is_file():
+        return []
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10)) as db:
+            return db.execute(sql).fetchall()
+    except sqlite3.Error:
+        return []
+
+
+def files(out: Path, *names: str) -> dict[str, bytes]:
+    return {name: (out / name).read_bytes() for name in names}
+
+
+def stored_units(table: str) -> Callable[[Path], int]:
+    """Question × method units stored in `table` of a run store."""
+    def stored(out: Path) -> int:
+        rows = query(out, f"SELECT count(*) FROM (SELECT DISTINCT question_id, method FROM {table})")
+        return rows[0][0] if rows else 0
+    return stored
+
+
+def store_pinned(out: Path) -> bool:
+    rows = query(out, "SELECT count(*) FROM config")
+    return bool(rows and rows[0][0])
+
+
+def evaluate_results(out: Path) -> dict[str, Any]:
+    return {
+        "config": query(out, "SELECT key, value FROM config ORDER BY key"),
+        "results": query(out, "SELECT question_id, method, position, target, num_labels, probs, valid_mass_mean, "
+                              "valid_mass, answers, seeds, thetas FROM results ORDER BY question_id, method"),
+        "alternatives": query(out, "SELECT * FROM alternatives ORDER BY question_id, method, estimator"),
+        **files(out, "tables.md", "tables.tex", "metrics.csv"),
+    }
+
+
+def records_results(out: Path) -> dict[str, Any]:
+    return {
+        "config": query(out, "SELECT key, value FROM config ORDER BY key"),
+        "records": query(out, "SELECT question_id, method, quantity, value FROM records "
+                              "ORDER BY question_id, method, quantity"),
+        **files(out, "records.csv", "summary.md", "summary.json"),
+    }
+
+
+def reasoning_results(out: Path) -> dict[str, Any]:
+    """The records and summary of a reasoning run without its timings and the figure paths (which name `out`)."""
+    summary = json.loads((out / "summary.json").read_text())
+    summary.pop("figure")
+    return {
+        "config": query(out, "SELECT key, value FROM config ORDER BY key"),
+        "records": query(out, "SELECT question_id, method, quantity, value FROM records WHERE quantity != 'seconds' "
+                              "ORDER BY question_id, method, quantity"),
+        "records.csv": [line for line in (out / "records.csv").read_text().splitlines() if ",seconds," not in line],
+        "summary.json": summary,
+    }
+
+
+def checkpoint_step(out: Path) -> int:
+    """The step of the last checkpoint of a training run (0: none yet)."""
+    names = (path.name for path in (out / "checkpoints").glob("checkpoint-*"))
+    return max((int(m[1]) for name in names if (m := re.fullmatch(r"checkpoint-(\d+)", name))), default=0)
+
+
+def train_results(out: Path) -> dict[str, Any]:
+    """The final adapter, identity, checkpoints and log of a training run, its wall times left out (peft writes
+    the adapter config's target modules in set order, which changes from process to process)."""
+    with open(out / "log.csv", newline="") as log:
+        rows = [{key: value for key, value in row.items() if key != "seconds"} for row in csv.DictReader(log)]
+    adapter_config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    adapter_config["target_modules"] = sorted(adapter_config["target_modules"])
+    return {
+        "log": rows,
+        "checkpoints": sorted(path.name for path in (out / "checkpoints").iterdir()),
+        "adapter_config": adapter_config,
+        **files(out, "identity.json", "adapter/adapter_model.safetensors"),
+    }
+
+
+# ---------------------------------------------------------------------------------------- the commands
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Random bytes over a file of a finished run after its first `keep` bytes, and the error line naming it."""
+
+    file: str
+    error: str
+    keep: int = 0
+
+
+STORE_DAMAGES = (Damage("run.sqlite", "run.sqlite: not a readable beliefdrift run store"),
+                 Damage("run.sqlite", "run.sqlite: not a readable beliefdrift run store", keep=8192))  # past the schema
+CHECKPOINT = "checkpoints/checkpoint-000004"
+TRAIN_DAMAGES = (
+    *(Damage(f"{CHECKPOINT}/{name}", "checkpoint-000004: not a readable checkpoint")
+      for name in ("adapter/adapter_model.safetensors", "optimizer.rank0.pt", "scheduler.pt", "rng.rank0.pt",
+                   "state.json")),
+    Damage("identity.json", "identity.json: not a readable run identity"),
+    Damage("rollouts/rollouts.jsonl", "rollouts: not a readable rollout dataset"),
+    Damage("rollouts/meta.json", "rollouts: not a readable rollout dataset"),
+)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A resumable command on the tiny model, sized so that a real process can be stopped between its units."""
+
+    argv: Callable[[Path, str], list[str]]  # (model directory, short template) -> arguments without --out
+    units: int  # units of a complete run (question × method results; train: updates, one checkpoint each)
+    stored: Callable[[Path], int]  # units stored so far in an output directory
+    pinned: Callable[[Path], bool]  # the run's identity is written (before any unit is)
+    results: Callable[[Path], dict[str, Any]]  # what every run must reproduce
+    damages: tuple[Damage, ...] = STORE_DAMAGES
+
+
+COMMANDS = {
+    "evaluate": Command(
+        lambda m, t: ["evaluate", "--model", str(m), "--dataset", "demo", "-n", "4", "-J", "2", "-N", "3",
+                      "--methods", "direct", "ppr", "--bootstrap", "10", "--qc-path-mass", "0"],
+        8, stored_units("results"), store_pinned, evaluate_results),
+    "drift": Command(
+        lambda m, t: ["drift", "--model", str(m), "--dataset", "demo", "-n", "4", "-J", "2", "-N", "3",
+                      "--plot-questions", "0"],
+        8, stored_units("records"), store_pinned, records_results),
+    "emd": Command(
+        lambda m, t: ["emd", "--model", str(m), "--dataset", "demo", "-n", "3", "-J", "2", "-N", "3", "-K", "3",
+                      "--prefix-lengths", "0", "1", "--top-k", "2", "--burn-in", "1", "-k", "2", "--distance", "l1",
+                      "--noise-floor-replicates", "5"],
+        6, stored_units("records"), store_pinned, records_results),
+    "train": Command(
+        lambda m, t: ["train", "--model", str(m), "--template", t, "--dataset", "demo", "-n", "1", "--prefix-lengths",
+                      "0", "--paths", "4", "--micro-batch", "2", "--grad-accum", "2", "--epochs", "1",
+                      "--steps-per-group", "4", "--warmup-steps", "1", "--learning-rate", "1e-2", "--save-steps", "1",
+                      "--eval-n", "0", "--dtype", "float32"],
+        4, checkpoint_step, lambda out: (out / "identity.json").is_file(), train_results, TRAIN_DAMAGES),
+    "reasoning": Command(
+        lambda m, t: ["reasoning", "--model", str(m), "--dataset", "demo", "-n", "3", "-J", "2", "-N", "2", "-m", "1",
+                      "--max-new-tokens", "40", "--seed-max-new-tokens", "20", "--max-solution-tokens", "10",
+                      "--tau", "1"],
+        6, stored_units("records"), store_pinned, reasoning_results),
+}
+
+
+# ---------------------------------------------------------------------------------------- running them
+
+
+def run_here(argv: list[str]) -> int:
+    """`beliefdrift …` in this process, on one thread like the subprocesses (results depend on the thread count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return main(argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def start(argv: list[str], log: Path) -> subprocess.Popen:
+    """`python -m beliefdrift …` as a real process, its stderr into `log`."""
+    with open(log, "w") as err:
+        return subprocess.Popen([sys.executable, "-m", "beliefdrift", *argv], env=ENV, stdout=subprocess.DEVNULL,
+                                stderr=err)
+
+
+def one_error_line(err: str, name: str) -> str:
+    """The one line of the command's own message on stderr (progress bars and notes aside); no traceback."""
+    assert "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith(f"beliefdrift {name}: ")]
+    assert len(lines) == 1, err[-3000:]
+    return lines[0]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A real run stopped by a signal: its output directory, stderr, exit status and units stored at the end."""
+
+    out: Path
+    err: str
+    status: int
+    stored: int
+
+
+#: Where the interrupted runs are stopped: (condition on the command and output directory, signal).
+STOPS: dict[str, tuple[Callable[[Command, Path], bool], signal.Signals]] = {
+    "before any unit": (lambda command, out: command.pinned(out), signal.SIGKILL),
+    "after a unit": (lambda command, out: command.stored(out) >= 1, signal.SIGKILL),
+    "ctrl-c": (lambda command, out: command.stored(out) >= 1, signal.SIGINT),
+}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("template") / "short.txt"
+    path.write_text(SHORT_TEMPLATE)
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=list(COMMANDS))
+def name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def argv(name: str, tiny_model_dir: Path, template: str) -> list[str]:
+    return COMMANDS[name].argv(tiny_model_dir, template)
+
+
+@pytest.fixture(scope="module")
+def reference(name: str, argv: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted run of the command, the one every fault test compares with."""
+    out = tmp_path_factory.mktemp(f"reference-{name}")
+    assert run_here([*argv, "--out", str(out)]) == 0
+    assert COMMANDS[name].stored(out) == COMMANDS[name].units
+    return out
+
+
+@pytest.fixture(scope="module")
+def stopped(name: str, argv: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stopped]:
+    """Real runs of the command, one per entry of `STOPS`, started together and each stopped at its point."""
+    command, root = COMMANDS[name], tmp_path_factory.mktemp(f"stopped-{name}")
+    outs = {stop: root / stop.replace(" ", "-") for stop in STOPS}
+    processes = {stop: start([*argv, "--out", str(out)], out.with_suffix(".log")) for stop, out in outs.items()}
+    waiting, deadline = set(STOPS), time.monotonic() + DEADLINE_S
+    try:
+        while waiting:
+            for stop in sorted(waiting):
+                condition, signum = STOPS[stop]
+                if processes[stop].poll() is not None:
+                    pytest.fail(f"{name} ended (status {processes[stop].returncode}) before it could be stopped "
+                                f"{stop}: {outs[stop].with_suffix('.log').read_text()[-3000:]}")
+                if condition(command, outs[stop]):
+                    processes[stop].send_signal(signum)
+                    waiting.discard(stop)
+            assert time.monotonic() < deadline, f"{name}: not stopped within {DEADLINE_S} s: {waiting}"
+            time.sleep(0.005)
+        statuses = {stop: process.wait(timeout=DEADLINE_S) for stop, process in processes.items()}
+    finally:
+        for process in processes.values():
+            process.kill()
+    return {stop: Stopped(out, out.with_suffix(".log").read_text(), statuses[stop], command.stored(out))
+            for stop, out in outs.items()}
+
+
+# ---------------------------------------------------------------------------------------- the faults
+
+
+@pytest.mark.slow
+def test_sigkill_before_and_after_units_are_stored_resumes_to_the_same_results(
+    name: str, argv: list[str], reference: Path, stopped: dict[str, Stopped]
+) -> None:
+    command = COMMANDS[name]
+    early, late = stopped["before any unit"], stopped["after a unit"]
+    assert early.status == late.status == -signal.SIGKILL
+    assert early.stored == 0 and 1 <= late.stored < command.units
+    for run in (early, late):
+        assert run_here([*argv, "--out", str(run.out)]) == 0  # the same command again
+        assert command.results(run.out) == command.results(reference)
+
+
+@pytest.mark.slow
+def test_sigint_exits_130_with_one_line_and_the_same_command_resumes(
+    name: str, argv: list[str], reference: Path, stopped: dict[str, Stopped]
+) -> None:
+    command, run = COMMANDS[name], stopped["ctrl-c"]
+    assert run.status == 130, run.err[-3000:]
+    line = one_error_line(run.err, name)
+    assert line == run.err.rstrip().splitlines()[-1] and line.endswith(RESUME_HINT)
+    assert 1 <= run.stored < command.units
+    if name == "train":
+        checkpoint = run.out / "checkpoints" / f"checkpoint-{run.stored:06d}"
+        assert f"the last checkpoint is {checkpoint} (step {run.stored} of {command.units})" in line
+    else:
+        assert f"{run.stored} question × method results stored in {run.out / 'run.sqlite'}" in line
+    assert run_here([*argv, "--out", str(run.out)]) == 0
+    assert command.results(run.out) == command.results(reference)
+
+
+@pytest.mark.slow
+def test_two_processes_on_one_directory_end_with_one_runs_results(
+    name: str, argv: list[str], reference: Path, tmp_path: Path
+) -> None:
+    """The diagnostic commands and evaluate share the work (each skips what the other stored); train refuses a
+    directory another process is training in, naming it (unless that one has finished by then)."""
+    out = tmp_path / "run"
+    logs = [tmp_path / f"{i}.log" for i in range(2)]
+    processes = [start([*argv, "--out", str(out)], log) for log in logs]
+    statuses = [process.wait(timeout=DEADLINE_S) for process in processes]
+    for status, log in zip(statuses, logs, strict=True):
+        if name == "train" and status == 2:
+            line = one_error_line(log.read_text(), name)
+            assert re.search(rf"{re.escape(str(out))} is in use by another beliefdrift train \(process \d+\)", line)
+        else:
+            assert status == 0, log.read_text()[-3000:]
+    assert statuses.count(0) >= 1
+    assert COMMANDS[name].results(out) == COMMANDS[name].results(reference)
+
+
+def test_read_only_run_is_one_line_and_exit_2(name: str, argv: list[str], reference: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    monkeypatch.setattr("beliefdrift.store.writable", lambda path: False)  # an archive (chmod does not bind root)
+    capsys.readouterr()
+    assert run_here([*argv, "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err, name)
+    assert f"{out}" in line and "is read-only" in line and "not a readable" not in line
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+
+
+def test_damaged_files_are_one_line_and_exit_2(name: str, argv: list[str], reference: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    for i, damage in enumerate(COMMANDS[name].damages):
+        out = tmp_path / str(i)
+        shutil.copytree(reference, out)
+        for sidecar in ("run.sqlite-wal", "run.sqlite-shm"):  # a closed store has none
+            (out / sidecar).unlink(missing_ok=True)
+        path = out / damage.file
+        size = max(path.stat().st_size, 4096)
+        path.write_bytes(path.read_bytes()[: damage.keep] + random.Random(i).randbytes(size - damage.keep))
+        capsys.readouterr()
+        assert run_here([*argv, "--out", str(out)]) == 2, damage
+        line = one_error_line(capsys.readouterr().err, name)
+        assert f"{out}" in line and damage.error in line, (damage, line)
+
+
+def test_train_refuses_a_directory_another_process_holds(tiny_model_dir: Path, template: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    argv = [*COMMANDS["train"].argv(tiny_model_dir, template), "--out", str(tmp_path)]
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from beliefdrift.files import lock_directory; "
+                               "lock = lock_directory(Path(sys.argv[1]), 'train'); print('held', flush=True); "
+                               "sys.stdin.read()", str(tmp_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        capsys.readouterr()
+        assert run_here(argv) == 2
+        line = one_error_line(capsys.readouterr().err, "train")
+        assert f"{tmp_path} is in use by another beliefdrift train (process {holder.pid})" in line
+        assert not (tmp_path / "rollouts").exists() and not (tmp_path / "identity.json").exists()
+    finally:
+        holder.communicate("")
+    assert run_here(argv) == 0  # the lock ended with its process
