@@ -144,6 +144,8 @@ def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_p
                 "--distance", "kl", "--out", str(tmp_path / "emd")]
     assert main(emd_args) == 0
     out = tmp_path / "emd"
+    # The store is closed when the command returns: every record is in run.sqlite, none only in its write-ahead log.
+    assert not (out / f"{STORE_FILE}-wal").exists() or (out / f"{STORE_FILE}-wal").stat().st_size == 0
     for name in ("summary.md", "summary.json", "records.csv", "emd_bar_kl.png", "emd_bar_kl.pdf", "emd_k_b_kl.png"):
         assert (out / name).exists(), name
     summary = json.loads((out / "summary.json").read_text())
@@ -160,6 +162,7 @@ def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_p
 
     assert main(["drift", *common, "--plot-questions", "0", "--out", str(tmp_path / "drift")]) == 0
     drift_out = tmp_path / "drift"
+    assert not (drift_out / f"{STORE_FILE}-wal").exists() or (drift_out / f"{STORE_FILE}-wal").stat().st_size == 0
     assert (drift_out / "marginal_drift.png").exists() and (drift_out / "marginal_shift.pdf").exists()
     with RunStore.open(drift_out / STORE_FILE, create=False) as store:
         quantities = store.records(store.record_units()[0][0], "ppr")

@@ -41,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
         "drift", config, lambda units: trajectory_quantities_many(units, config.paths, config.steps, config.seed),
         config.steps,
     )
-    records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
-    writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
+    with writer:  # closed once read: the store's file then holds every record (none left in its write-ahead log)
+        records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
+        writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
     report = drift_report(questions, methods, records, config.out, config.dataset, config.plot_questions)
     print(report.table)
     write_atomic(config.out / "summary.md", report.table + "\n")

@@ -72,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
         "emd", settings, lambda units: emd_quantities(units, config, settings.paths, settings.steps, settings.seed),
         answers,
     )
-    records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
-    writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
+    with writer:  # closed once read: the store's file then holds every record (none left in its write-ahead log)
+        records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
+        writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
 
     missing = missing_fields([r for m in methods for r in records[m.name]])
     if settings.noise_floor_replicates and missing:
