@@ -38,6 +38,7 @@ from beliefdrift.backend import load_model
 from beliefdrift.config import load_settings
 from beliefdrift.diagnostics.emd import kstep_drift
 from beliefdrift.diagnostics.kstep import kstep_exact
+from beliefdrift.distributed import leave_run
 from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens, sample_answers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -497,7 +498,7 @@ def _two_process_worker(out: Path, model_dir: Path, template: str) -> None:
         report = {"groups": groups, "max_difference": float((gathered - gathered[0]).abs().max()),
                   "moved": float(lora.abs().sum())}
         (out / "ranks.json").write_text(json.dumps(report))
-    trainer.accelerator.end_training()  # as `beliefdrift train` does: gloo's threads otherwise abort some exits
+    leave_run(trainer.accelerator)  # as `beliefdrift train` does (gloo's teardown can deadlock otherwise)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ sharded run needs. The only module that touches `torch.distributed`."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,3 +52,17 @@ def process_group(ranks: Ranks) -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group()
+
+
+def leave_run(accelerator: Any, code: int = 0) -> int:
+    """End an accelerate run: every process leaves its process group; a process of a multi-process run then exits
+    at once (output flushed), with `code`. Letting Python free a DDP model afterwards can deadlock in gloo's teardown:
+    the freeing thread holds the GIL while it joins a gloo worker thread that waits for the GIL to release the last
+    reference to a finished collective's tensor. Call it once everything is written. One process: returns `code`."""
+    processes = accelerator.num_processes
+    accelerator.end_training()
+    if processes > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -246,8 +246,10 @@ class SCTrainer:
         """The stored groups (`config.rollout_dir`), else those in `out/rollouts`, generated there first if missing."""
         config = self.config
         directory = Path(config.rollout_dir) if config.rollout_dir else self.out / "rollouts"
-        if not config.rollout_dir and not directory.exists():
-            if self.is_main:
+        if not config.rollout_dir:
+            # Only the main process looks whether the rollouts exist: another process that looked after the main one
+            # had saved them would skip the barrier below, and the processes' collectives would then fall out of step.
+            if self.is_main and not directory.exists():
                 questions = self.training_questions()
                 print(f"sampling rollouts: {len(questions)} questions × {len(config.prefix_lengths)} prefixes, "
                       f"J={config.paths}, depth {config.horizon - 1}", file=sys.stderr, flush=True)

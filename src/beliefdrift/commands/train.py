@@ -17,6 +17,7 @@ import sys
 
 from beliefdrift.amortize.trainer import SCTrainer, TrainConfig
 from beliefdrift.config import add_command, settings_from
+from beliefdrift.distributed import leave_run
 from beliefdrift.errors import check_device, check_model
 
 
@@ -36,8 +37,6 @@ def run(args: argparse.Namespace) -> int:
               f"{config.paths_per_update} paths per update ({config.micro_batch} per forward pass), "
               f"{config.mode} rollouts", file=sys.stderr, flush=True)
     adapter = trainer.train()
-    # Every process leaves its process group before exiting (gloo's threads otherwise abort some exits).
-    trainer.accelerator.end_training()
     if trainer.is_main:
         print(f"adapter in {adapter}; log in {config.out / 'log.csv'}")
-    return 0
+    return leave_run(trainer.accelerator)
