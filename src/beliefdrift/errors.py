@@ -12,6 +12,11 @@ class UserError(ValueError):
     expected."""
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type's name when the message is empty), for one-line errors."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 def _hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
 
@@ -64,7 +69,6 @@ def check_model(spec: str) -> None:
     except UserError:
         raise
     except Exception as err:  # invalid id, no network, gated: all end in the same one-line message
-        reason = (str(err).splitlines() or [""])[0]
-        raise UserError(f"{what} reachable hub id ({type(err).__name__}: {reason})") from None
+        raise UserError(f"{what} reachable hub id ({type(err).__name__}: {first_line(err)})") from None
     if not found:
         raise UserError(f"{what} hub id on huggingface.co (no config.json there)")

@@ -49,7 +49,7 @@ from beliefdrift.config import DataOptions, ModelOptions, SamplingOptions, as_ma
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, question_emd
-from beliefdrift.errors import UserError
+from beliefdrift.errors import UserError, first_line
 from beliefdrift.files import lock_directory, write_atomic
 from beliefdrift.identity import pin_identity, run_identity
 from beliefdrift.prompts import load_template
@@ -262,7 +262,7 @@ class SCTrainer:
             groups, _ = load_rollouts(directory)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:  # damaged or hand-edited files
             again = "move it away (the run samples it again)" if not config.rollout_dir else "generate it again"
-            raise UserError(f"{directory}: not a readable rollout dataset ({type(err).__name__}: {one_line(err)}); "
+            raise UserError(f"{directory}: not a readable rollout dataset ({type(err).__name__}: {first_line(err)}); "
                             f"{again}, or choose another --out directory") from err
         if not groups:
             raise UserError(f"{directory}: the rollout dataset holds no rollouts")
@@ -431,8 +431,8 @@ class SCTrainer:
         except torch.OutOfMemoryError:
             raise
         except Exception as err:  # the readers fail on damaged bytes in many ways (IndexError, EOFError, …)
-            raise UserError(f"{directory}: not a readable checkpoint ({type(err).__name__}: {one_line(err)}); move it "
-                            "away to resume from the one before it, or choose another --out directory") from err
+            raise UserError(f"{directory}: not a readable checkpoint ({type(err).__name__}: {first_line(err)}); move "
+                            "it away to resume from the one before it, or choose another --out directory") from err
 
     def _restore(self, directory: Path) -> int:
         from peft import set_peft_model_state_dict
@@ -458,7 +458,7 @@ class SCTrainer:
         except StoreError:
             raise
         except (ValueError, AttributeError) as err:  # not JSON, or JSON but not a mapping
-            raise UserError(f"{self.out / 'identity.json'}: not a readable run identity ({one_line(err)}); restore "
+            raise UserError(f"{self.out / 'identity.json'}: not a readable run identity ({first_line(err)}); restore "
                             "it, or choose another --out directory") from err
         if self.is_main:
             write_atomic(self.out / "config.yaml", yaml.safe_dump(dict(as_mapping(c)), sort_keys=False))
@@ -500,11 +500,6 @@ class SCTrainer:
             os.replace(temporary, final)
         self.accelerator.wait_for_everyone()
         return final
-
-
-def one_line(err: BaseException) -> str:
-    """The first line of an exception's message (or its type, when it has none)."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def load_plain(path: Path) -> Any:

@@ -9,7 +9,6 @@ Both return the model's output for the tokens they append, so callers read logit
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -17,7 +16,13 @@ import torch
 from transformers import DynamicCache
 
 from beliefdrift.backend.loading import input_device, unwrapped
-from beliefdrift.backend.shared_prefix import GrowingLayer, PromptRuns, SharedPrefix, enable_shared_prefix, full_cache
+from beliefdrift.backend.shared_prefix import (
+    PromptRuns,
+    SharedPrefix,
+    enable_shared_prefix,
+    full_cache,
+    reserve_room,
+)
 
 
 class PathCache(Protocol):
@@ -119,10 +124,7 @@ class SharedPrefixCache:
         return out
 
     def reserve(self, tokens: int) -> None:
-        room = self.suffix_length + tokens
-        self.suffix.layer_class_to_replicate = functools.partial(GrowingLayer, room)  # layers not created yet
-        for layer in self.suffix.layers:
-            layer.reserve(room)
+        reserve_room(self.suffix, self.suffix_length + tokens)
 
     def select(self, index: torch.Tensor) -> SharedPrefixCache:
         index = torch.as_tensor(index, dtype=torch.long)

@@ -135,14 +135,22 @@ class GrowingLayer(DynamicLayer):
         self._buffers = buffers
 
 
-def full_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]] = (), room: int = 0) -> DynamicCache:
+def full_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> DynamicCache:
     """A cache that keeps every position on every layer (no sliding-window truncation) and appends in place
-    (`GrowingLayer`, with room for `room` positions), holding `rows[i]` = (keys, values) of layer i to start with."""
+    (`GrowingLayer`), holding `rows[i]` = (keys, values) of layer i to start with."""
     cache = DynamicCache()
-    cache.layer_class_to_replicate = functools.partial(GrowingLayer, room)
+    cache.layer_class_to_replicate = GrowingLayer
     for layer, (keys, values) in enumerate(rows):
         cache.update(keys, values, layer)
     return cache
+
+
+def reserve_room(cache: DynamicCache, room: int) -> None:
+    """Room for `room` positions in every layer of a `full_cache`, those it holds and those its next update
+    creates."""
+    cache.layer_class_to_replicate = functools.partial(GrowingLayer, room)
+    for layer in cache.layers:
+        layer.reserve(room)
 
 
 def _visible(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from beliefdrift.data.question import LETTERS, MCQuestion
+from beliefdrift.errors import first_line
 
 PathLike = str | os.PathLike[str]
 Record = dict[str, Any]
@@ -282,8 +283,7 @@ def read_parquet(path: PathLike) -> list[Record]:
     try:
         return pq.read_table(path).to_pylist()
     except (pa.ArrowException, OSError) as e:
-        reason = (str(e).splitlines() or [type(e).__name__])[0]
-        raise DataError(f"{path}: not a readable parquet file ({reason})") from None
+        raise DataError(f"{path}: not a readable parquet file ({first_line(e)})") from None
 
 
 def _parquet_layout(path: PathLike, records: Sequence[Record]) -> str:

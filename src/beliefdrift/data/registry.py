@@ -31,6 +31,7 @@ from beliefdrift.data.loaders import (
     record_layout,
 )
 from beliefdrift.data.question import MCQuestion
+from beliefdrift.errors import first_line
 
 DATASETS = ("demo", "csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k")
 FORMATS = ("csqa", "arc", "arc-hub", "tinymmlu", "mmlu", "gpqa", "gsm8k")
@@ -200,8 +201,7 @@ def _load_layout(name: str, split: str | None, root: Path | None) -> list[Any]:
 
             rows = datasets.load_dataset(repo, config, split=hub_split)
         except Exception as e:  # any hub failure (no network, gated, renamed) ends in the DataError below
-            reason = (str(e).splitlines() or [""])[0]
-            why = f"the Hugging Face hub fallback failed ({type(e).__name__}: {reason})"
+            why = f"the Hugging Face hub fallback failed ({type(e).__name__}: {first_line(e)})"
         else:
             origin = "/".join(part for part in ("hf:" + repo, config, hub_split) if part)
             return questions_from_records(rows, "arc-hub" if name in ("csqa", "arc") else name, origin)

@@ -123,11 +123,11 @@ def for_each_unit(
         print(f"skipped {len(skipped)} questions longer than the model's context", flush=True)
     template = load_template(config.template, config.template_ending)
     writer = RecordWriter(config.out, run_identity(command, config, questions, skipped, template))
-    todo = [q for q in questions if any(not writer.done(q.id, m.name) for m in methods)]
-    stored = sum(writer.done(q.id, m.name) for q in questions for m in methods)
-    print(f"{len(questions)} questions × {len(methods)} methods ({stored} done)", flush=True)
+    stored = {(q.id, m.name) for q in questions for m in methods if writer.done(q.id, m.name)}
+    todo = [q for q in questions if any((q.id, m.name) not in stored for m in methods)]
+    print(f"{len(questions)} questions × {len(methods)} methods ({len(stored)} done)", flush=True)
     size = config.questions_per_batch(models.base.device)
-    with tqdm(total=len(questions) * len(methods), initial=stored, desc=command, unit="question×method") as bar:
+    with tqdm(total=len(questions) * len(methods), initial=len(stored), desc=command, unit="question×method") as bar:
         for start in range(0, len(todo), size):
             chunk = todo[start : start + size]
             # Units another process on this directory stored meanwhile are skipped; units of one set of missing
