@@ -229,3 +229,35 @@ def test_reserved_suffix_cache_is_allocated_once_and_changes_no_number(tiny_lm, 
     grown, moving = sample()
     assert torch.equal(reserved, grown)
     assert any(a != moving[0] for a in moving), "without the reservation the buffers move as they grow"
+
+
+def test_a_pass_builds_its_key_masks_once_and_changes_no_number(tiny_lm, question, history_template, monkeypatch):
+    """Every layer of one engine pass reads the same key masks, built by the first (per prompt run, here one): a
+    step's kernels do not grow with masks per layer, and θ is bit for bit what masks built per layer give."""
+    from beliefdrift.backend import path_cache, shared_prefix
+
+    assert path_cache.shares_prefix(tiny_lm.model)  # its probe pass done before counting
+    calls = {"passes": 0, "builds": 0}
+    build, extend = shared_prefix._hidden_keys, path_cache.SharedPrefixCache.extend
+
+    def counted(name: str, function):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(shared_prefix, "_hidden_keys", counted("builds", build))
+    monkeypatch.setattr(path_cache.SharedPrefixCache, "extend", counted("passes", extend))
+    runner = QuestionRunner(tiny_lm, question, history_template)
+
+    def thetas() -> torch.Tensor:
+        calls.update(passes=0, builds=0)
+        return sample_answers(runner.paths(4, torch.tensor([[1, 2]] * 4)), 6, make_generator(3))[1]
+
+    shared = thetas()
+    assert calls["passes"] >= 6 and calls["builds"] == calls["passes"]
+    monkeypatch.setattr(path_cache, "KeyMasks", lambda: None)  # no masks shared: each layer builds its own
+    per_layer = thetas()
+    assert tiny_lm.model.config.num_hidden_layers > 1
+    assert calls["builds"] == calls["passes"] * tiny_lm.model.config.num_hidden_layers
+    assert torch.equal(shared, per_layer)

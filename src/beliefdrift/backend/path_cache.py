@@ -17,6 +17,7 @@ from transformers import DynamicCache
 
 from beliefdrift.backend.loading import input_device, unwrapped
 from beliefdrift.backend.shared_prefix import (
+    KeyMasks,
     PromptRuns,
     SharedPrefix,
     enable_shared_prefix,
@@ -117,6 +118,7 @@ class SharedPrefixCache:
             past_key_values=self.suffix,
             shared_prefix=self.runs,
             suffix_padding=self.padding,
+            key_masks=KeyMasks(),
             use_cache=True,
             **model_kwargs,
         )

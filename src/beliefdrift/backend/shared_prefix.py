@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -153,25 +153,56 @@ def reserve_room(cache: DynamicCache, room: int) -> None:
         layer.reserve(room)
 
 
-def _visible(
-    new: int, suffix: int, prompt: int, padding: torch.Tensor | None, window: int | None, device: torch.device
-) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """Which prompt keys [B or 1, T, P] (None: all) and suffix slots [B or 1, T, S] each new token may attend to.
+class KeyMasks:
+    """The key masks of one forward pass, built by the first layer that asks for one and reused by the others: a
+    mask depends on the pass (lengths, padding) and a layer's window, not on the layer's weights, so a pass builds
+    it once instead of once per layer (a decoding step's cost on a GPU is mostly its number of kernels)."""
 
-    New token t sits in suffix slot S−T+t at absolute position P + S−T+t − padding[b]; a key at position p is
-    visible when it is not after the query and, with a sliding window w, when query − p < w.
+    def __init__(self) -> None:
+        self._built: dict[tuple, torch.Tensor] = {}
+
+    def get(self, key: tuple, build: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if key not in self._built:
+            self._built[key] = build()
+        return self._built[key]
+
+
+def _hidden_keys(
+    new: int,
+    suffix: int,
+    width: int,
+    lengths: int | torch.Tensor,
+    padding: torch.Tensor | None,
+    window: int | None,
+    group: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """Which keys each new token may not attend to: [B or 1, 1, g·T, W + S] over [prompt ‖ suffix], its rows in
+    the (group, token) order of the scores.
+
+    New token t sits in suffix slot S−T+t at absolute position L_b + S−T+t − padding[b], L_b the length of path
+    b's prompt (`lengths`: one for every path, or one per path for prompts stacked and zero-padded to W); a key
+    is visible when it is not after the query, not padding, and, with a sliding window w, when query − key < w.
     """
-    query_slot = torch.arange(suffix - new, suffix, device=device)[:, None]
-    slots = torch.arange(suffix, device=device)[None, :]
-    suffix_visible = (slots <= query_slot)[None]
+    query_slot = torch.arange(suffix - new, suffix, device=device)
+    slots = torch.arange(suffix, device=device)
+    suffix_visible = (slots[None, :] <= query_slot[:, None])[None]
     if padding is not None:
-        suffix_visible = suffix_visible & (slots >= padding[:, None, None])
-    if window is None or prompt + suffix <= window:
-        return None, suffix_visible
-    suffix_visible = suffix_visible & (query_slot - slots < window)
-    query_position = prompt + query_slot[None, :, 0] - (padding[:, None] if padding is not None else 0)
-    prompt_visible = torch.arange(prompt, device=device)[None, None, :] > (query_position[..., None] - window)
-    return prompt_visible, suffix_visible
+        suffix_visible = suffix_visible & (slots[None, None, :] >= padding[:, None, None])
+    prompt_visible = None
+    if isinstance(lengths, torch.Tensor):
+        prompt_visible = (torch.arange(width, device=device)[None, :] < lengths[:, None])[:, None, :]
+    if window is not None and width + suffix > window:
+        suffix_visible = suffix_visible & (query_slot[:, None] - slots[None, :] < window)
+        starts = lengths[:, None] if isinstance(lengths, torch.Tensor) else lengths
+        query_position = starts + query_slot[None, :] - (padding[:, None] if padding is not None else 0)
+        in_window = torch.arange(width, device=device) > query_position[..., None] - window
+        prompt_visible = in_window if prompt_visible is None else prompt_visible & in_window
+    if prompt_visible is None:
+        prompt_visible = torch.ones(1, 1, 1, dtype=torch.bool, device=device)
+    batch = max(prompt_visible.shape[0], suffix_visible.shape[0])
+    visible = torch.cat([prompt_visible.expand(batch, new, width), suffix_visible.expand(batch, new, suffix)], -1)
+    return ~visible.repeat(1, group, 1)[:, None]
 
 
 def shared_prefix_attention(
@@ -184,6 +215,7 @@ def shared_prefix_attention(
     dropout: float = 0.0,
     shared_prefix: SharedPrefix | PromptRuns | None = None,
     suffix_padding: torch.Tensor | None = None,
+    key_masks: KeyMasks | None = None,
     sliding_window: int | None = None,
     softcap: float | None = None,
     **kwargs,
@@ -192,7 +224,8 @@ def shared_prefix_attention(
 
     query [B, H, T, D]; key/value [B, H_kv, S, D] are the paths' suffixes (the T new tokens last);
     `suffix_padding[b]` leading suffix slots of path b are padding, hidden from its queries and not counted in
-    its positions. Without `shared_prefix` the call goes to the model's own attention implementation.
+    its positions. `key_masks` shares the masks between the layers of one pass (each layer builds its own
+    without). Without `shared_prefix` the call goes to the model's own attention implementation.
     Returns [B, T, H, D] like the other transformers attention functions.
     """
     if shared_prefix is None:
@@ -205,32 +238,53 @@ def shared_prefix_attention(
             raise NotImplementedError(f"shared-prefix attention does not support attention sinks ({unsupported})")
     runs = shared_prefix.runs if isinstance(shared_prefix, PromptRuns) else ((shared_prefix, query.shape[0]),)
     scoring = _Scoring(scaling if scaling is not None else query.shape[-1] ** -0.5, sliding_window, softcap,
-                       dropout if module.training else 0.0)
+                       dropout if module.training else 0.0, key_masks if key_masks is not None else KeyMasks())
+    padding = suffix_padding.to(query.device) if suffix_padding is not None else None
     if len(runs) == 1:
-        return _attend(module.layer_idx, runs[0][0], query, key, value, suffix_padding, scoring), None
+        return _attend(module.layer_idx, runs[0][0], query, key, value, padding, scoring), None
     if shared_prefix.stackable:
-        return _attend_stacked(module.layer_idx, shared_prefix, query, key, value, suffix_padding, scoring), None
+        return _attend_stacked(module.layer_idx, shared_prefix, query, key, value, padding, scoring), None
     outputs, start = [], 0
     for prefix, count in runs:
         rows = slice(start, start + count)
-        padding = suffix_padding[rows] if suffix_padding is not None else None
-        outputs.append(_attend(module.layer_idx, prefix, query[rows], key[rows], value[rows], padding, scoring))
+        outputs.append(_attend(module.layer_idx, prefix, query[rows], key[rows], value[rows],
+                               padding[rows] if padding is not None else None, scoring, start))
         start += count
     return torch.cat(outputs), None
 
 
 @dataclass(frozen=True)
 class _Scoring:
-    """How scores become attention weights: scale, soft-cap c·tanh(s / c), sliding window, dropout."""
+    """How scores become attention weights: scale, soft-cap c·tanh(s / c), sliding window, dropout, and the pass's
+    key masks."""
 
     scale: float
     sliding_window: int | None
     softcap: float | None
     dropout: float
+    masks: KeyMasks
 
     def scores(self, prompt_scores: torch.Tensor, suffix_scores: torch.Tensor) -> torch.Tensor:
         scores = torch.cat([prompt_scores, suffix_scores], -1).float() * self.scale
         return torch.tanh(scores / self.softcap) * self.softcap if self.softcap is not None else scores
+
+    def hide(
+        self,
+        scores: torch.Tensor,
+        new: int,
+        suffix: int,
+        width: int,
+        lengths: int | torch.Tensor,
+        padding: torch.Tensor | None,
+        group: int,
+        first_row: int = 0,
+    ) -> None:
+        """Scores of the keys a new token may not attend to (`_hidden_keys`) set to −∞ in place, for the paths from
+        row `first_row` of the pass on; the mask is built by the pass's first layer."""
+        window = self.sliding_window
+        mask = self.masks.get((first_row, width, isinstance(lengths, torch.Tensor), window, group), lambda: (
+            _hidden_keys(new, suffix, width, lengths, padding, window, group, scores.device)))
+        scores.masked_fill_(mask, -torch.inf)
 
     def weights(self, scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         weights = torch.softmax(scores, -1).to(dtype)
@@ -245,8 +299,10 @@ def _attend(
     value: torch.Tensor,
     suffix_padding: torch.Tensor | None,
     scoring: _Scoring,
+    first_row: int = 0,
 ) -> torch.Tensor:
-    """Attention of paths that all continue `prefix` (see `shared_prefix_attention`): [B, T, H, D]."""
+    """Attention of the paths from row `first_row` of the pass on, which all continue `prefix` (see
+    `shared_prefix_attention`): [B, T, H, D]."""
     prefix.served.add(layer)
     prefix_keys = prefix.keys[layer][0]  # [H_kv, P, D]
     prefix_values = prefix.values[layer][0]
@@ -260,11 +316,7 @@ def _attend(
     prefix_scores = (flat @ prefix_keys.transpose(1, 2)).reshape(kv_heads, batch, group * new, -1).transpose(0, 1)
     suffix_scores = grouped @ key.transpose(2, 3)  # [B, H_kv, g·T, S]
     scores = scoring.scores(prefix_scores, suffix_scores)
-    padding = suffix_padding.to(query.device) if suffix_padding is not None else None
-    prompt_visible, suffix_visible = _visible(new, suffix, prompt_len, padding, scoring.sliding_window, query.device)
-    scores[..., prompt_len:].masked_fill_(~suffix_visible.repeat(1, group, 1)[:, None], float("-inf"))
-    if prompt_visible is not None:
-        scores[..., :prompt_len].masked_fill_(~prompt_visible.repeat(1, group, 1)[:, None], float("-inf"))
+    scoring.hide(scores, new, suffix, prompt_len, prompt_len, suffix_padding, group, first_row)
     weights = scoring.weights(scores, query.dtype)
     prefix_weights = weights[..., :prompt_len].transpose(0, 1).reshape(kv_heads, batch * group * new, prompt_len)
     out = (prefix_weights @ prefix_values).reshape(kv_heads, batch, group * new, dim).transpose(0, 1)
@@ -299,22 +351,7 @@ def _attend_stacked(
     grouped = query.reshape(batch, kv_heads, rows, dim)
     prefix_scores = by_path(by_run(grouped) @ prompt_keys.transpose(2, 3))  # [B, H_kv, rows, W]
     scores = scoring.scores(prefix_scores, grouped @ key.transpose(2, 3))
-    padding = suffix_padding.to(query.device) if suffix_padding is not None else None
-    query_slot = torch.arange(suffix - new, suffix, device=query.device)
-    slots = torch.arange(suffix, device=query.device)
-    suffix_visible = (slots[None, :] <= query_slot[:, None])[None]
-    query_position = lengths[:, None] + query_slot[None, :]  # [B, T]
-    if padding is not None:
-        suffix_visible = suffix_visible & (slots[None, None, :] >= padding[:, None, None])
-        query_position = query_position - padding[:, None]
-    prompt_visible = (torch.arange(width, device=query.device)[None, :] < lengths[:, None])[:, None, :]
-    window = scoring.sliding_window
-    if window is not None:
-        suffix_visible = suffix_visible & (query_slot[:, None] - slots[None, :] < window)
-        prompt_visible = prompt_visible & (torch.arange(width, device=query.device) > query_position[..., None]
-                                           - window)
-    visible = torch.cat([prompt_visible.expand(batch, new, width), suffix_visible.expand(batch, new, suffix)], -1)
-    scores = scores.masked_fill(~visible.repeat(1, heads // kv_heads, 1)[:, None], float("-inf"))
+    scoring.hide(scores, new, suffix, width, lengths, suffix_padding, heads // kv_heads)
     weights = scoring.weights(scores, query.dtype)
     out = by_path(by_run(weights[..., :width].contiguous()) @ prompt_values) + weights[..., width:] @ value
     return out.reshape(batch, heads, new, dim).transpose(1, 2).contiguous()
