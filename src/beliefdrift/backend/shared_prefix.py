@@ -313,15 +313,13 @@ def _attend(
     # Query head h reads kv head h // group (the repeat_kv layout); fold (path, group, token) together.
     grouped = query.reshape(batch, kv_heads, group * new, dim)
     flat = grouped.transpose(0, 1).reshape(kv_heads, batch * group * new, dim)
-    prefix_scores = (flat @ prefix_keys.transpose(1, 2)).reshape(kv_heads, batch, group * new, -1).transpose(0, 1)
-    suffix_scores = grouped @ key.transpose(2, 3)  # [B, H_kv, g·T, S]
-    scores = scoring.scores(prefix_scores, suffix_scores)
+    prefix_scores = torch.bmm(flat, prefix_keys.transpose(1, 2)).view(kv_heads, batch, group * new, -1)
+    scores = scoring.scores(prefix_scores.transpose(0, 1), _batched_product(grouped, key.transpose(2, 3)))
     scoring.hide(scores, new, suffix, prompt_len, prompt_len, suffix_padding, group, first_row)
     weights = scoring.weights(scores, query.dtype)
     prefix_weights = weights[..., :prompt_len].transpose(0, 1).reshape(kv_heads, batch * group * new, prompt_len)
-    out = (prefix_weights @ prefix_values).reshape(kv_heads, batch, group * new, dim).transpose(0, 1)
-    out = out + weights[..., prompt_len:] @ value
-    return out.reshape(batch, heads, new, dim).transpose(1, 2).contiguous()
+    prefix_out = torch.bmm(prefix_weights, prefix_values).view(kv_heads, batch, group * new, dim).transpose(0, 1)
+    return _tokens_first(prefix_out, _batched_product(weights[..., prompt_len:], value), new)
 
 
 def _attend_stacked(
@@ -349,12 +347,30 @@ def _attend_stacked(
                                                                                           t.shape[-1])
 
     grouped = query.reshape(batch, kv_heads, rows, dim)
-    prefix_scores = by_path(by_run(grouped) @ prompt_keys.transpose(2, 3))  # [B, H_kv, rows, W]
-    scores = scoring.scores(prefix_scores, grouped @ key.transpose(2, 3))
+    prefix_scores = by_path(_batched_product(by_run(grouped), prompt_keys.transpose(2, 3)))  # [B, H_kv, rows, W]
+    scores = scoring.scores(prefix_scores, _batched_product(grouped, key.transpose(2, 3)))
     scoring.hide(scores, new, suffix, width, lengths, suffix_padding, heads // kv_heads)
     weights = scoring.weights(scores, query.dtype)
-    out = by_path(by_run(weights[..., :width].contiguous()) @ prompt_values) + weights[..., width:] @ value
-    return out.reshape(batch, heads, new, dim).transpose(1, 2).contiguous()
+    prefix_out = by_path(_batched_product(by_run(weights[..., :width].contiguous()), prompt_values))
+    return _tokens_first(prefix_out, _batched_product(weights[..., width:], value), new)
+
+
+def _batched_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b for [B, H, M, K] @ [B, H, K, N]: the batched product `@` runs, without its broadcasting steps."""
+    return torch.bmm(a.flatten(0, 1), b.flatten(0, 1)).view(*a.shape[:-1], b.shape[-1])
+
+
+def _tokens_first(prefix_out: torch.Tensor, suffix_out: torch.Tensor, new: int) -> torch.Tensor:
+    """prefix_out + suffix_out, both [B, H_kv, g·T, D] in (group, token) row order, as a contiguous [B, T, H, D]
+    (the layout the output projection reads): one copy and one in-place sum."""
+    batch, kv_heads, rows, dim = prefix_out.shape
+
+    def tokens_first(t: torch.Tensor) -> torch.Tensor:  # [B, T, H_kv, g, D] view
+        return t.view(batch, kv_heads, rows // new, new, dim).permute(0, 3, 1, 2, 4)
+
+    out = tokens_first(prefix_out).contiguous()
+    out += tokens_first(suffix_out)
+    return out.view(batch, new, -1, dim)
 
 
 def _base_attention(module: torch.nn.Module):
