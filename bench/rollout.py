@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, LlamaConfig, Olmo2Config, PretrainedConfig, Qwen2Config
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
@@ -176,6 +177,34 @@ def device_matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 409
     return 2 * size**3 * repeats / timed(device, lambda: [a @ a for _ in range(repeats)])
 
 
+VIEW_LIKE = (torch.ops.aten._unsafe_view, torch.ops.aten.detach)  # views in effect, not flagged as views
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten operators a piece of work dispatches, and those that run a kernel (not just make a view):
+    on a GPU each kernel is a launch, and a decoding step bound by the host costs about its operator count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = self.kernels = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        self.kernels += not (func.is_view or func.overloadpacket in VIEW_LIKE)
+        return func(*args, **(kwargs or {}))
+
+
+def ops_per_step(work: Callable[[int], object], steps: int) -> tuple[float, float]:
+    """Operators and kernels per step of `work(n)` (n steps): runs of 2·steps and steps, differenced, so the
+    prefills and set-up cancel."""
+    counts = []
+    for n in (2 * steps, steps):
+        with OpCounter() as counter:
+            work(n)
+        counts.append((counter.ops, counter.kernels))
+    return (counts[0][0] - counts[1][0]) / steps, (counts[0][1] - counts[1][1]) / steps
+
+
 def shape_sweep(args: argparse.Namespace) -> None:
     """Engine ms/step against the weight-read floor, over paths and over batched questions, and naive generate.
 
@@ -215,6 +244,13 @@ def shape_sweep(args: argparse.Namespace) -> None:
     naive = 3 * args.paths * args.steps / seconds
     print(f"\nnaive generate(num_return_sequences={3 * args.paths}): {naive:,.0f} path-answers/s; engine on one "
           f"question {engine_rate / naive:.1f}x naive")
+    engine_ops = ops_per_step(lambda n: run_methods_many(lm, questions[:1], methods, args.paths, n, 0,
+                                                         DEFAULT_PPR_TEMPLATE), 10)
+    naive_ops = ops_per_step(lambda n: naive_rollout(lm, questions[0], 3 * args.paths, n, args.seed), 10)
+    layers = lm.model.config.num_hidden_layers
+    print(f"aten operators per answer step ({layers} layers; on a GPU, host time per step follows them): engine "
+          f"{engine_ops[0]:,.0f} ({engine_ops[1]:,.0f} kernels), naive generate {naive_ops[0]:,.0f} "
+          f"({naive_ops[1]:,.0f} kernels; two tokens per answer)")
 
 
 if __name__ == "__main__":
