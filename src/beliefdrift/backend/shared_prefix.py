@@ -177,8 +177,9 @@ def _hidden_keys(
     group: int,
     device: torch.device,
 ) -> torch.Tensor:
-    """Which keys each new token may not attend to: [B or 1, 1, g·T, W + S] over [prompt ‖ suffix], its rows in
-    the (group, token) order of the scores.
+    """Which keys each new token may not attend to: [B or 1, 1, g·T, W + S] over [prompt ‖ suffix], or over the
+    suffix alone [B or 1, 1, g·T, S] when every prompt key is visible; its rows in the (group, token) order of the
+    scores.
 
     New token t sits in suffix slot S−T+t at absolute position L_b + S−T+t − padding[b], L_b the length of path
     b's prompt (`lengths`: one for every path, or one per path for prompts stacked and zero-padded to W); a key
@@ -198,10 +199,10 @@ def _hidden_keys(
         query_position = starts + query_slot[None, :] - (padding[:, None] if padding is not None else 0)
         in_window = torch.arange(width, device=device) > query_position[..., None] - window
         prompt_visible = in_window if prompt_visible is None else prompt_visible & in_window
-    if prompt_visible is None:
-        prompt_visible = torch.ones(1, 1, 1, dtype=torch.bool, device=device)
-    batch = max(prompt_visible.shape[0], suffix_visible.shape[0])
-    visible = torch.cat([prompt_visible.expand(batch, new, width), suffix_visible.expand(batch, new, suffix)], -1)
+    visible = suffix_visible
+    if prompt_visible is not None:
+        batch = max(prompt_visible.shape[0], suffix_visible.shape[0])
+        visible = torch.cat([prompt_visible.expand(batch, new, width), suffix_visible.expand(batch, new, suffix)], -1)
     return ~visible.repeat(1, group, 1)[:, None]
 
 
@@ -284,7 +285,7 @@ class _Scoring:
         window = self.sliding_window
         mask = self.masks.get((first_row, width, isinstance(lengths, torch.Tensor), window, group), lambda: (
             _hidden_keys(new, suffix, width, lengths, padding, window, group, scores.device)))
-        scores.masked_fill_(mask, -torch.inf)
+        scores[..., scores.shape[-1] - mask.shape[-1]:].masked_fill_(mask, -torch.inf)
 
     def weights(self, scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         weights = torch.softmax(scores, -1).to(dtype)
