@@ -2,6 +2,7 @@
 
     python bench/rollout.py [--model smollm2-135m-instruct] [--paths 32] [--steps 50] [--questions 2]
     python bench/rollout.py --shape llama-3.1-8b --device cuda [--steps 100]   # GPU: random weights, real shape
+    python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --paths 8   # operators per step, any CPU
 
 (a) naive: `generate(do_sample=True, num_return_sequences=J, max_new_tokens=2N, output_scores=True)`, then
     parse the text into answers and read θ off the scores — what a researcher would write first;
@@ -97,7 +98,11 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), help="random weights of this shape: the GPU sweep below")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--count-ops", action="store_true", help="with --shape: only the operator counts per step")
     args = parser.parse_args()
+    if args.shape and args.count_ops:
+        count_ops(args)
+        return
     if args.shape:
         shape_sweep(args)
         return
@@ -136,6 +141,10 @@ SHAPES: dict[str, Callable[[], PretrainedConfig]] = {
     "olmo-2-7b": lambda: Olmo2Config(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                                      num_attention_heads=32, num_key_value_heads=32, vocab_size=100352,
                                      max_position_embeddings=4096),
+    # Llama-3.1-8B's layers and heads at a small width: its operator counts per step (which do not depend on
+    # widths) on any CPU, with --count-ops.
+    "llama-3.1-8b-narrow": lambda: LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=32,
+                                               num_attention_heads=32, num_key_value_heads=8, vocab_size=49152),
     "qwen2.5-7b": lambda: Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
                                       max_position_embeddings=32768),
@@ -195,14 +204,30 @@ class OpCounter(TorchDispatchMode):
 
 
 def ops_per_step(work: Callable[[int], object], steps: int) -> tuple[float, float]:
-    """Operators and kernels per step of `work(n)` (n steps): runs of 2·steps and steps, differenced, so the
-    prefills and set-up cancel."""
+    """Operators and kernels per step of `work(n)` (n steps): runs of 2·steps and steps after a warm-up run,
+    differenced, so the prefills and set-up cancel."""
+    work(steps)  # a first call does one-time work (probes, caches) that would not cancel
     counts = []
     for n in (2 * steps, steps):
         with OpCounter() as counter:
             work(n)
         counts.append((counter.ops, counter.kernels))
     return (counts[0][0] - counts[1][0]) / steps, (counts[0][1] - counts[1][1]) / steps
+
+
+def count_ops(args: argparse.Namespace, lm: LanguageModel | None = None) -> None:
+    """aten operators and kernels per answer step: the engine on one question (3 methods × J paths) and naive
+    `generate(num_return_sequences=3J)`, which takes two tokens per answer."""
+    device = resolve_device(args.device)
+    lm = lm or shaped_model(args.shape, device, resolve_dtype(args.dtype, device))
+    question = load_dataset("demo", n=1, seed=args.seed)[0]
+    methods = [parse_method(m) for m in ("ppr", "ppr-seed1", "ppr-seed5")]
+    engine = ops_per_step(lambda n: run_methods_many(lm, [question], methods, args.paths, n, 0, DEFAULT_PPR_TEMPLATE),
+                          10)
+    naive = ops_per_step(lambda n: naive_rollout(lm, question, 3 * args.paths, n, args.seed), 10)
+    print(f"aten operators per answer step ({lm.model.config.num_hidden_layers} layers, 3 methods × {args.paths} "
+          f"paths; on a GPU, host time per step follows them): engine {engine[0]:,.0f} ({engine[1]:,.0f} kernels), "
+          f"naive generate {naive[0]:,.0f} ({naive[1]:,.0f} kernels)")
 
 
 def shape_sweep(args: argparse.Namespace) -> None:
@@ -244,13 +269,7 @@ def shape_sweep(args: argparse.Namespace) -> None:
     naive = 3 * args.paths * args.steps / seconds
     print(f"\nnaive generate(num_return_sequences={3 * args.paths}): {naive:,.0f} path-answers/s; engine on one "
           f"question {engine_rate / naive:.1f}x naive")
-    engine_ops = ops_per_step(lambda n: run_methods_many(lm, questions[:1], methods, args.paths, n, 0,
-                                                         DEFAULT_PPR_TEMPLATE), 10)
-    naive_ops = ops_per_step(lambda n: naive_rollout(lm, questions[0], 3 * args.paths, n, args.seed), 10)
-    layers = lm.model.config.num_hidden_layers
-    print(f"aten operators per answer step ({layers} layers; on a GPU, host time per step follows them): engine "
-          f"{engine_ops[0]:,.0f} ({engine_ops[1]:,.0f} kernels), naive generate {naive_ops[0]:,.0f} "
-          f"({naive_ops[1]:,.0f} kernels; two tokens per answer)")
+    count_ops(args, lm)
 
 
 if __name__ == "__main__":
