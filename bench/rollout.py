@@ -100,6 +100,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--count-ops", action="store_true", help="with --shape: only the operator counts per step")
     args = parser.parse_args()
+    if args.count_ops and not args.shape:
+        parser.error("--count-ops counts the operators of a --shape")
     if args.shape and args.count_ops:
         count_ops(args)
         return
