@@ -281,10 +281,10 @@ class _Scoring:
         first_row: int = 0,
     ) -> None:
         """Scores of the keys a new token may not attend to (`_hidden_keys`) set to −∞ in place, for the paths from
-        row `first_row` of the pass on; the mask is built by the pass's first layer."""
-        window = self.sliding_window
-        mask = self.masks.get((first_row, width, isinstance(lengths, torch.Tensor), window, group), lambda: (
-            _hidden_keys(new, suffix, width, lengths, padding, window, group, scores.device)))
+        row `first_row` of the pass on; the mask is built by the pass's first layer on each device."""
+        window, device = self.sliding_window, scores.device  # layers can sit on several devices (a device map)
+        mask = self.masks.get((first_row, width, isinstance(lengths, torch.Tensor), window, group, device), lambda: (
+            _hidden_keys(new, suffix, width, lengths, padding, window, group, device)))
         scores[..., scores.shape[-1] - mask.shape[-1]:].masked_fill_(mask, -torch.inf)
 
     def weights(self, scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
