@@ -16,13 +16,11 @@ import argparse
 import time
 
 import torch
-from rollout import SHAPES, shaped_model, timed
+from rollout import SHAPES, shaped_model, three_methods, timed
 
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.errors import first_line
-from beliefdrift.methods import parse_method, run_methods_many
-from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
 
 
 def main() -> None:
@@ -37,11 +35,10 @@ def main() -> None:
     torch.manual_seed(0)
     lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device))
     question = load_dataset("demo", n=1, seed=0)[0]
-    methods = [parse_method(m) for m in ("ppr", "ppr-seed1", "ppr-seed5")]
 
     def paths(steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Answers [3J, N] and θ [3J, N+1, K] of every path."""
-        results = run_methods_many(lm, [question], methods, args.paths, steps, 0, DEFAULT_PPR_TEMPLATE)[0]
+        results = three_methods(lm, [question], args.paths, steps)[0]
         return (torch.cat([r.trajectories.answers for r in results]),
                 torch.cat([r.trajectories.thetas.float() for r in results]))
 

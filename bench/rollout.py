@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Olmo2Config, Pretrai
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.data.registry import load_dataset
-from beliefdrift.methods import parse_method, run_methods_many
+from beliefdrift.methods import MethodResult, parse_method, run_methods_many
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
 from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
 
@@ -188,6 +188,13 @@ def device_matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 409
     return 2 * size**3 * repeats / timed(device, lambda: [a @ a for _ in range(repeats)])
 
 
+def three_methods(lm: LanguageModel, questions: list, paths: int, steps: int) -> list[list[MethodResult]]:
+    """PPR, SEED_1 and SEED_5 (the paper's setting), `paths` paths of `steps` answers each, on every question, all
+    advanced together by the engine; run seed 0."""
+    methods = [parse_method(m) for m in ("ppr", "ppr-seed1", "ppr-seed5")]
+    return run_methods_many(lm, questions, methods, paths, steps, 0, DEFAULT_PPR_TEMPLATE)
+
+
 VIEW_LIKE = (torch.ops.aten._unsafe_view, torch.ops.aten.detach)  # views in effect, not flagged as views
 
 
@@ -223,9 +230,7 @@ def count_ops(args: argparse.Namespace, lm: LanguageModel | None = None) -> None
     device = resolve_device(args.device)
     lm = lm or shaped_model(args.shape, device, resolve_dtype(args.dtype, device))
     question = load_dataset("demo", n=1, seed=args.seed)[0]
-    methods = [parse_method(m) for m in ("ppr", "ppr-seed1", "ppr-seed5")]
-    engine = ops_per_step(lambda n: run_methods_many(lm, [question], methods, args.paths, n, 0, DEFAULT_PPR_TEMPLATE),
-                          10)
+    engine = ops_per_step(lambda n: three_methods(lm, [question], args.paths, n), 10)
     naive = ops_per_step(lambda n: naive_rollout(lm, question, 3 * args.paths, n, args.seed), 10)
     print(f"aten operators per answer step ({lm.model.config.num_hidden_layers} layers, 3 methods × {args.paths} "
           f"paths; on a GPU, host time per step follows them): engine {engine[0]:,.0f} ({engine[1]:,.0f} kernels), "
@@ -255,14 +260,12 @@ def shape_sweep(args: argparse.Namespace) -> None:
         seconds = timed(device, lambda p=paths: QuestionRunner(lm, questions[0]).ppr(p, args.steps, make_generator(0)))
         print(f"| {paths} | {seconds / args.steps * 1e3:.1f} | {seconds / args.steps / floor:.1f} | "
               f"{paths * args.steps / seconds:,.0f} | {paths * args.steps / seconds * flops_per_answer / peak:.1%} |")
-    methods = [parse_method(m) for m in ("ppr", "ppr-seed1", "ppr-seed5")]
     print(f"\n| questions × 3 methods × {args.paths} paths | ms/step | × floor | path-answers/s | of roofline |"
           "\n|---|---|---|---|---|")
     engine_rate = 0.0
     for count in (1, 2, 4, 8, 16):
         batch = questions[:count]
-        seconds = timed(device, lambda b=batch: run_methods_many(lm, b, methods, args.paths, args.steps, 0,
-                                                                  DEFAULT_PPR_TEMPLATE))
+        seconds = timed(device, lambda b=batch: three_methods(lm, b, args.paths, args.steps))
         rate = count * 3 * args.paths * args.steps / seconds
         engine_rate = engine_rate or rate
         print(f"| {count} | {seconds / args.steps * 1e3:.1f} | {seconds / args.steps / floor:.1f} | {rate:,.0f} | "
