@@ -73,9 +73,15 @@ class PromptRuns:
 
     runs: tuple[tuple[SharedPrefix, int], ...]
     stack: bool = False
-    _stacked: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(
-        default_factory=dict, compare=False, repr=False
+    # Built with the batch, outside any forward pass (a compiled pass would otherwise be one graph while the memo is
+    # empty and another once it is full).
+    _stacked: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...] = field(
+        init=False, default=(), compare=False, repr=False
     )
+
+    def __post_init__(self) -> None:
+        if self.stackable:
+            object.__setattr__(self, "_stacked", tuple(map(self._stack, range(len(self.runs[0][0].keys)))))
 
     @property
     def stackable(self) -> bool:
@@ -83,55 +89,62 @@ class PromptRuns:
 
     def stacked(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The runs' prompt keys and values of `layer` [R, H_kv, P_max, D] (zeros past each prompt) and every
-        path's prompt length [B]; built once per layer."""
-        if layer not in self._stacked:
-            prefixes = [prefix for prefix, _ in self.runs]
-            width = max(p.length for p in prefixes)
-            like = prefixes[0].keys[layer]
-            keys, values = (like.new_zeros(len(prefixes), like.shape[1], width, like.shape[3]) for _ in range(2))
-            for r, prefix in enumerate(prefixes):
-                keys[r, :, : prefix.length] = prefix.keys[layer][0]
-                values[r, :, : prefix.length] = prefix.values[layer][0]
-            lengths = torch.tensor([p.length for p, count in self.runs for _ in range(count)], device=like.device)
-            self._stacked[layer] = (keys, values, lengths)
+        path's prompt length [B]."""
         return self._stacked[layer]
+
+    def _stack(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        prefixes = [prefix for prefix, _ in self.runs]
+        width = max(p.length for p in prefixes)
+        like = prefixes[0].keys[layer]
+        keys, values = (like.new_zeros(len(prefixes), like.shape[1], width, like.shape[3]) for _ in range(2))
+        for r, prefix in enumerate(prefixes):
+            keys[r, :, : prefix.length] = prefix.keys[layer][0]
+            values[r, :, : prefix.length] = prefix.values[layer][0]
+        lengths = torch.tensor([p.length for p, count in self.runs for _ in range(count)], device=like.device)
+        return keys, values, lengths
 
 
 class GrowingLayer(DynamicLayer):
     """A full cache layer with spare room: appended keys/values are written in place into buffers of at least
     `room` positions (`reserve`), whose length doubles when full, so a decoding step copies only its new tokens
     instead of the whole cache, and none once the room for a run is reserved. `keys` and `values` are views of the
-    filled part, with the same values `DynamicLayer` would hold."""
+    filled part, with the same values `DynamicLayer` would hold. A forward pass reads only the buffers and the
+    `filled` count, never those views (under `torch.compile` a view and its buffer would be two aliased inputs)."""
 
     def __init__(self, room: int = 0):
         super().__init__()
         self.room = room
+        self.filled = 0
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        new = key_states.shape[-2]
-        filled = 0 if self._buffers is None else self.keys.shape[-2]
-        if self._buffers is None or filled + new > self._buffers[0].shape[-2]:
-            self._grow(key_states, value_states, filled, max(2 * (filled + new), 16, self.room))
-        self._buffers[0][..., filled : filled + new, :].copy_(key_states)
-        self._buffers[1][..., filled : filled + new, :].copy_(value_states)
-        self.keys = self._buffers[0][..., : filled + new, :]
-        self.values = self._buffers[1][..., : filled + new, :]
+        start, end = self.filled, self.filled + key_states.shape[-2]
+        if self._buffers is None or end > self._buffers[0].shape[-2]:
+            self._grow(key_states, value_states, max(2 * end, 16, self.room))
+        self._buffers[0][..., start:end, :].copy_(key_states)
+        self._buffers[1][..., start:end, :].copy_(value_states)
+        self.filled = end
+        self.keys, self.values = (buffer[..., :end, :] for buffer in self._buffers)
         return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.filled
 
     def reserve(self, room: int) -> None:
         """Room for `room` positions in all (the filled ones included), allocated now if the layer holds any."""
         self.room = max(self.room, room)
         if self._buffers is not None and self._buffers[0].shape[-2] < self.room:
-            self._grow(self.keys, self.values, self.keys.shape[-2], self.room)
+            self._grow(*self._buffers, self.room)
 
-    def _grow(self, keys: torch.Tensor, values: torch.Tensor, filled: int, room: int) -> None:
-        buffers = tuple(t.new_empty(*t.shape[:-2], room, t.shape[-1]) for t in (keys, values))
-        if filled:
-            buffers[0][..., :filled, :].copy_(self.keys)
-            buffers[1][..., :filled, :].copy_(self.values)
+    def _grow(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
+        """New buffers of `room` positions and one spare (a pass that fills its buffer exactly would be a graph of
+        its own under torch.compile), shaped like `keys`/`values`, holding the filled part of the old ones."""
+        buffers = tuple(t.new_empty(*t.shape[:-2], room + 1, t.shape[-1]) for t in (keys, values))
+        if self.filled:
+            for new, old in zip(buffers, self._buffers, strict=True):
+                new[..., : self.filled, :].copy_(old[..., : self.filled, :])
         self._buffers = buffers
 
 
@@ -283,7 +296,9 @@ class _Scoring:
         """Scores of the keys a new token may not attend to (`_hidden_keys`) set to −∞ in place, for the paths from
         row `first_row` of the pass on; the mask is built by the pass's first layer on each device."""
         window, device = self.sliding_window, scores.device  # layers can sit on several devices (a device map)
-        mask = self.masks.get((first_row, width, isinstance(lengths, torch.Tensor), window, group, device), lambda: (
+        # Within one pass the prompt width and lengths follow from `first_row`; keying on them would make
+        # torch.compile specialise on every prompt length.
+        mask = self.masks.get((first_row, window, group, device), lambda: (
             _hidden_keys(new, suffix, width, lengths, padding, window, group, device)))
         scores[..., scores.shape[-1] - mask.shape[-1]:].masked_fill_(mask, -torch.inf)
 
@@ -304,7 +319,9 @@ def _attend(
 ) -> torch.Tensor:
     """Attention of the paths from row `first_row` of the pass on, which all continue `prefix` (see
     `shared_prefix_attention`): [B, T, H, D]."""
-    prefix.served.add(layer)
+    # The probe's record; it runs eagerly (a compiled graph would be guarded on the set: one graph per fill).
+    if not torch.compiler.is_compiling():
+        prefix.served.add(layer)
     prefix_keys = prefix.keys[layer][0]  # [H_kv, P, D]
     prefix_values = prefix.values[layer][0]
     batch, heads, new, dim = query.shape
