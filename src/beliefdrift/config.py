@@ -26,6 +26,7 @@ from transformers import HfArgumentParser
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
 from beliefdrift.backend.loading import ATTN_IMPLEMENTATIONS
+from beliefdrift.backend.path_cache import compile_forward
 from beliefdrift.errors import UserError, check_device, check_model
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 from beliefdrift.scoring import QualityControl
@@ -135,11 +136,20 @@ class BatchingOptions(Settings):
 
     batch_questions: int = option(0, "questions whose paths advance together in one engine batch (0: 16 on a GPU, 1 "
                                      "on the CPU); the results do not depend on it", operational=True, minimum=0)
+    compile: bool = option(False, "run the model's forward passes through torch.compile: about a minute of compiling "
+                                  "once, faster steps after; the results equal eager ones up to rounding",
+                           operational=True)
 
     def questions_per_batch(self, device: torch.device) -> int:
         """`batch_questions`, or when 0: 16 on a GPU (many paths per forward pass keep it busy), 1 on the CPU
         (where one question's paths already fill the cores)."""
         return self.batch_questions or (16 if device.type == "cuda" else 1)
+
+    def prepared(self, lm: LanguageModel) -> LanguageModel:
+        """`lm` with its forward pass compiled when `compile` is set (`compile_forward`)."""
+        if self.compile:
+            compile_forward(lm.model)
+        return lm
 
 
 @dataclasses.dataclass(frozen=True)

@@ -142,7 +142,7 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
     questions = load_questions(config)
     methods = config.method_list
     # The store is written only once model and data have loaded, so a failed start leaves no run behind.
-    lm = config.load_model()
+    lm = config.prepared(config.load_model())
     adapter_lm = load_adapter(lm, config.adapter) if config.adapter else None
     questions, skipped = split_long_prompts(lm, questions, methods, config.steps, config.template,
                                             config.template_ending, config.skip_long_prompts)

@@ -49,6 +49,16 @@ def shares_prefix(model: torch.nn.Module) -> bool:
     return enable_shared_prefix(base.get_base_model() if hasattr(base, "get_base_model") else base)
 
 
+def compile_forward(model: torch.nn.Module) -> None:
+    """Run every later forward pass of `model` through `torch.compile` (inductor, dynamic shapes), once the engine
+    has chosen its cache (that choice's probe passes run eagerly). One set of graphs serves every prompt length,
+    path count and step; a batch of another number of questions compiles its own."""
+    shares_prefix(model)
+    # Graphs differ by batch structure (questions per batch, seeded or not, a sliding window reached), not by size.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    model.forward = torch.compile(model.forward, dynamic=True)
+
+
 def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: Any) -> tuple[PathCache, Any]:
     """One path holding the prompt after a single forward pass over it, and that pass's output (gradients flow
     when grad mode is on)."""

@@ -76,7 +76,7 @@ class Models:
 
     def __init__(self, config: DiagnosticsConfig):
         print(f"loading {config.model} ...", flush=True)
-        self.base = config.load_model()
+        self.base = config.prepared(config.load_model())
         self.tuned = load_adapter(self.base, config.adapter) if config.adapter else None
 
     @contextmanager

@@ -1,0 +1,90 @@
+"""`--compile`: the engine's forward passes under torch.compile give the eager answers and θ up to rounding, and one
+set of compiled graphs serves every prompt length (a graph per question would make compiling cost more than it
+saves)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tiny_model import SKY_QUESTION, tiny_family_lm
+from torch._dynamo.utils import counters
+
+from beliefdrift.backend.path_cache import compile_forward
+from beliefdrift.methods import parse_method, run_methods
+from beliefdrift.resampling import QuestionRunner, make_generator, sample_answers
+
+METHODS = [parse_method(name) for name in ("ppr", "ppr-seed2")]
+
+
+def paths(results) -> tuple[torch.Tensor, torch.Tensor]:
+    """Answers and θ of every path of every method."""
+    return (torch.cat([r.trajectories.answers for r in results]),
+            torch.cat([r.trajectories.thetas.float() for r in results]))
+
+
+def test_compiled_engine_matches_eager_with_one_set_of_graphs_for_every_prompt(history_template):
+    lm = tiny_family_lm("mistral")  # a sliding window shorter than the prompts, GQA
+    questions = [dataclasses.replace(SKY_QUESTION, id=f"q{i}", stem=SKY_QUESTION.stem + " Think." * i)
+                 for i in range(3)]
+    eager = [paths(run_methods(lm, q, METHODS, 3, 6, 0, history_template)) for q in questions]
+    torch._dynamo.reset()
+    counters.clear()
+    compile_forward(lm.model)
+    compiled = [paths(run_methods(lm, questions[0], METHODS, 3, 6, 0, history_template))]
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0, "nothing was compiled"
+    compiled += [paths(run_methods(lm, q, METHODS, 3, 6, 0, history_template)) for q in questions[1:]]
+    assert counters["stats"]["unique_graphs"] == graphs, "a longer prompt compiled new graphs"
+    for (answers, thetas), (eager_answers, eager_thetas) in zip(compiled, eager, strict=True):
+        assert torch.equal(answers, eager_answers)
+        torch.testing.assert_close(thetas, eager_thetas, atol=1e-5, rtol=0)
+    assert (eager[0][1] - eager[2][1]).abs().max() > 1e-3, "the questions' θ differ, so a mix-up would show"
+
+
+def test_compiled_stacked_prompts_need_no_graphs_per_batch(history_template):
+    """The GPU's layout (runs of paths attending to their prompts stacked, built with the batch) compiles once for
+    batches of other prompts."""
+    lm = tiny_family_lm("llama")
+    seeds = [torch.tensor([[1, 2], [0, 0]]), torch.tensor([[2], [1]]), torch.empty(2, 0).long()]
+
+    def thetas(first: int) -> torch.Tensor:
+        runners = [QuestionRunner(lm, dataclasses.replace(SKY_QUESTION, id=f"q{i}", stem=SKY_QUESTION.stem + " x" * i),
+                                  history_template) for i in range(first, first + 3)]
+        batch = runners[0].ppr_prompt.concat([r.paths(2, s) for r, s in zip(runners, seeds, strict=True)])
+        batch.cache.runs = dataclasses.replace(batch.cache.runs, stack=True)
+        assert batch.cache.runs.stackable
+        return sample_answers(batch, 4, make_generator(2))[1]
+
+    eager = [thetas(first) for first in (0, 3)]
+    torch._dynamo.reset()
+    counters.clear()
+    compile_forward(lm.model)
+    compiled = [thetas(0)]
+    graphs = counters["stats"]["unique_graphs"]
+    compiled.append(thetas(3))
+    assert counters["stats"]["unique_graphs"] == graphs, "a batch of other prompts compiled new graphs"
+    for got, expected in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_evaluate_compile_stores_the_eager_results_up_to_rounding(tiny_model_dir, tmp_path):
+    from beliefdrift.cli import main
+    from beliefdrift.store import RunStore
+
+    def stored(*flags: str) -> dict:
+        out = tmp_path / ("compiled" if flags else "eager")
+        argv = ["evaluate", "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "2", "-J", "3", "-N", "4",
+                "--methods", "ppr", "ppr-seed2", "--dtype", "float32", "--bootstrap", "10", "--out", str(out), *flags]
+        assert main(argv) == 0
+        with RunStore.open(out / "run.sqlite", read_only=True) as store:
+            return {(r.question_id, r.method): r for r in store.rows()}
+
+    torch._dynamo.reset()
+    counters.clear()
+    eager, compiled = stored(), stored("--compile")
+    assert counters["stats"]["unique_graphs"] > 0, "--compile compiled nothing"
+    assert eager.keys() == compiled.keys() and len(eager) == 4
+    for key, row in eager.items():
+        assert (row.answers == compiled[key].answers).all(), key
+        assert abs(row.thetas - compiled[key].thetas).max() < 1e-5, key
