@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 from tiny_model import SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters
@@ -68,14 +69,18 @@ def test_compiled_stacked_prompts_need_no_graphs_per_batch(history_template):
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
-def test_evaluate_compile_stores_the_eager_results_up_to_rounding(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
+def test_evaluate_compile_stores_the_eager_results_up_to_rounding(device, tiny_model_dir, tmp_path):
+    """End to end, two questions per batch (on a GPU their prompts attend stacked)."""
     from beliefdrift.cli import main
     from beliefdrift.store import RunStore
 
     def stored(*flags: str) -> dict:
         out = tmp_path / ("compiled" if flags else "eager")
         argv = ["evaluate", "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "2", "-J", "3", "-N", "4",
-                "--methods", "ppr", "ppr-seed2", "--dtype", "float32", "--bootstrap", "10", "--out", str(out), *flags]
+                "--methods", "ppr", "ppr-seed2", "--dtype", "float32", "--device", device, "--batch-questions", "2",
+                "--bootstrap", "10", "--out", str(out), *flags]
         assert main(argv) == 0
         with RunStore.open(out / "run.sqlite", read_only=True) as store:
             return {(r.question_id, r.method): r for r in store.rows()}
