@@ -96,7 +96,7 @@ class SharedPrefixCache:
         self.model = model
         self.prompts = list(prompts)
         self.size = len(self.prompts)
-        self.suffix = suffix if suffix is not None else full_cache()
+        self.suffix = suffix if suffix is not None else self._empty_suffix()
         self.suffix_length = suffix_length
         self.device = self.prompts[0].keys[0].device
         self.padding = padding  # [B] on the device, or None when no path is padded
@@ -163,6 +163,11 @@ class SharedPrefixCache:
             ]
             suffix = full_cache(rows)
         return SharedPrefixCache(first.model, [p for c in caches for p in c.prompts], suffix, length, padding)
+
+    def _empty_suffix(self) -> DynamicCache:
+        """A suffix cache with no tokens whose layers and buffers exist before the first pass: a pass that made them
+        would, under torch.compile, be a graph of its own for each range of token counts."""
+        return full_cache([(k.new_empty(self.size, k.shape[1], 0, k.shape[3]),) * 2 for k in self.prompts[0].keys])
 
     def _padding(self) -> torch.Tensor:
         if self.padding is None:

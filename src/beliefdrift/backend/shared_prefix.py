@@ -17,7 +17,6 @@ chunked attention layers, attention sinks, KV sharing between layers) are report
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -111,9 +110,8 @@ class GrowingLayer(DynamicLayer):
     filled part, with the same values `DynamicLayer` would hold. A forward pass reads only the buffers and the
     `filled` count, never those views (under `torch.compile` a view and its buffer would be two aliased inputs)."""
 
-    def __init__(self, room: int = 0):
+    def __init__(self):
         super().__init__()
-        self.room = room
         self.filled = 0
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -121,8 +119,8 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         start, end = self.filled, self.filled + key_states.shape[-2]
-        if self._buffers is None or end > self._buffers[0].shape[-2]:
-            self._grow(key_states, value_states, max(2 * end, 16, self.room))
+        if self._buffers is None or end >= self._buffers[0].shape[-2]:
+            self._grow(key_states, value_states, max(2 * end, 16))
         self._buffers[0][..., start:end, :].copy_(key_states)
         self._buffers[1][..., start:end, :].copy_(value_states)
         self.filled = end
@@ -133,10 +131,9 @@ class GrowingLayer(DynamicLayer):
         return self.filled
 
     def reserve(self, room: int) -> None:
-        """Room for `room` positions in all (the filled ones included), allocated now if the layer holds any."""
-        self.room = max(self.room, room)
-        if self._buffers is not None and self._buffers[0].shape[-2] < self.room:
-            self._grow(*self._buffers, self.room)
+        """Room for `room` positions in all (the filled ones included), allocated now."""
+        if self._buffers[0].shape[-2] <= room:
+            self._grow(*self._buffers, room)
 
     def _grow(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
         """New buffers of `room` positions and one spare (a pass that fills its buffer exactly would be a graph of
@@ -159,9 +156,7 @@ def full_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> Dynami
 
 
 def reserve_room(cache: DynamicCache, room: int) -> None:
-    """Room for `room` positions in every layer of a `full_cache`, those it holds and those its next update
-    creates."""
-    cache.layer_class_to_replicate = functools.partial(GrowingLayer, room)
+    """Room for `room` positions in every layer a `full_cache` holds."""
     for layer in cache.layers:
         layer.reserve(room)
 
