@@ -2,9 +2,10 @@
 
     python bench/compile.py [--shape tiny] [--device cpu] [--paths 8] [--steps 20]
     python bench/compile.py --shape llama-3.1-8b --device cuda --paths 32 --steps 100
+    python bench/compile.py --model smollm2-135m-instruct --paths 32   # a real model instead of random weights
     python bench/compile.py --families
 
-Runs PPR, SEED_1 and SEED_5 (J paths each) on one demo question with random weights of `--shape`
+Runs PPR, SEED_1 and SEED_5 (J paths each) on one demo question with `--model` or random weights of `--shape`
 (`bench/rollout.py`'s shapes), first eager, then compiled as `--compile` does (`compile_forward`): compile time (the
 first compiled run), ms/step of each (runs of 2N and N answers differenced, best of 3), how many answers agree and the
 largest θ difference while a path's answers agree (compiled kernels round differently). A failure to compile is
@@ -26,6 +27,7 @@ import torch
 from rollout import SHAPES, shaped_model, three_methods, timed
 from torch._dynamo.utils import counters
 
+from beliefdrift.backend import load_model
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.backend.path_cache import compile_forward, shares_prefix
 from beliefdrift.data.registry import load_dataset
@@ -54,7 +56,10 @@ def agreement(eager: list[tuple[torch.Tensor, torch.Tensor]], compiled: list[tup
 def speed(args: argparse.Namespace) -> None:
     device = resolve_device(args.device)
     torch.manual_seed(0)
-    lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device))
+    if args.model:
+        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    else:
+        lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device))
     question = load_dataset("demo", n=1, seed=0)[0]
 
     def ms_per_step() -> float:
@@ -64,7 +69,7 @@ def speed(args: argparse.Namespace) -> None:
 
     eager_paths = trajectories(lm, [question], args.paths, args.steps)
     eager = ms_per_step()
-    print(f"{args.shape} on {device}, 3 methods × {args.paths} paths: eager {eager:.1f} ms/step")
+    print(f"{args.model or args.shape} on {device}, 3 methods × {args.paths} paths: eager {eager:.1f} ms/step")
     compile_forward(lm.model)
     start = time.perf_counter()
     try:
@@ -104,6 +109,7 @@ def families(paths: int = 4, steps: int = 6) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
+    parser.add_argument("--model", help="a model to load (registry name, directory, hub id) instead of --shape")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--paths", type=int, default=8)

@@ -136,8 +136,8 @@ class BatchingOptions(Settings):
 
     batch_questions: int = option(0, "questions whose paths advance together in one engine batch (0: 16 on a GPU, 1 "
                                      "on the CPU); the results do not depend on it", operational=True, minimum=0)
-    compile: bool = option(False, "run the model's forward passes through torch.compile: about a minute of compiling "
-                                  "once, faster steps after; the results equal eager ones up to rounding",
+    compile: bool = option(False, "run the model's forward passes through torch.compile: faster steps after compiling "
+                                  "once (minutes on a small CPU); the results equal eager ones up to rounding",
                            operational=True)
 
     def questions_per_batch(self, device: torch.device) -> int:
