@@ -54,7 +54,7 @@ def compile_forward(model: torch.nn.Module) -> None:
     has chosen its cache (that choice's probe passes run eagerly). One set of graphs serves every prompt length,
     path count and step; a batch of another number of questions compiles its own."""
     shares_prefix(model)
-    # Graphs differ by batch structure (questions per batch, seeded or not, a sliding window reached), not by size.
+    # Graphs differ by batch structure (questions per batch, padded or not, a sliding window reached), not by size.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     model.forward = torch.compile(model.forward, dynamic=True)
 
