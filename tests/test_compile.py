@@ -93,3 +93,29 @@ def test_evaluate_compile_stores_the_eager_results_up_to_rounding(device, tiny_m
     for key, row in eager.items():
         assert (row.answers == compiled[key].answers).all(), key
         assert abs(row.thetas - compiled[key].thetas).max() < 1e-5, key
+
+
+def test_a_graph_that_fails_to_compile_runs_eagerly(tiny_model_dir, tmp_path, monkeypatch):
+    """The compiler failing (no C++ compiler, an unsupported operator) leaves the eager results, bit for bit."""
+    import torch._inductor.compile_fx
+
+    from beliefdrift.cli import main
+    from beliefdrift.store import RunStore
+
+    attempts = []
+
+    def failing(*args, **kwargs):
+        attempts.append(args)
+        raise RuntimeError("no compiler here")
+
+    def stored(*flags: str) -> dict:
+        out = tmp_path / ("compiled" if flags else "eager")
+        assert main(["evaluate", "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "1", "-J", "3", "-N", "3",
+                     "--methods", "ppr", "--dtype", "float32", "--bootstrap", "10", "--out", str(out), *flags]) == 0
+        with RunStore.open(out / "run.sqlite", read_only=True) as store:
+            return {(r.question_id, r.method): r.thetas.tobytes() for r in store.rows()}
+
+    monkeypatch.setattr(torch._inductor.compile_fx, "compile_fx", failing)
+    torch._dynamo.reset()
+    assert stored("--compile") == stored()
+    assert attempts, "nothing was handed to the compiler"

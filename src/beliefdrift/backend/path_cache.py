@@ -56,6 +56,9 @@ def compile_forward(model: torch.nn.Module) -> None:
     shares_prefix(model)
     # Graphs differ by batch structure (questions per batch, padded or not, a sliding window reached), not by size.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    # A graph that fails to compile (at the first pass, or hours into a run when a new structure appears) runs
+    # eagerly, with torch's warning, instead of ending the run.
+    torch._dynamo.config.suppress_errors = True
     model.forward = torch.compile(model.forward, dynamic=True)
 
 
