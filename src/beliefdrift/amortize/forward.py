@@ -29,7 +29,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from beliefdrift.backend import AnswerTokens
 from beliefdrift.backend.loading import input_device, unwrapped
 from beliefdrift.backend.path_cache import shares_prefix
-from beliefdrift.backend.shared_prefix import KeyMasks, SharedPrefix
+from beliefdrift.backend.shared_prefix import AttentionPass, SharedPrefix
 
 
 class _OnePassLayer(DynamicLayer):
@@ -123,7 +123,7 @@ def rollout_conditionals(
             position_ids=positions,
             past_key_values=one_pass_cache(),
             shared_prefix=state.prefix,
-            key_masks=KeyMasks(),
+            attention_pass=AttentionPass(),
             use_cache=True,
             logits_to_keep=read,
         ).logits

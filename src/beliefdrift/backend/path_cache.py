@@ -17,7 +17,7 @@ from transformers import DynamicCache
 
 from beliefdrift.backend.loading import input_device, unwrapped
 from beliefdrift.backend.shared_prefix import (
-    KeyMasks,
+    AttentionPass,
     PromptRuns,
     SharedPrefix,
     enable_shared_prefix,
@@ -131,7 +131,7 @@ class SharedPrefixCache:
             past_key_values=self.suffix,
             shared_prefix=self.runs,
             suffix_padding=self.padding,
-            key_masks=KeyMasks(),
+            attention_pass=AttentionPass(),
             use_cache=True,
             **model_kwargs,
         )

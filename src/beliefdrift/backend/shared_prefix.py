@@ -47,7 +47,6 @@ class SharedPrefix:
 
     keys: tuple[torch.Tensor, ...]
     values: tuple[torch.Tensor, ...]
-    served: set[int] = field(default_factory=set, compare=False)  # layers that attended through it
 
     @classmethod
     def from_cache(cls, cache: DynamicCache) -> SharedPrefix:
@@ -161,15 +160,17 @@ def reserve_room(cache: DynamicCache, room: int) -> None:
         layer.reserve(room)
 
 
-class KeyMasks:
-    """The key masks of one forward pass, built by the first layer that asks for one and reused by the others: a
-    mask depends on the pass (lengths, padding) and a layer's window, not on the layer's weights, so a pass builds
-    it once instead of once per layer (a decoding step's cost on a GPU is mostly its number of kernels)."""
+class AttentionPass:
+    """What the attention layers of one forward pass share: its key masks, each built by the first layer that asks
+    for it and reused by the others (a mask depends on the pass and a layer's window, not on the layer's weights,
+    and a decoding step's cost on a GPU is mostly its number of kernels), and the layers it served (`served`, read
+    by the probe)."""
 
     def __init__(self) -> None:
         self._built: dict[tuple, torch.Tensor] = {}
+        self.served: set[int] = set()
 
-    def get(self, key: tuple, build: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def mask(self, key: tuple, build: Callable[[], torch.Tensor]) -> torch.Tensor:
         if key not in self._built:
             self._built[key] = build()
         return self._built[key]
@@ -224,7 +225,7 @@ def shared_prefix_attention(
     dropout: float = 0.0,
     shared_prefix: SharedPrefix | PromptRuns | None = None,
     suffix_padding: torch.Tensor | None = None,
-    key_masks: KeyMasks | None = None,
+    attention_pass: AttentionPass | None = None,
     sliding_window: int | None = None,
     softcap: float | None = None,
     **kwargs,
@@ -233,8 +234,8 @@ def shared_prefix_attention(
 
     query [B, H, T, D]; key/value [B, H_kv, S, D] are the paths' suffixes (the T new tokens last);
     `suffix_padding[b]` leading suffix slots of path b are padding, hidden from its queries and not counted in
-    its positions. `key_masks` shares the masks between the layers of one pass (each layer builds its own
-    without). Without `shared_prefix` the call goes to the model's own attention implementation.
+    its positions. `attention_pass` is shared by the layers of one pass (without it each layer builds its own
+    masks). Without `shared_prefix` the call goes to the model's own attention implementation.
     Returns [B, T, H, D] like the other transformers attention functions.
     """
     if shared_prefix is None:
@@ -245,9 +246,11 @@ def shared_prefix_attention(
     for unsupported in ("s_aux", "sinks"):
         if kwargs.get(unsupported) is not None:
             raise NotImplementedError(f"shared-prefix attention does not support attention sinks ({unsupported})")
+    attention_pass = attention_pass if attention_pass is not None else AttentionPass()
+    attention_pass.served.add(module.layer_idx)
     runs = shared_prefix.runs if isinstance(shared_prefix, PromptRuns) else ((shared_prefix, query.shape[0]),)
     scoring = _Scoring(scaling if scaling is not None else query.shape[-1] ** -0.5, sliding_window, softcap,
-                       dropout if module.training else 0.0, key_masks if key_masks is not None else KeyMasks())
+                       dropout if module.training else 0.0, attention_pass)
     padding = suffix_padding.to(query.device) if suffix_padding is not None else None
     if len(runs) == 1:
         return _attend(module.layer_idx, runs[0][0], query, key, value, padding, scoring), None
@@ -271,7 +274,7 @@ class _Scoring:
     sliding_window: int | None
     softcap: float | None
     dropout: float
-    masks: KeyMasks
+    attention_pass: AttentionPass
 
     def scores(self, prompt_scores: torch.Tensor, suffix_scores: torch.Tensor) -> torch.Tensor:
         scores = torch.cat([prompt_scores, suffix_scores], -1).float() * self.scale
@@ -293,7 +296,7 @@ class _Scoring:
         window, device = self.sliding_window, scores.device  # layers can sit on several devices (a device map)
         # Within one pass the prompt width and lengths follow from `first_row`; keying on them would make
         # torch.compile specialise on every prompt length.
-        mask = self.masks.get((first_row, window, group, device), lambda: (
+        mask = self.attention_pass.mask((first_row, window, group, device), lambda: (
             _hidden_keys(new, suffix, width, lengths, padding, window, group, device)))
         scores[..., scores.shape[-1] - mask.shape[-1]:].masked_fill_(mask, -torch.inf)
 
@@ -314,9 +317,6 @@ def _attend(
 ) -> torch.Tensor:
     """Attention of the paths from row `first_row` of the pass on, which all continue `prefix` (see
     `shared_prefix_attention`): [B, T, H, D]."""
-    # The probe's record; it runs eagerly (a compiled graph would be guarded on the set: one graph per fill).
-    if not torch.compiler.is_compiling():
-        prefix.served.add(layer)
     prefix_keys = prefix.keys[layer][0]  # [H_kv, P, D]
     prefix_values = prefix.values[layer][0]
     batch, heads, new, dim = query.shape
@@ -432,12 +432,14 @@ def _probe(model: PreTrainedModel) -> str | None:
     try:
         model(input_ids=token.expand(1, 2), past_key_values=cache, use_cache=True, logits_to_keep=1)
         prefix = SharedPrefix.from_cache(cache)
+        attention_pass = AttentionPass()
         model(input_ids=token, position_ids=token + 2, past_key_values=full_cache(), shared_prefix=prefix,
-              use_cache=True, logits_to_keep=1)
+              attention_pass=attention_pass, use_cache=True, logits_to_keep=1)
     except (NotImplementedError, ValueError, TypeError, AttributeError) as err:
         return f"probe failed: {err}"
-    if prefix.served != set(range(len(prefix.keys))):
-        return f"{len(prefix.keys) - len(prefix.served)} of {len(prefix.keys)} layers bypass the attention interface"
+    layers, served = len(prefix.keys), attention_pass.served
+    if served != set(range(layers)):
+        return f"{layers - len(served)} of {layers} layers bypass the attention interface"
     return None
 
 
