@@ -27,7 +27,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from beliefdrift.backend import AnswerTokens
-from beliefdrift.backend.loading import input_device, unwrapped
+from beliefdrift.backend.loading import cache_argument, input_device, unwrapped
 from beliefdrift.backend.path_cache import shares_prefix
 from beliefdrift.backend.shared_prefix import AttentionPass, SharedPrefix
 
@@ -52,7 +52,11 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """Non-reentrant activation checkpointing of every decoder layer, keeping the layers' KV cache: transformers
     drops the cache of a checkpointed layer because a recompute would append to it twice, which a
     `one_pass_cache` does not."""
-    unwrapped(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    base = unwrapped(model)
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers 5 renamed it; the old name warns
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for layer in model.modules():
         if isinstance(layer, GradientCheckpointingLayer):
             layer._can_checkpoint_with_cache = True
@@ -95,7 +99,7 @@ def encode_prefix(model: torch.nn.Module, tokens: AnswerTokens, prefix: Sequence
     ids = torch.tensor([list(tokens.prompt_ids) + [t for answer in prefix for t in tokens.answer_ids(answer)]],
                        device=device)
     cache = one_pass_cache()
-    logits = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+    logits = model(input_ids=ids, **cache_argument(model, cache), use_cache=True, logits_to_keep=1).logits
     label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=logits.device)
     shared = SharedPrefix.from_cache(cache) if shares_prefix(model) else None
     return PrefixState(ids, shared, _label_log_probs(logits[0, -1], label_ids))
@@ -121,7 +125,7 @@ def rollout_conditionals(
         logits = model(
             input_ids=input_ids,
             position_ids=positions,
-            past_key_values=one_pass_cache(),
+            **cache_argument(model, one_pass_cache()),
             shared_prefix=state.prefix,
             attention_pass=AttentionPass(),
             use_cache=True,

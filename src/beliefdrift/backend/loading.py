@@ -6,9 +6,11 @@ model is saved once as safetensors + tokenizer under the user cache directory an
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import inspect
 import os
 import shutil
 import tempfile
@@ -64,6 +66,20 @@ def unwrapped(model: torch.nn.Module) -> Any:
     while hasattr(model, "module"):
         model = model.module
     return model
+
+
+def cache_argument(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
+    """The keyword argument that hands a KV cache to `model`'s forward pass: `cache` where transformers has renamed
+    `past_key_values` (the old name warns, and goes in 5.40), `past_key_values` in older versions and in models that
+    bring their own code. DDP and peft wrappers are looked through."""
+    base = unwrapped(model)
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base
+    return {_cache_keyword(type(base)): cache}
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def input_device(model: torch.nn.Module) -> torch.device:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import torch
 from transformers import DynamicCache
 
-from beliefdrift.backend.loading import input_device, unwrapped
+from beliefdrift.backend.loading import cache_argument, input_device, unwrapped
 from beliefdrift.backend.shared_prefix import (
     AttentionPass,
     PromptRuns,
@@ -69,7 +69,7 @@ def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: A
     shared = shares_prefix(model)
     input_ids = torch.tensor([list(prompt_ids)], device=input_device(model))
     cache = full_cache() if shared else DynamicCache(config=base.config)
-    out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, **model_kwargs)
+    out = model(input_ids=input_ids, **cache_argument(model, cache), use_cache=True, **model_kwargs)
     if shared:
         return SharedPrefixCache(model, [SharedPrefix.from_cache(cache)]), out
     return PerPathCache(model, input_ids, torch.ones_like(input_ids), cache), out
@@ -128,7 +128,7 @@ class SharedPrefixCache:
         out = self.model(
             input_ids=input_ids.to(self.device),
             position_ids=positions,
-            past_key_values=self.suffix,
+            **cache_argument(self.model, self.suffix),
             shared_prefix=self.runs,
             suffix_padding=self.padding,
             attention_pass=AttentionPass(),
@@ -218,7 +218,7 @@ class PerPathCache:
             input_ids=ids[:, old:],
             attention_mask=mask,
             position_ids=(mask.cumsum(-1) - 1).clamp(min=0)[:, old:],
-            past_key_values=self.cache,
+            **cache_argument(self.model, self.cache),
             use_cache=True,
             logits_to_keep=keep,
             **model_kwargs,

@@ -27,6 +27,8 @@ from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from beliefdrift.backend.loading import cache_argument
+
 SHARED_PREFIX_ATTENTION = "beliefdrift_shared_prefix"
 # Attention implementations the dispatcher can wrap, by the short tag of its registered name (the tag keeps
 # transformers from reading "flash" into our name).
@@ -430,10 +432,10 @@ def _probe(model: PreTrainedModel) -> str | None:
     token = torch.zeros(1, 1, dtype=torch.long, device=model.get_input_embeddings().weight.device)
     cache = full_cache()
     try:
-        model(input_ids=token.expand(1, 2), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=token.expand(1, 2), **cache_argument(model, cache), use_cache=True, logits_to_keep=1)
         prefix = SharedPrefix.from_cache(cache)
         attention_pass = AttentionPass()
-        model(input_ids=token, position_ids=token + 2, past_key_values=full_cache(), shared_prefix=prefix,
+        model(input_ids=token, position_ids=token + 2, **cache_argument(model, full_cache()), shared_prefix=prefix,
               attention_pass=attention_pass, use_cache=True, logits_to_keep=1)
     except (NotImplementedError, ValueError, TypeError, AttributeError) as err:
         return f"probe failed: {err}"
