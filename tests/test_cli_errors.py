@@ -64,6 +64,8 @@ BAD_INPUTS = {
     "not an integer": (lambda m, t: ["emd", "-J", "many"], "argument --paths/-J: invalid int value"),
     "cuda without a GPU": (lambda m, t: ["drift", "--model", str(m), "--device", "cuda", *FAST, "--out", str(t)],
                            "--device cuda: no CUDA GPU"),
+    "cuda graphs on the cpu": (lambda m, t: evaluate(m, t, "--device", "cpu", "--cuda-graphs"),
+                               "--cuda-graphs: the model is on cpu; CUDA graphs need --device cuda"),
     "unknown device": (lambda m, t: ["drift", "--model", str(m), "--device", "tpu7", "--out", str(t)],
                        "--device tpu7: unknown device"),
     "unknown model offline": (lambda m, t: ["drift", "--model", "no-such-model", "--out", str(t)],

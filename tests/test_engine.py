@@ -256,7 +256,7 @@ def test_a_pass_builds_its_key_masks_once_and_changes_no_number(tiny_lm, questio
 
     shared = thetas()
     assert calls["passes"] >= 6 and calls["builds"] == calls["passes"]
-    monkeypatch.setattr(path_cache, "AttentionPass", lambda: None)  # no masks shared: each layer builds its own
+    monkeypatch.setattr(path_cache, "AttentionPass", lambda *args: None)  # no masks shared: each layer builds its own
     per_layer = thetas()
     assert tiny_lm.model.config.num_hidden_layers > 1
     assert calls["builds"] == calls["passes"] * tiny_lm.model.config.num_hidden_layers

@@ -139,6 +139,9 @@ class BatchingOptions(Settings):
     compile: bool = option(False, "run the model's forward passes through torch.compile: faster steps after compiling "
                                   "once (minutes on a small CPU); the results equal eager ones up to rounding",
                            operational=True)
+    cuda_graphs: bool = option(False, "--compile, and replay each decoding step's kernels as one CUDA graph (static "
+                                      "caches; needs a CUDA device): for a GPU, where a step is bound by launching "
+                                      "kernels", operational=True)
 
     def questions_per_batch(self, device: torch.device) -> int:
         """`batch_questions`, or when 0: 16 on a GPU (many paths per forward pass keep it busy), 1 on the CPU
@@ -146,9 +149,11 @@ class BatchingOptions(Settings):
         return self.batch_questions or (16 if device.type == "cuda" else 1)
 
     def prepared(self, lm: LanguageModel) -> LanguageModel:
-        """`lm` with its forward pass compiled when `compile` is set (`compile_forward`)."""
-        if self.compile:
-            compile_forward(lm.model)
+        """`lm` with its forward pass compiled when `compile` or `cuda_graphs` is set (`compile_forward`)."""
+        if self.cuda_graphs and lm.device.type != "cuda":
+            raise UserError(f"--cuda-graphs: the model is on {lm.device}; CUDA graphs need --device cuda")
+        if self.compile or self.cuda_graphs:
+            compile_forward(lm.model, cuda_graphs=self.cuda_graphs)
         return lm
 
 

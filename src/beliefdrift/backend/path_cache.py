@@ -23,6 +23,7 @@ from beliefdrift.backend.shared_prefix import (
     enable_shared_prefix,
     full_cache,
     reserve_room,
+    static_cache,
 )
 
 
@@ -49,17 +50,30 @@ def shares_prefix(model: torch.nn.Module) -> bool:
     return enable_shared_prefix(base.get_base_model() if hasattr(base, "get_base_model") else base)
 
 
-def compile_forward(model: torch.nn.Module) -> None:
+def use_static_suffix(model: torch.nn.Module) -> None:
+    """Give `model`'s path batches static suffix caches from their `reserve` on (`static_cache`: every decoding step
+    then sees inputs of the same shapes at the same addresses, as CUDA graphs need). The stored numbers stay those of
+    the growing caches up to rounding: attention also reads the zero-filled slots, with weight zero."""
+    model._beliefdrift_static_suffix = True
+
+
+def compile_forward(model: torch.nn.Module, cuda_graphs: bool = False) -> None:
     """Run every later forward pass of `model` through `torch.compile` (inductor, dynamic shapes), once the engine
     has chosen its cache (that choice's probe passes run eagerly). One set of graphs serves every prompt length,
-    path count and step; a batch of another number of questions compiles its own."""
+    path count and step; a batch of another number of questions compiles its own.
+
+    `cuda_graphs`: also replay each pass's kernels as a CUDA graph (inductor's "reduce-overhead" mode; on a GPU a
+    decoding step is bound by launching its kernels), with static suffix caches so that every step of a batch
+    replays one recorded graph (a new batch of prompts records its own)."""
+    if cuda_graphs:
+        use_static_suffix(model)
     shares_prefix(model)
     # Graphs differ by batch structure (questions per batch, padded or not, a sliding window reached), not by size.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     # A graph that fails to compile (at the first pass, or hours into a run when a new structure appears) runs
     # eagerly, with torch's warning, instead of ending the run.
     torch._dynamo.config.suppress_errors = True
-    model.forward = torch.compile(model.forward, dynamic=True)
+    model.forward = torch.compile(model.forward, dynamic=True, mode="reduce-overhead" if cuda_graphs else None)
 
 
 def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: Any) -> tuple[PathCache, Any]:
@@ -115,6 +129,7 @@ class SharedPrefixCache:
         self._start: int | torch.Tensor = self.prompts[0].length  # each path's first suffix position
         if len(runs) > 1:
             self._start = torch.tensor([p.length for p in self.prompts], device=self.device)[:, None]
+        self._end: torch.Tensor | None = None  # the suffix slot after the filled ones, once the suffix is static
 
     def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
         new = input_ids.shape[1]
@@ -122,6 +137,10 @@ class SharedPrefixCache:
             if self.suffix_length:
                 raise ValueError("ragged (padded) input only on paths with an empty suffix")
             self.padding = padding.to(self.device)
+        if self._end is not None:
+            if self.suffix_length + new > self.suffix.layers[0].max_cache_len:
+                self.reserve(max(new, self.suffix_length))  # past the reserved room: a larger static cache
+            self._end.fill_(self.suffix_length + new)
         positions = self._start + self.suffix_length + torch.arange(new, device=self.device).expand(self.size, -1)
         if self.padding is not None:
             positions = (positions - self.padding[:, None]).clamp(min=0)  # clamped: padding slots only
@@ -131,7 +150,7 @@ class SharedPrefixCache:
             **cache_argument(self.model, self.suffix),
             shared_prefix=self.runs,
             suffix_padding=self.padding,
-            attention_pass=AttentionPass(),
+            attention_pass=AttentionPass(self._end),
             use_cache=True,
             **model_kwargs,
         )
@@ -139,7 +158,15 @@ class SharedPrefixCache:
         return out
 
     def reserve(self, tokens: int) -> None:
-        reserve_room(self.suffix, self.suffix_length + tokens)
+        """Room for `tokens` more tokens per path; for a model compiled with CUDA graphs (`compile_forward`) the suffix
+        becomes a `static_cache` of exactly that room."""
+        room = self.suffix_length + tokens
+        if not getattr(self.model, "_beliefdrift_static_suffix", False) or not room:
+            reserve_room(self.suffix, room)
+            return
+        self.suffix = static_cache([self._filled(layer) for layer in self.suffix.layers], room)
+        self._end = torch.zeros((), dtype=torch.long, device=self.device)
+        torch._dynamo.mark_static_address(self._end)
 
     def select(self, index: torch.Tensor) -> SharedPrefixCache:
         index = torch.as_tensor(index, dtype=torch.long)
@@ -147,7 +174,7 @@ class SharedPrefixCache:
         index = index.to(self.device)
         suffix = None
         if self.suffix_length:
-            suffix = full_cache([(layer.keys[index], layer.values[index]) for layer in self.suffix.layers])
+            suffix = full_cache([tuple(t[index] for t in self._filled(layer)) for layer in self.suffix.layers])
         padding = self.padding[index] if self.padding is not None else None
         return SharedPrefixCache(self.model, prompts, suffix, self.suffix_length, padding)
 
@@ -183,8 +210,11 @@ class SharedPrefixCache:
         gap = like.new_zeros(self.size, like.shape[1], length - self.suffix_length, like.shape[3])
         if not self.suffix_length:
             return gap
-        cached = self.suffix.layers[layer]
-        return torch.cat([gap, cached.keys if part == 0 else cached.values], 2)
+        return torch.cat([gap, self._filled(self.suffix.layers[layer])[part]], 2)
+
+    def _filled(self, layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of a suffix cache layer's filled slots (a static layer holds its whole room)."""
+        return layer.keys[..., : self.suffix_length, :], layer.values[..., : self.suffix_length, :]
 
 
 class PerPathCache:

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AttentionInterface, DynamicCache, PreTrainedModel
-from transformers.cache_utils import DynamicLayer
+from transformers import AttentionInterface, Cache, DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer, StaticLayer
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -162,15 +162,28 @@ def reserve_room(cache: DynamicCache, room: int) -> None:
         layer.reserve(room)
 
 
+def static_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]], room: int) -> Cache:
+    """A cache of `room` positions per layer, allocated once and zero-filled (transformers' `StaticLayer`: written in
+    place at a position it keeps on the device, read whole), holding `rows[i]` = (keys, values) of layer i to start
+    with. Every pass sees tensors of the same shapes at the same addresses, as CUDA graphs need; the attention hides
+    the slots past a pass's new tokens (`AttentionPass.suffix_end`)."""
+    cache = Cache(layers=[StaticLayer(room) for _ in rows])
+    for layer, (keys, values) in zip(cache.layers, rows, strict=True):
+        layer.update(keys, values)
+    return cache
+
+
 class AttentionPass:
     """What the attention layers of one forward pass share: its key masks, each built by the first layer that asks
     for it and reused by the others (a mask depends on the pass and a layer's window, not on the layer's weights,
-    and a decoding step's cost on a GPU is mostly its number of kernels), and the layers it served (`served`, read
-    by the probe)."""
+    and a decoding step's cost on a GPU is mostly its number of kernels), the layers it served (`served`, read
+    by the probe), and, when the suffix cache is static (`static_cache`), the slot after the pass's new tokens
+    (`suffix_end`, a device tensor; None: the new tokens are the suffix's last slots)."""
 
-    def __init__(self) -> None:
+    def __init__(self, suffix_end: torch.Tensor | None = None) -> None:
         self._built: dict[tuple, torch.Tensor] = {}
         self.served: set[int] = set()
+        self.suffix_end = suffix_end
 
     def mask(self, key: tuple, build: Callable[[], torch.Tensor]) -> torch.Tensor:
         if key not in self._built:
@@ -187,16 +200,18 @@ def _hidden_keys(
     window: int | None,
     group: int,
     device: torch.device,
+    end: int | torch.Tensor,
 ) -> torch.Tensor:
     """Which keys each new token may not attend to: [B or 1, 1, g·T, W + S] over [prompt ‖ suffix], or over the
     suffix alone [B or 1, 1, g·T, S] when every prompt key is visible; its rows in the (group, token) order of the
     scores.
 
-    New token t sits in suffix slot S−T+t at absolute position L_b + S−T+t − padding[b], L_b the length of path
-    b's prompt (`lengths`: one for every path, or one per path for prompts stacked and zero-padded to W); a key
-    is visible when it is not after the query, not padding, and, with a sliding window w, when query − key < w.
+    New token t sits in suffix slot E−T+t (E = `end`, the slot after the new tokens) at absolute position
+    L_b + E−T+t − padding[b], L_b the length of path b's prompt (`lengths`: one for every path, or one per path for
+    prompts stacked and zero-padded to W); a key is visible when it is not after the query, not padding, and, with a
+    sliding window w, when query − key < w.
     """
-    query_slot = torch.arange(suffix - new, suffix, device=device)
+    query_slot = torch.arange(new, device=device) + (end - new)
     slots = torch.arange(suffix, device=device)
     suffix_visible = (slots[None, :] <= query_slot[:, None])[None]
     if padding is not None:
@@ -298,8 +313,9 @@ class _Scoring:
         window, device = self.sliding_window, scores.device  # layers can sit on several devices (a device map)
         # Within one pass the prompt width and lengths follow from `first_row`; keying on them would make
         # torch.compile specialise on every prompt length.
-        mask = self.attention_pass.mask((first_row, window, group, device), lambda: (
-            _hidden_keys(new, suffix, width, lengths, padding, window, group, device)))
+        end = self.attention_pass.suffix_end
+        mask = self.attention_pass.mask((first_row, window, group, device), lambda: _hidden_keys(
+            new, suffix, width, lengths, padding, window, group, device, suffix if end is None else end.to(device)))
         scores[..., scores.shape[-1] - mask.shape[-1]:].masked_fill_(mask, -torch.inf)
 
     def weights(self, scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -1,0 +1,97 @@
+"""`--cuda-graphs`: a CUDA graph replays fixed kernels on fixed buffers, so the engine's static suffix caches must give
+every decoding step of a batch the same inputs (shapes, cache addresses, no step-dependent Python state) and the
+stored numbers of the growing caches."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from tiny_model import SKY_QUESTION, tiny_family_lm
+from torch._dynamo.utils import counters
+
+from beliefdrift.backend.path_cache import shares_prefix, use_static_suffix
+from beliefdrift.methods import parse_method, run_methods
+from beliefdrift.resampling import QuestionRunner, make_generator
+
+METHODS = [parse_method(name) for name in ("ppr", "ppr-seed2", "ppr-seed5")]  # seeds of two lengths: padded paths
+
+
+def trajectories(lm, template: str) -> tuple[torch.Tensor, torch.Tensor]:
+    results = run_methods(lm, SKY_QUESTION, METHODS, 3, 6, 0, template)
+    return (torch.cat([r.trajectories.answers for r in results]),
+            torch.cat([r.trajectories.thetas.float() for r in results]))
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])  # plain; sliding window; soft-cap, local+global
+def test_static_suffix_stores_the_growing_suffix_numbers(family, history_template):
+    static = tiny_family_lm(family)
+    use_static_suffix(static.model)
+    answers, thetas = trajectories(static, history_template)
+    growing_answers, growing_thetas = trajectories(tiny_family_lm(family), history_template)
+    assert torch.equal(answers, growing_answers)
+    torch.testing.assert_close(thetas, growing_thetas, atol=1e-6, rtol=0)
+
+
+def test_static_suffix_extends_past_its_room(history_template):
+    """Reserving is a hint: a static suffix that runs out of room moves to a larger one."""
+    lm = tiny_family_lm("llama")
+    use_static_suffix(lm.model)
+    runner = QuestionRunner(lm, SKY_QUESTION, history_template)
+
+    def thetas(reserved: int) -> torch.Tensor:
+        batch = runner.paths(4, torch.tensor([[0], [1], [2], [1]]))
+        batch.reserve(reserved)
+        answers = torch.multinomial(torch.ones(4, 3), 5, replacement=True, generator=make_generator(1))
+        return torch.stack([batch.advance(answers[:, i]).probs for i in range(5)])
+
+    torch.testing.assert_close(thetas(2), thetas(5), atol=1e-6, rtol=0)
+
+
+def step_graphs(static: bool, steps: int, history_template: str) -> int:
+    """Graphs dynamo traces (shapes static, no compiler) for `steps` decoding steps of seeded, padded paths."""
+    lm = tiny_family_lm("mistral")
+    shares_prefix(lm.model)  # the probe runs eagerly
+    if static:
+        use_static_suffix(lm.model)
+    runner = QuestionRunner(lm, dataclasses.replace(SKY_QUESTION, stem=SKY_QUESTION.stem * 3), history_template)
+    batch = runner.ppr_prompt.concat([runner.paths(2, torch.tensor([[1, 2], [0, 0]])), runner.paths(2)])
+    batch.reserve(steps)
+    torch._dynamo.reset()
+    counters.clear()
+    lm.model.forward = torch.compile(lm.model.forward, backend="eager", dynamic=False)
+    for step in range(steps):
+        batch.advance(torch.tensor([step % 3, 1, 2, 0]))
+    return counters["stats"]["unique_graphs"]
+
+
+def test_static_suffix_replays_one_graph_for_every_step(history_template):
+    assert step_graphs(True, 6, history_template) == 1
+    assert step_graphs(False, 3, history_template) > 1, "the growing suffix is a new graph per step (test can fail)"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_evaluate_cuda_graphs_stores_the_eager_results_up_to_rounding(tiny_model_dir, tmp_path):
+    """End to end on a GPU, two questions per batch (their prompts attend stacked)."""
+    from beliefdrift.cli import main
+    from beliefdrift.store import RunStore
+
+    def stored(*flags: str) -> dict:
+        out = tmp_path / ("graphs" if flags else "eager")
+        argv = ["evaluate", "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "2", "-J", "3", "-N", "4",
+                "--methods", "ppr", "ppr-seed2", "--dtype", "float32", "--device", "cuda", "--batch-questions", "2",
+                "--bootstrap", "10", "--out", str(out), *flags]
+        assert main(argv) == 0
+        with RunStore.open(out / "run.sqlite", read_only=True) as store:
+            return {(r.question_id, r.method): r for r in store.rows()}
+
+    torch._dynamo.reset()
+    counters.clear()
+    eager, graphs = stored(), stored("--cuda-graphs")
+    assert counters["inductor"]["cudagraph_skips"] < counters["stats"]["unique_graphs"], "no pass ran as a CUDA graph"
+    assert eager.keys() == graphs.keys() and len(eager) == 4
+    for key, row in eager.items():
+        assert (row.answers == graphs[key].answers).all(), key
+        assert abs(row.thetas - graphs[key].thetas).max() < 1e-5, key
