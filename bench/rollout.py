@@ -2,6 +2,7 @@
 
     python bench/rollout.py [--model smollm2-135m-instruct] [--paths 32] [--steps 50] [--questions 2]
     python bench/rollout.py --shape llama-3.1-8b --device cuda [--steps 100]   # GPU: random weights, real shape
+    python bench/rollout.py --shape llama-3.1-8b --device cuda --steps 100 --cuda-graphs   # the engine compiled
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --paths 8   # operators per step, any CPU
 
 (a) naive: `generate(do_sample=True, num_return_sequences=J, max_new_tokens=2N, output_scores=True)`, then
@@ -23,6 +24,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Olmo2Config, Pretrai
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
+from beliefdrift.backend.path_cache import compile_forward
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.methods import MethodResult, parse_method, run_methods_many
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
@@ -99,9 +101,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--count-ops", action="store_true", help="with --shape: only the operator counts per step")
+    parser.add_argument("--compile", action="store_true", help="with --shape: the engine as --compile runs it")
+    parser.add_argument("--cuda-graphs", action="store_true", help="with --shape: the engine as --cuda-graphs runs it")
     args = parser.parse_args()
-    if args.count_ops and not args.shape:
-        parser.error("--count-ops counts the operators of a --shape")
+    if (args.count_ops or args.compile or args.cuda_graphs) and not args.shape:
+        parser.error("--count-ops, --compile and --cuda-graphs go with a --shape")
     if args.shape and args.count_ops:
         count_ops(args)
         return
@@ -242,7 +246,9 @@ def shape_sweep(args: argparse.Namespace) -> None:
 
     A step is one answer on every path; its time includes the run's prefills (prompt, direct query), which N
     steps amortize. The floor is the time to read every weight once at the copy bandwidth measured here; the
-    roofline is the matmul peak measured here over the FLOPs of one path-answer."""
+    roofline is the matmul peak measured here over the FLOPs of one path-answer. With `--compile` or `--cuda-graphs`
+    the engine runs compiled (as those flags of the CLI do), each configuration once untimed to compile (and record
+    its CUDA graphs) first; naive generate runs before, eagerly, and operators are not counted."""
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     lm = shaped_model(args.shape, device, dtype)
@@ -252,12 +258,24 @@ def shape_sweep(args: argparse.Namespace) -> None:
     questions = load_dataset("demo", n=16, seed=args.seed)
     tokens = ppr_tokens(lm, questions[0], DEFAULT_PPR_TEMPLATE)
     flops_per_answer = forward_flops(lm.model, tokens.step_length, len(tokens.prompt_ids) + args.steps, 1)
+    mode = "cuda graphs" if args.cuda_graphs else "compiled" if args.compile else "eager"
     print(f"{args.shape} on {device} ({dtype}): {weight_bytes / 2**30:.1f} GiB of weights; weight-read floor "
           f"{floor * 1e3:.2f} ms/step; matmul peak {peak / 1e12:.0f} TFLOP/s; compute roofline "
-          f"{peak / flops_per_answer:,.0f} path-answers/s; prompt {len(tokens.prompt_ids)} tokens, N={args.steps}")
+          f"{peak / flops_per_answer:,.0f} path-answers/s; prompt {len(tokens.prompt_ids)} tokens, N={args.steps}; "
+          f"engine {mode}")
+    seconds = timed(device, lambda: naive_rollout(lm, questions[0], 3 * args.paths, args.steps, args.seed))
+    naive = 3 * args.paths * args.steps / seconds
+    if args.compile or args.cuda_graphs:
+        compile_forward(lm.model, cuda_graphs=args.cuda_graphs)
+
+    def engine_seconds(work: Callable[[], object]) -> float:
+        if args.compile or args.cuda_graphs:
+            work()  # compiles, and records the CUDA graphs
+        return timed(device, work)
+
     print("\n| paths | ms/step | × floor | path-answers/s | of roofline |\n|---|---|---|---|---|")
     for paths in (1, 8, 32, 96, 384):
-        seconds = timed(device, lambda p=paths: QuestionRunner(lm, questions[0]).ppr(p, args.steps, make_generator(0)))
+        seconds = engine_seconds(lambda p=paths: QuestionRunner(lm, questions[0]).ppr(p, args.steps, make_generator(0)))
         print(f"| {paths} | {seconds / args.steps * 1e3:.1f} | {seconds / args.steps / floor:.1f} | "
               f"{paths * args.steps / seconds:,.0f} | {paths * args.steps / seconds * flops_per_answer / peak:.1%} |")
     print(f"\n| questions × 3 methods × {args.paths} paths | ms/step | × floor | path-answers/s | of roofline |"
@@ -265,16 +283,15 @@ def shape_sweep(args: argparse.Namespace) -> None:
     engine_rate = 0.0
     for count in (1, 2, 4, 8, 16):
         batch = questions[:count]
-        seconds = timed(device, lambda b=batch: three_methods(lm, b, args.paths, args.steps))
+        seconds = engine_seconds(lambda b=batch: three_methods(lm, b, args.paths, args.steps))
         rate = count * 3 * args.paths * args.steps / seconds
         engine_rate = engine_rate or rate
         print(f"| {count} | {seconds / args.steps * 1e3:.1f} | {seconds / args.steps / floor:.1f} | {rate:,.0f} | "
               f"{rate * flops_per_answer / peak:.1%} |")
-    seconds = timed(device, lambda: naive_rollout(lm, questions[0], 3 * args.paths, args.steps, args.seed))
-    naive = 3 * args.paths * args.steps / seconds
     print(f"\nnaive generate(num_return_sequences={3 * args.paths}): {naive:,.0f} path-answers/s; engine on one "
           f"question {engine_rate / naive:.1f}x naive")
-    count_ops(args, lm)
+    if mode == "eager":
+        count_ops(args, lm)
 
 
 if __name__ == "__main__":

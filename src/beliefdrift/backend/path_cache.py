@@ -158,8 +158,8 @@ class SharedPrefixCache:
         return out
 
     def reserve(self, tokens: int) -> None:
-        """Room for `tokens` more tokens per path; for a model compiled with CUDA graphs (`compile_forward`) the suffix
-        becomes a `static_cache` of exactly that room."""
+        """Room for `tokens` more tokens per path; for a model with static suffixes (`use_static_suffix`, as
+        `--cuda-graphs` sets) the suffix becomes a `static_cache` of exactly that room."""
         room = self.suffix_length + tokens
         if not getattr(self.model, "_beliefdrift_static_suffix", False) or not room:
             reserve_room(self.suffix, room)
