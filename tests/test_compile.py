@@ -69,9 +69,12 @@ def test_compiled_stacked_prompts_need_no_graphs_per_batch(history_template):
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
-    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
-def test_evaluate_compile_stores_the_eager_results_up_to_rounding(device, tiny_model_dir, tmp_path):
+CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.mark.parametrize(("device", "flag"), [("cpu", "--compile"), pytest.param("cuda", "--compile", marks=CUDA),
+                                              pytest.param("cuda", "--cuda-graphs", marks=CUDA)])
+def test_evaluate_compiled_stores_the_eager_results_up_to_rounding(device, flag, tiny_model_dir, tmp_path):
     """End to end, two questions per batch (on a GPU their prompts attend stacked)."""
     from beliefdrift.cli import main
     from beliefdrift.store import RunStore
@@ -87,8 +90,10 @@ def test_evaluate_compile_stores_the_eager_results_up_to_rounding(device, tiny_m
 
     torch._dynamo.reset()
     counters.clear()
-    eager, compiled = stored(), stored("--compile")
-    assert counters["stats"]["unique_graphs"] > 0, "--compile compiled nothing"
+    eager, compiled = stored(), stored(flag)
+    assert counters["stats"]["unique_graphs"] > 0, f"{flag} compiled nothing"
+    if flag == "--cuda-graphs":
+        assert counters["inductor"]["cudagraph_skips"] < counters["stats"]["unique_graphs"], "no CUDA graph ran"
     assert eager.keys() == compiled.keys() and len(eager) == 4
     for key, row in eager.items():
         assert (row.answers == compiled[key].answers).all(), key
