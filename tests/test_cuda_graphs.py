@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 from tiny_model import SKY_QUESTION, tiny_family_lm
-from torch._dynamo.utils import counters
+from torch._dynamo.utils import counters, get_static_address_type
 
 from beliefdrift.backend.path_cache import shares_prefix, use_static_suffix
 from beliefdrift.methods import parse_method, run_methods
@@ -58,6 +58,8 @@ def step_graphs(static: bool, steps: int, history_template: str) -> int:
     runner = QuestionRunner(lm, dataclasses.replace(SKY_QUESTION, stem=SKY_QUESTION.stem * 3), history_template)
     batch = runner.ppr_prompt.concat([runner.paths(2, torch.tensor([[1, 2], [0, 0]])), runner.paths(2)])
     batch.reserve(steps)
+    if static:  # a CUDA graph reads the prompt's keys and values in place, not copied before every replay
+        assert all(get_static_address_type(t) for t in batch.cache.prompts[0].keys + batch.cache.prompts[0].values)
     torch._dynamo.reset()
     counters.clear()
     lm.model.forward = torch.compile(lm.model.forward, backend="eager", dynamic=False)

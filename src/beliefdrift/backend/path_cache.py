@@ -167,6 +167,7 @@ class SharedPrefixCache:
         self.suffix = static_cache([self._filled(layer) for layer in self.suffix.layers], room)
         self._end = torch.zeros((), dtype=torch.long, device=self.device)
         torch._dynamo.mark_static_address(self._end)
+        self.runs.mark_static()
 
     def select(self, index: torch.Tensor) -> SharedPrefixCache:
         index = torch.as_tensor(index, dtype=torch.long)
