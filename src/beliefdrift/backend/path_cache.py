@@ -14,8 +14,9 @@ from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import StaticLayer
 
-from beliefdrift.backend.loading import cache_argument, input_device, unwrapped
+from beliefdrift.backend.loading import base_model, cache_argument, input_device, unwrapped
 from beliefdrift.backend.shared_prefix import (
     AttentionPass,
     PromptRuns,
@@ -46,15 +47,15 @@ class PathCache(Protocol):
 
 def shares_prefix(model: torch.nn.Module) -> bool:
     """Whether the engine serves `model` (or the model inside a DDP/peft wrapper) with one shared prompt cache."""
-    base = unwrapped(model)
-    return enable_shared_prefix(base.get_base_model() if hasattr(base, "get_base_model") else base)
+    return enable_shared_prefix(base_model(model))
 
 
 def use_static_suffix(model: torch.nn.Module) -> None:
     """Give `model`'s path batches static suffix caches from their `reserve` on (`static_cache`: every decoding step
     then sees inputs of the same shapes at the same addresses, as CUDA graphs need). The stored numbers stay those of
-    the growing caches up to rounding: attention also reads the zero-filled slots, with weight zero."""
-    model._beliefdrift_static_suffix = True
+    the growing caches up to rounding: attention also reads the zero-filled slots, with weight zero. Set on the model
+    inside any wrapper, so that an adapter on it gets them too."""
+    base_model(model)._beliefdrift_static_suffix = True
 
 
 def compile_forward(model: torch.nn.Module, cuda_graphs: bool = False) -> None:
@@ -129,7 +130,6 @@ class SharedPrefixCache:
         self._start: int | torch.Tensor = self.prompts[0].length  # each path's first suffix position
         if len(runs) > 1:
             self._start = torch.tensor([p.length for p in self.prompts], device=self.device)[:, None]
-        self._end: torch.Tensor | None = None  # the suffix slot after the filled ones, once the suffix is static
 
     def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
         new = input_ids.shape[1]
@@ -137,10 +137,12 @@ class SharedPrefixCache:
             if self.suffix_length:
                 raise ValueError("ragged (padded) input only on paths with an empty suffix")
             self.padding = padding.to(self.device)
-        if self._end is not None:
+        suffix_end = None
+        if isinstance(self.suffix.layers[0], StaticLayer):
             if self.suffix_length + new > self.suffix.layers[0].max_cache_len:
                 self.reserve(max(new, self.suffix_length))  # past the reserved room: a larger static cache
-            self._end.fill_(self.suffix_length + new)
+            # The first layer's count of filled slots, on the device: the masks are built after its update.
+            suffix_end = self.suffix.layers[0].cumulative_length
         positions = self._start + self.suffix_length + torch.arange(new, device=self.device).expand(self.size, -1)
         if self.padding is not None:
             positions = (positions - self.padding[:, None]).clamp(min=0)  # clamped: padding slots only
@@ -150,7 +152,7 @@ class SharedPrefixCache:
             **cache_argument(self.model, self.suffix),
             shared_prefix=self.runs,
             suffix_padding=self.padding,
-            attention_pass=AttentionPass(self._end),
+            attention_pass=AttentionPass(suffix_end),
             use_cache=True,
             **model_kwargs,
         )
@@ -161,12 +163,10 @@ class SharedPrefixCache:
         """Room for `tokens` more tokens per path; for a model with static suffixes (`use_static_suffix`, as
         `--cuda-graphs` sets) the suffix becomes a `static_cache` of exactly that room."""
         room = self.suffix_length + tokens
-        if not getattr(self.model, "_beliefdrift_static_suffix", False) or not room:
+        if not getattr(base_model(self.model), "_beliefdrift_static_suffix", False):
             reserve_room(self.suffix, room)
             return
         self.suffix = static_cache([self._filled(layer) for layer in self.suffix.layers], room)
-        self._end = torch.zeros((), dtype=torch.long, device=self.device)
-        torch._dynamo.mark_static_address(self._end)
         self.runs.mark_static()
 
     def select(self, index: torch.Tensor) -> SharedPrefixCache:

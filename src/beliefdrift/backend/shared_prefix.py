@@ -186,7 +186,8 @@ class AttentionPass:
     for it and reused by the others (a mask depends on the pass and a layer's window, not on the layer's weights,
     and a decoding step's cost on a GPU is mostly its number of kernels), the layers it served (`served`, read
     by the probe), and, when the suffix cache is static (`static_cache`), the slot after the pass's new tokens
-    (`suffix_end`, a device tensor; None: the new tokens are the suffix's last slots)."""
+    (`suffix_end`: the static cache's own count of filled slots on the device, read once the first layer has written
+    them; None: the new tokens are the suffix's last slots)."""
 
     def __init__(self, suffix_end: torch.Tensor | None = None) -> None:
         self._built: dict[tuple, torch.Tensor] = {}
