@@ -59,6 +59,18 @@ def test_per_path_cache_matches_plain_forward(family, question, history_template
     assert_ppr_matches_plain(lm, question, history_template)
 
 
+@pytest.mark.parametrize("per_path", [False, True])
+def test_soft_capped_attention_loaded_on_sdpa_runs_eager(per_path, question, history_template):
+    """transformers releases that run Gemma-2 on SDPA (5.17) drop its soft-cap; the engine, which caps, would mix
+    two models. Forced onto SDPA here, the model is switched to eager and matches its plain forward pass."""
+    lm = tiny_family_lm("gemma2", attn_implementation="eager")
+    lm.model.config._attn_implementation_internal = "sdpa"  # as those releases load it
+    if per_path:
+        use_per_path_cache(lm.model)
+    assert_ppr_matches_plain(lm, question, history_template)
+    assert base_implementation(lm.model) == "eager"
+
+
 def test_exact_k_step_predictive_matches_enumerated_plain_forward(family_lm, question, history_template):
     tokens = ppr_tokens(family_lm, question, history_template)
     root = QuestionRunner(family_lm, question, history_template).paths(1, seeds=torch.tensor([[1, 3]]))

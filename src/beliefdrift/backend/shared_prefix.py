@@ -477,6 +477,7 @@ def enable_shared_prefix(model: PreTrainedModel) -> bool:
     known = getattr(model, "_beliefdrift_shared_prefix", None)
     if known is not None:
         return known
+    capped_attention(model)
     base = base_implementation(model)
     tag = next((t for t, b in BASE_IMPLEMENTATIONS.items() if b == base), None)
     if tag is not None and model._can_set_attn_implementation():
@@ -496,4 +497,17 @@ def enable_shared_prefix(model: PreTrainedModel) -> bool:
 
 def use_per_path_cache(model: PreTrainedModel) -> None:
     """Serve `model` with a full cache per path even where the shared prefix could (to check one against the other)."""
+    capped_attention(model)
     model._beliefdrift_shared_prefix = False
+
+
+def capped_attention(model: PreTrainedModel) -> None:
+    """Switch `model` from SDPA to eager attention where its config soft-caps attention scores, c·tanh(s / c): SDPA
+    cannot, and transformers releases that run Gemma-2 on SDPA (5.17 among them) drop the cap without a word. The
+    engine's attention caps, so the prompt's pass and the answers' would otherwise be two different models."""
+    config = model.config.get_text_config(decoder=True)
+    if not getattr(config, "attn_logit_softcapping", None) or base_implementation(model) != "sdpa":
+        return
+    model.set_attn_implementation("eager")
+    print(f"beliefdrift: {type(model).__name__} soft-caps its attention scores, which SDPA cannot; using eager "
+          "attention", file=sys.stderr)
