@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-from rollout import SHAPES, shaped_model, three_methods, timed
+from rollout import SHAPES, TOKENIZER_HELP, shaped_model, three_methods, timed
 from torch._dynamo.utils import counters
 
 from beliefdrift.backend import load_model
@@ -61,7 +61,7 @@ def speed(args: argparse.Namespace) -> None:
     if args.model:
         lm = load_model(args.model, device=args.device, dtype=args.dtype)
     else:
-        lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device))
+        lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
     question = load_dataset("demo", n=1, seed=0)[0]
 
     def ms_per_step() -> float:
@@ -112,6 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     parser.add_argument("--model", help="a model to load (registry name, directory, hub id) instead of --shape")
+    parser.add_argument("--tokenizer", help=TOKENIZER_HELP)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--paths", type=int, default=8)

@@ -3,6 +3,7 @@ and our per-token cost early and late in a long rollout, in one run.
 
     python bench/reasoning.py [--model smollm2-135m-instruct] [--device cpu] [--rollouts 1 4 8] [--tokens 32]
                               [--long-tokens 512] [--threads 1]
+    python bench/reasoning.py --shape llama-3.1-8b --device cuda --dtype bfloat16   # random weights, real shape
 
 For each R, three ways of writing R × T tokens for the pairs prompt of a demo question: `generate` one
 rollout at a time (the way one would write it first), one `generate` call with `num_return_sequences=R`, and
@@ -14,7 +15,9 @@ text) over its first and last `--window` tokens, and, replayed on the same token
 token (incremental detokenization, pair parsing, guided tags) against decoding the whole text every token as
 the decoder did before. Attention still grows with the context; the text work must not.
 
-One torch thread by default: on a shared machine, oversubscribed threads make timings erratic.
+With `--shape` (`bench/rollout.py`'s shapes) the model has random weights of a real model's shape, so the text is
+noise and only the rates mean anything. One torch thread by default: on a shared machine, oversubscribed threads
+make timings erratic.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from collections.abc import Callable
 from statistics import median
 
 import torch
+from rollout import SHAPES, TOKENIZER_HELP, shaped_model
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
+from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.prompts import chat_context
 from beliefdrift.reasoning import DecodeConfig, PromptCache, ReasoningTask, Rollout, generate_rollouts, nucleus_sampler
@@ -95,6 +100,8 @@ def text_work(lm: LanguageModel, token_ids: list[int], whole: bool) -> list[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="random weights of this shape instead of --model")
+    parser.add_argument("--tokenizer", help=TOKENIZER_HELP)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--rollouts", type=int, nargs="+", default=[1, 4, 8])
@@ -105,11 +112,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.shape:
+        device = resolve_device(args.device)
+        lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
+    else:
+        lm = load_model(args.model, device=args.device, dtype=args.dtype)
     task = ReasoningTask.from_item(load_dataset("demo", n=1, seed=args.seed)[0])
     context = chat_context(lm.tokenizer, task.pairs_prompt(10))
     prompt_ids = lm.tokenizer(context, add_special_tokens=False)["input_ids"]
-    print(f"{args.model} ({lm.dtype}, {lm.device}, {torch.get_num_threads()} threads), pairs prompt of "
+    print(f"{args.shape or args.model} ({lm.dtype}, {lm.device}, {torch.get_num_threads()} threads), pairs prompt of "
           f"{len(prompt_ids)} tokens, T={args.tokens} tokens per rollout")
     ours(lm, context, 1, 2, args.seed)  # warm-up
     for r in args.rollouts:

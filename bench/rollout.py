@@ -5,6 +5,9 @@
     python bench/rollout.py --shape llama-3.1-8b --device cuda --steps 100 --cuda-graphs   # the engine compiled
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --paths 8   # operators per step, any CPU
 
+With `--shape`, `--tokenizer DIR` takes the prompts' tokenizer from a directory (e.g. one written by
+`load_model("smollm2-135m-instruct").tokenizer.save_pretrained(DIR)`) where the default model is not installed.
+
 (a) naive: `generate(do_sample=True, num_return_sequences=J, max_new_tokens=2N, output_scores=True)`, then
     parse the text into answers and read θ off the scores — what a researcher would write first;
 (b) engine, float32; (c) engine, `--dtype auto` (bf16 only where bf16 matmuls are fast).
@@ -20,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import AutoModelForCausalLM, LlamaConfig, Olmo2Config, PretrainedConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Olmo2Config, PretrainedConfig, Qwen2Config
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
@@ -98,6 +101,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shape", choices=sorted(SHAPES), help="random weights of this shape: the GPU sweep below")
+    parser.add_argument("--tokenizer", help=TOKENIZER_HELP)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--count-ops", action="store_true", help="with --shape: only the operator counts per step")
@@ -157,9 +161,14 @@ SHAPES: dict[str, Callable[[], PretrainedConfig]] = {
 }
 
 
-def shaped_model(shape: str, device: torch.device, dtype: torch.dtype) -> LanguageModel:
-    """Random weights of a real model's shape, made on the device (no download), with the default tokenizer."""
-    tokenizer = load_model(DEFAULT_MODEL).tokenizer
+TOKENIZER_HELP = ("with --shape: the tokenizer that writes the prompts (a directory or hub id; default: the default "
+                  "model's, which needs its GGUF file installed)")
+
+
+def shaped_model(shape: str, device: torch.device, dtype: torch.dtype, tokenizer: str | None = None) -> LanguageModel:
+    """Random weights of a real model's shape, made on the device (no download), with `tokenizer` (a directory or
+    hub id) or the default model's."""
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else load_model(DEFAULT_MODEL).tokenizer
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(SHAPES[shape](), dtype=dtype).eval()
     return LanguageModel(model, tokenizer, shape)
@@ -232,7 +241,7 @@ def count_ops(args: argparse.Namespace, lm: LanguageModel | None = None) -> None
     """aten operators and kernels per answer step: the engine on one question (3 methods × J paths) and naive
     `generate(num_return_sequences=3J)`, which takes two tokens per answer."""
     device = resolve_device(args.device)
-    lm = lm or shaped_model(args.shape, device, resolve_dtype(args.dtype, device))
+    lm = lm or shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
     question = load_dataset("demo", n=1, seed=args.seed)[0]
     engine = ops_per_step(lambda n: three_methods(lm, [question], args.paths, n), 10)
     naive = ops_per_step(lambda n: naive_rollout(lm, question, 3 * args.paths, n, args.seed), 10)
@@ -251,7 +260,7 @@ def shape_sweep(args: argparse.Namespace) -> None:
     its CUDA graphs) first; naive generate runs before, eagerly, and operators are not counted."""
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    lm = shaped_model(args.shape, device, dtype)
+    lm = shaped_model(args.shape, device, dtype, args.tokenizer)
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     floor = weight_bytes / copy_bandwidth(device)
     peak = device_matmul_peak(device, dtype)
@@ -260,7 +269,7 @@ def shape_sweep(args: argparse.Namespace) -> None:
     flops_per_answer = forward_flops(lm.model, tokens.step_length, len(tokens.prompt_ids) + args.steps, 1)
     mode = "cuda graphs" if args.cuda_graphs else "compiled" if args.compile else "eager"
     print(f"{args.shape} on {device} ({dtype}): {weight_bytes / 2**30:.1f} GiB of weights; weight-read floor "
-          f"{floor * 1e3:.2f} ms/step; matmul peak {peak / 1e12:.0f} TFLOP/s; compute roofline "
+          f"{floor * 1e3:.2f} ms/step; matmul peak {peak / 1e12:.3g} TFLOP/s; compute roofline "
           f"{peak / flops_per_answer:,.0f} path-answers/s; prompt {len(tokens.prompt_ids)} tokens, N={args.steps}; "
           f"engine {mode}")
     seconds = timed(device, lambda: naive_rollout(lm, questions[0], 3 * args.paths, args.steps, args.seed))
