@@ -69,6 +69,18 @@ def test_compiled_stacked_prompts_need_no_graphs_per_batch(history_template):
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
+def recorded_cuda_graphs() -> int:
+    """CUDA graphs that inductor's cudagraph trees recorded on this thread's first GPU (the nodes of its trees)."""
+    from torch._inductor.cudagraph_trees import get_manager
+
+    manager = get_manager(0, create_if_none_exists=False)
+
+    def count(nodes) -> int:
+        return sum(1 + count([child for children in node.children.values() for child in children]) for node in nodes)
+
+    return count([node for nodes in manager.roots.values() for node in nodes]) if manager is not None else 0
+
+
 CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
@@ -93,7 +105,7 @@ def test_evaluate_compiled_stores_the_eager_results_up_to_rounding(device, flag,
     eager, compiled = stored(), stored(flag)
     assert counters["stats"]["unique_graphs"] > 0, f"{flag} compiled nothing"
     if flag == "--cuda-graphs":
-        assert counters["inductor"]["cudagraph_skips"] < counters["stats"]["unique_graphs"], "no CUDA graph ran"
+        assert recorded_cuda_graphs() > 0, f"no CUDA graph recorded ({counters['inductor']['cudagraph_skips']} skips)"
     assert eager.keys() == compiled.keys() and len(eager) == 4
     for key, row in eager.items():
         assert (row.answers == compiled[key].answers).all(), key
