@@ -3,17 +3,22 @@ CPU for every architecture family (float32, so the two differ only by kernel rou
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from tiny_model import FAMILIES, tiny_family_lm
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.cli import main
+from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.kstep import kstep_exact
-from beliefdrift.resampling import QuestionRunner
+from beliefdrift.methods import parse_method, run_methods_many
+from beliefdrift.reasoning import DecodeConfig, PromptCache, generate_rollouts, nucleus_sampler
+from beliefdrift.resampling import QuestionRunner, make_generator
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -36,6 +41,61 @@ def test_theta_on_the_gpu_equals_theta_on_the_cpu(family, question, history_temp
         results.append((batch.dist.probs.cpu(), batch.dist.valid_mass.cpu(), kstep_exact(batch, 3).probs))
     for cpu, gpu in zip(*results, strict=True):
         torch.testing.assert_close(gpu.to(cpu.dtype), cpu, atol=1e-4, rtol=0)
+
+
+def test_answer_steps_never_wait_for_the_gpu(history_template):
+    """No host synchronisation inside the step loop (sampling, seeds, answers and θ stay on the device): the
+    synchronising calls of a batch of questions (prefills, the results' copy) do not grow with the answers per path."""
+    lm = on(tiny_family_lm("llama"), "cuda")
+    questions = load_dataset("demo", n=2, seed=0)
+    methods = [parse_method(m) for m in ("ppr", "ppr-seed1", "ppr-seed2")]
+
+    def synchronisations(steps: int) -> int:
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                run_methods_many(lm, questions, methods, 4, steps, 0, history_template)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return sum("synchroniz" in str(w.message) for w in caught)
+
+    synchronisations(2)  # one-time work: the probe pass, caches
+    assert synchronisations(12) == synchronisations(6)
+
+
+class HostCopies(TorchDispatchMode):
+    """Counts the elements that the work run under it copies from a GPU to the host (a scalar read counts one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                self.elements += 1
+            elif isinstance(out, torch.Tensor) and out.device.type == "cpu":
+                self.elements += out.numel()
+        return out
+
+
+def test_chain_of_thought_copies_token_ids_not_logits_to_the_host():
+    """Sampling on the device: per generated token, the host gets the R sampled ids, nothing of vocabulary size."""
+    lm = on(tiny_family_lm("llama"), "cuda")
+    cache = PromptCache.from_text(lm, "Solve: 12 + 30 = ?")
+    rollouts = 4
+
+    def copied(tokens: int) -> int:
+        config = DecodeConfig(num_pairs=10_000, max_new_tokens=tokens, guided=True)
+        sampler = nucleus_sampler(1.0, 0.95, make_generator(0, "cot"))
+        with HostCopies() as copies:
+            generate_rollouts(cache, [""] * rollouts, config, sampler, collect_hidden=False)
+        return copies.elements
+
+    per_token = (copied(32) - copied(16)) / 16
+    assert per_token <= rollouts, f"{per_token} elements per token (vocabulary {len(lm.tokenizer)})"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
