@@ -11,7 +11,7 @@ import torch
 from tiny_model import SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters, get_static_address_type
 
-from beliefdrift.backend.path_cache import shares_prefix, use_static_suffix
+from beliefdrift.backend.path_cache import compile_forward, shares_prefix, use_static_suffix
 from beliefdrift.methods import parse_method, run_methods
 from beliefdrift.resampling import QuestionRunner, make_generator
 
@@ -71,3 +71,27 @@ def step_graphs(static: bool, steps: int, history_template: str) -> int:
 def test_static_suffix_replays_one_graph_for_every_step(history_template):
     assert step_graphs(True, 6, history_template) == 1
     assert step_graphs(False, 3, history_template) > 1, "the growing suffix is a new graph per step (test can fail)"
+
+
+def test_only_the_decoding_steps_on_static_suffixes_are_graphed(monkeypatch, history_template):
+    """A CUDA graph's outputs live in a pool that its next replay reuses, so a prompt's keys and values made by a
+    graphed prefill would be overwritten by the first step: prefills and seed passes run eagerly, and each answer
+    step of the batch goes to the graphed forward (recorded here instead of compiled)."""
+    graphed: list[tuple[int, ...]] = []
+
+    def record(fn, **options):
+        assert options["mode"] == "reduce-overhead"
+
+        def forward(*args, **kwargs):
+            graphed.append(tuple(kwargs["input_ids"].shape))
+            return fn(*args, **kwargs)
+
+        return forward
+
+    eager = trajectories(tiny_family_lm("llama"), history_template)
+    lm = tiny_family_lm("llama")
+    monkeypatch.setattr(torch, "compile", record)
+    compile_forward(lm.model, cuda_graphs=True)
+    answers, thetas = trajectories(lm, history_template)
+    assert graphed == [(9, 2)] * 6, graphed  # 3 methods × 3 paths, one answer (label, delimiter) per step
+    assert torch.equal(answers, eager[0]) and torch.equal(thetas, eager[1])

@@ -139,9 +139,9 @@ class BatchingOptions(Settings):
     compile: bool = option(False, "run the model's forward passes through torch.compile: faster steps after compiling "
                                   "once (minutes on a small CPU); the results equal eager ones up to rounding",
                            operational=True)
-    cuda_graphs: bool = option(False, "--compile, and replay each decoding step's kernels as one CUDA graph (static "
-                                      "caches; needs a CUDA device): for a GPU, where a step is bound by launching "
-                                      "kernels", operational=True)
+    cuda_graphs: bool = option(False, "compile the decoding steps and replay each one's kernels as one CUDA graph "
+                                      "(static caches; prefills stay eager; needs a CUDA device): for a GPU, where a "
+                                      "step is bound by launching kernels", operational=True)
 
     def questions_per_batch(self, device: torch.device) -> int:
         """`batch_questions`, or when 0: 16 on a GPU (many paths per forward pass keep it busy), 1 on the CPU

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
-from transformers import DynamicCache
+from transformers import Cache, DynamicCache
 from transformers.cache_utils import StaticLayer
 
 from beliefdrift.backend.loading import base_model, cache_argument, input_device, unwrapped
@@ -63,18 +63,31 @@ def compile_forward(model: torch.nn.Module, cuda_graphs: bool = False) -> None:
     has chosen its cache (that choice's probe passes run eagerly). One set of graphs serves every prompt length,
     path count and step; a batch of another number of questions compiles its own.
 
-    `cuda_graphs`: also replay each pass's kernels as a CUDA graph (inductor's "reduce-overhead" mode; on a GPU a
-    decoding step is bound by launching its kernels), with static suffix caches so that every step of a batch
-    replays one recorded graph (a new batch of prompts records its own)."""
-    if cuda_graphs:
-        use_static_suffix(model)
+    `cuda_graphs`: instead, compile the decoding steps on static suffix caches alone and replay each as a CUDA graph
+    (inductor's "reduce-overhead" mode; on a GPU a decoding step is bound by launching its kernels). With static
+    suffixes every step of a batch replays one recorded graph (a new batch of prompts records its own). Prefills and
+    passes on growing caches run eagerly: a CUDA graph's outputs live in a memory pool that its next replay reuses,
+    so a prompt's keys and values made by a graphed prefill would be overwritten by the first step."""
     shares_prefix(model)
     # Graphs differ by batch structure (questions per batch, padded or not, a sliding window reached), not by size.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     # A graph that fails to compile (at the first pass, or hours into a run when a new structure appears) runs
     # eagerly, with torch's warning, instead of ending the run.
     torch._dynamo.config.suppress_errors = True
-    model.forward = torch.compile(model.forward, dynamic=True, mode="reduce-overhead" if cuda_graphs else None)
+    if not cuda_graphs:
+        model.forward = torch.compile(model.forward, dynamic=True)
+        return
+    use_static_suffix(model)
+    base = base_model(model)  # where every wrapper (peft, DDP) ends up, so an adapter's steps are graphed too
+    eager = base.forward
+    graphed = torch.compile(eager, dynamic=True, mode="reduce-overhead")
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        static = isinstance(cache, Cache) and bool(cache.layers) and isinstance(cache.layers[0], StaticLayer)
+        return (graphed if static else eager)(*args, **kwargs)
+
+    base.forward = forward
 
 
 def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: Any) -> tuple[PathCache, Any]:
