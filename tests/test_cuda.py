@@ -94,8 +94,8 @@ def test_chain_of_thought_copies_token_ids_not_logits_to_the_host():
             generate_rollouts(cache, [""] * rollouts, config, sampler, collect_hidden=False)
         return copies.elements
 
-    per_token = (copied(32) - copied(16)) / 16
-    assert per_token <= rollouts, f"{per_token} elements per token (vocabulary {len(lm.tokenizer)})"
+    per_token = (copied(32) - copied(16)) / 16  # R ids; room for a scalar or two, none for a row of logits
+    assert per_token <= 2 * rollouts, f"{per_token} elements per token (vocabulary {len(lm.tokenizer)})"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
