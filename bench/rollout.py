@@ -257,7 +257,8 @@ def shape_sweep(args: argparse.Namespace) -> None:
     steps amortize. The floor is the time to read every weight once at the copy bandwidth measured here; the
     roofline is the matmul peak measured here over the FLOPs of one path-answer. With `--compile` or `--cuda-graphs`
     the engine runs compiled (as those flags of the CLI do), each configuration once untimed to compile (and record
-    its CUDA graphs) first; naive generate runs before, eagerly, and operators are not counted."""
+    its CUDA graphs) first; the timed run's new prompts still record the step's graph once, as every batch of a real
+    run does. Naive generate runs before, eagerly, and operators are not counted."""
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     lm = shaped_model(args.shape, device, dtype, args.tokenizer)
