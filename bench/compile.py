@@ -14,8 +14,8 @@ reported with its first line.
 
 `--families` checks every architecture family of the test suite (its tiny random configs, CPU, float32) instead: the
 graphs compiled for a first question, those added by two more questions (other prompt lengths) and a batch of two, and
-the agreement with eager over all of them. With `--cuda-graphs` on a CPU, both modes compile the static suffix caches
-(inductor records CUDA graphs only on a GPU): a check that every family traces them.
+the agreement with eager over all of them. With `--cuda-graphs` on a CPU, inductor compiles the decoding steps on the
+static suffix caches (it records CUDA graphs only on a GPU; prefills stay eager): a check that every family traces them.
 """
 
 from __future__ import annotations

@@ -61,7 +61,9 @@ def test_answer_steps_never_wait_for_the_gpu(history_template):
         return sum("synchroniz" in str(w.message) for w in caught)
 
     synchronisations(2)  # one-time work: the probe pass, caches
-    assert synchronisations(12) == synchronisations(6)
+    fewer = synchronisations(6)
+    assert fewer > 0, "the results' copy to the host synchronises: the count must see it"
+    assert synchronisations(12) == fewer
 
 
 class HostCopies(TorchDispatchMode):
@@ -95,7 +97,7 @@ def test_chain_of_thought_copies_token_ids_not_logits_to_the_host():
         return copies.elements
 
     per_token = (copied(32) - copied(16)) / 16  # R ids; room for a scalar or two, none for a row of logits
-    assert per_token <= 2 * rollouts, f"{per_token} elements per token (vocabulary {len(lm.tokenizer)})"
+    assert rollouts <= per_token <= 2 * rollouts, f"{per_token} elements per token (vocabulary {len(lm.tokenizer)})"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
-from transformers import Cache, DynamicCache
-from transformers.cache_utils import StaticLayer
+from transformers import DynamicCache
 
 from beliefdrift.backend.loading import base_model, cache_argument, input_device, unwrapped
 from beliefdrift.backend.shared_prefix import (
@@ -23,6 +22,7 @@ from beliefdrift.backend.shared_prefix import (
     SharedPrefix,
     enable_shared_prefix,
     full_cache,
+    is_static,
     reserve_room,
     static_cache,
 )
@@ -83,8 +83,7 @@ def compile_forward(model: torch.nn.Module, cuda_graphs: bool = False) -> None:
     graphed = torch.compile(eager, dynamic=True, mode="reduce-overhead")
 
     def forward(*args: Any, **kwargs: Any) -> Any:
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))
-        static = isinstance(cache, Cache) and bool(cache.layers) and isinstance(cache.layers[0], StaticLayer)
+        static = is_static(kwargs.get("cache", kwargs.get("past_key_values")))
         return (graphed if static else eager)(*args, **kwargs)
 
     base.forward = forward
@@ -151,7 +150,7 @@ class SharedPrefixCache:
                 raise ValueError("ragged (padded) input only on paths with an empty suffix")
             self.padding = padding.to(self.device)
         suffix_end = None
-        if isinstance(self.suffix.layers[0], StaticLayer):
+        if is_static(self.suffix):
             if self.suffix_length + new > self.suffix.layers[0].max_cache_len:
                 self.reserve(max(new, self.suffix_length))  # past the reserved room: a larger static cache
             # The first layer's count of filled slots, on the device: the masks are built after its update.

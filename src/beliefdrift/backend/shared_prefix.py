@@ -181,6 +181,11 @@ def static_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]], room: int) -
     return cache
 
 
+def is_static(cache: object) -> bool:
+    """Whether `cache` is a `static_cache` (its layers allocated once, written in place)."""
+    return isinstance(cache, Cache) and bool(cache.layers) and isinstance(cache.layers[0], StaticLayer)
+
+
 class AttentionPass:
     """What the attention layers of one forward pass share: its key masks, each built by the first layer that asks
     for it and reused by the others (a mask depends on the pass and a layer's window, not on the layer's weights,
