@@ -5,13 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from host_reads import HostReads
 from scipy import stats
-from tiny_model import byte_tokenizer
+from tiny_model import byte_tokenizer, tiny_family_lm
 
 from beliefdrift.backend import AnswerDist, AnswerTokenError, AnswerTokens, resolve_answer_tokens
 from beliefdrift.backend.answer_tokens import resolve_single_answer
+from beliefdrift.backend.shared_prefix import use_per_path_cache
+from beliefdrift.data.registry import load_dataset
 from beliefdrift.estimators import answer_frequencies, martingale_posterior_mean, rao_blackwell_mean
-from beliefdrift.methods import parse_method, run_methods
+from beliefdrift.methods import parse_method, run_methods, run_methods_many
 from beliefdrift.prompts import chat_context
 from beliefdrift.resampling import (
     PPRRequest,
@@ -261,3 +264,24 @@ def test_a_pass_builds_its_key_masks_once_and_changes_no_number(tiny_lm, questio
     assert tiny_lm.model.config.num_hidden_layers > 1
     assert calls["builds"] == calls["passes"] * tiny_lm.model.config.num_hidden_layers
     assert torch.equal(shared, per_layer)
+
+
+@pytest.mark.parametrize("cache", ["shared prompt", "cache per path"])
+def test_answer_steps_read_nothing_back_to_the_host(history_template, cache):
+    """Sampling, seeds, answers and θ stay on the model's device: the host reads of a batch of questions (its
+    prefills' θ for the seeds, the results' copy) do not grow with the answers per path (on a GPU, no step waits for
+    it; `test_cuda` checks that there)."""
+    lm = tiny_family_lm("llama")
+    if cache == "cache per path":
+        use_per_path_cache(lm.model)
+    questions = load_dataset("demo", n=2, seed=0)
+    methods = [parse_method(m) for m in ("ppr", "ppr-seed1", "ppr-seed2")]
+
+    def reads(steps: int) -> int:
+        with HostReads("cpu") as host:
+            run_methods_many(lm, questions, methods, 4, steps, 0, history_template)
+        return host.calls
+
+    fewer = reads(6)
+    assert fewer > 0, "the results' copy to the host is a read: the count must see it"
+    assert reads(12) == fewer

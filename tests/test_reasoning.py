@@ -10,11 +10,14 @@ import math
 
 import pytest
 import torch
+from host_reads import HostReads
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_model import tiny_family_lm
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
+from beliefdrift.backend import LanguageModel
 from beliefdrift.cli import main
 from beliefdrift.data import MathProblem
 from beliefdrift.prompts import chat_context
@@ -42,6 +45,7 @@ from beliefdrift.reasoning.parser import PAIR_SEPARATOR
 from beliefdrift.resampling import make_generator
 from beliefdrift.store import STORE_FILE, RunStore
 
+CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 GUIDED = DecodeConfig(num_pairs=2, max_new_tokens=90, guided=True, max_solution_tokens=8, max_answer_tokens=3)
 SMALL = ReasoningConfig(rollouts=3, pairs=2, seeds=2, tau=1, max_new_tokens=60, seed_max_new_tokens=24,
                         max_solution_tokens=4, temperature=1.0, top_p=0.9)
@@ -144,7 +148,8 @@ def test_sampler_draws_todays_tokens_on_the_cpu(name):
     assert [sample(logits).tolist() for _ in expected] == expected
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_sampler_on_cuda_is_reproducible_and_stays_in_the_nucleus():
     logits = (torch.randn(4, 1000, generator=torch.Generator().manual_seed(0)) * 4).cuda()
     probs = torch.softmax(logits / 0.8, -1).sort(-1, descending=True)
@@ -194,6 +199,25 @@ def assert_incremental_decoding_is_whole_decoding(tokenizer, ids: list[int]) -> 
     assert rollout.text == tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     assert (rollout.text, state.char_end) == whole_text_decoding(tokenizer, ids)
     assert rollout.pairs == parse_pairs(rollout.text).pairs
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_chain_of_thought_copies_token_ids_not_logits_to_the_host(device):
+    """Sampling on the device: per generated token, the host gets the R sampled ids, nothing of vocabulary size."""
+    lm = tiny_family_lm("llama")
+    lm = LanguageModel(lm.model.to(device), lm.tokenizer, lm.name)
+    cache = PromptCache.from_text(lm, "Solve: 12 + 30 = ?")
+    rollouts = 4
+
+    def copied(tokens: int) -> int:
+        config = DecodeConfig(num_pairs=10_000, max_new_tokens=tokens, guided=True)
+        sampler = nucleus_sampler(1.0, 0.95, make_generator(0, "cot"))
+        with HostReads(device) as reads:
+            generate_rollouts(cache, [""] * rollouts, config, sampler, collect_hidden=False)
+        return reads.elements
+
+    per_token = (copied(32) - copied(16)) / 16  # R ids; room for a scalar or two, none for a row of logits
+    assert rollouts <= per_token <= 2 * rollouts, f"{per_token} elements per token (vocabulary {len(lm.tokenizer)})"
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,0 +1,73 @@
+"""Counting the reads that make the host wait for a GPU, on a GPU or standing in for one on a CPU: so the suite checks
+on every machine that the engine's step loop reads nothing back and that CoT sampling copies no logits per token."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# Tensor methods that copy a tensor to the host or read a value there. (`.to(device)` is left out: on a CPU, a move to
+# the model's device and a copy to the host are the same call.)
+HOST_METHODS = ("cpu", "tolist", "numpy", "item", "__bool__", "__int__", "__float__", "__index__")
+# Operators whose output shape depends on the input's values: on a GPU they wait for the values to size the output.
+VALUE_SHAPED = {"nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive"}
+
+
+def _value_shaped(func, args: tuple) -> bool:
+    """Whether an operator's output shape depends on its inputs' values (`VALUE_SHAPED`, or indexing by a mask)."""
+    if func.overloadpacket.__name__ in VALUE_SHAPED:
+        return True
+    return func is torch.ops.aten.index.Tensor and any(
+        isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1])
+
+
+class HostReads(TorchDispatchMode):
+    """Within `with HostReads(device) as reads:`, `reads.calls` counts the host reads of work on `device` and
+    `reads.elements` the elements they read.
+
+    On a GPU: every copy of the device's tensors to the host and every scalar read of one (seen as the operators
+    run), and the value-shaped operators (`VALUE_SHAPED`, indexing by a mask) on them. On the CPU, where every tensor
+    is on the host, the calls of the same code that would be such reads on a GPU: `HOST_METHODS` and value-shaped
+    operators, on any tensor.
+    """
+
+    def __init__(self, device: str | torch.device) -> None:
+        super().__init__()
+        self.on_cpu = torch.device(device).type == "cpu"
+        self.calls = self.elements = 0
+        self._saved: dict[str, object] = {}
+
+    def __enter__(self) -> HostReads:
+        if self.on_cpu:
+            for name in HOST_METHODS:
+                self._saved[name] = method = getattr(torch.Tensor, name)
+                setattr(torch.Tensor, name, self._counted(method))
+        return super().__enter__()
+
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        for name, method in self._saved.items():
+            setattr(torch.Tensor, name, method)
+
+    def _count(self, elements: int) -> None:
+        self.calls += 1
+        self.elements += elements
+
+    def _counted(self, method):
+        def counted(tensor: torch.Tensor, *args, **kwargs):
+            self._count(tensor.numel())
+            return method(tensor, *args, **kwargs)
+
+        return counted
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = [a for a in args if isinstance(a, torch.Tensor)]
+        if inputs and (self.on_cpu or inputs[0].device.type != "cpu"):
+            if _value_shaped(func, args):
+                self._count(inputs[0].numel())
+            elif not self.on_cpu and func is torch.ops.aten._local_scalar_dense.default:
+                self._count(1)
+            elif not self.on_cpu and isinstance(out, torch.Tensor) and out.device.type == "cpu":
+                self._count(out.numel())
+        return out
