@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny random model (fast unit tests) and the real default model (integration)."""
+"""Shared fixtures: a tiny random model (fast unit tests) and the real default model (integration); tests marked
+`cuda` are skipped where no CUDA GPU is available."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from tiny_model import SKY_QUESTION, save_tiny_model
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
@@ -14,6 +16,14 @@ from beliefdrift.data import MCQuestion
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
 @pytest.fixture(scope="session")

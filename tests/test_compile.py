@@ -81,11 +81,9 @@ def recorded_cuda_graphs() -> int:
     return count([node for nodes in manager.roots.values() for node in nodes]) if manager is not None else 0
 
 
-CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-@pytest.mark.parametrize(("device", "flag"), [("cpu", "--compile"), pytest.param("cuda", "--compile", marks=CUDA),
-                                              pytest.param("cuda", "--cuda-graphs", marks=CUDA)])
+@pytest.mark.parametrize(("device", "flag"), [("cpu", "--compile"),
+                                              pytest.param("cuda", "--compile", marks=pytest.mark.cuda),
+                                              pytest.param("cuda", "--cuda-graphs", marks=pytest.mark.cuda)])
 def test_evaluate_compiled_stores_the_eager_results_up_to_rounding(device, flag, tiny_model_dir, tmp_path):
     """End to end, two questions per batch (on a GPU their prompts attend stacked)."""
     from beliefdrift.cli import main

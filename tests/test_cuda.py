@@ -18,7 +18,7 @@ from beliefdrift.diagnostics.kstep import kstep_exact
 from beliefdrift.methods import parse_method, run_methods_many
 from beliefdrift.resampling import QuestionRunner
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = pytest.mark.cuda
 
 TINY = ["-J", "3", "-N", "3"]
 

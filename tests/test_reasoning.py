@@ -45,7 +45,6 @@ from beliefdrift.reasoning.parser import PAIR_SEPARATOR
 from beliefdrift.resampling import make_generator
 from beliefdrift.store import STORE_FILE, RunStore
 
-CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 GUIDED = DecodeConfig(num_pairs=2, max_new_tokens=90, guided=True, max_solution_tokens=8, max_answer_tokens=3)
 SMALL = ReasoningConfig(rollouts=3, pairs=2, seeds=2, tau=1, max_new_tokens=60, seed_max_new_tokens=24,
                         max_solution_tokens=4, temperature=1.0, top_p=0.9)
@@ -149,7 +148,6 @@ def test_sampler_draws_todays_tokens_on_the_cpu(name):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_sampler_on_cuda_is_reproducible_and_stays_in_the_nucleus():
     logits = (torch.randn(4, 1000, generator=torch.Generator().manual_seed(0)) * 4).cuda()
     probs = torch.softmax(logits / 0.8, -1).sort(-1, descending=True)
@@ -201,7 +199,7 @@ def assert_incremental_decoding_is_whole_decoding(tokenizer, ids: list[int]) -> 
     assert rollout.pairs == parse_pairs(rollout.text).pairs
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_chain_of_thought_copies_token_ids_not_logits_to_the_host(device):
     """Sampling on the device: per generated token, the host gets the R sampled ids, nothing of vocabulary size."""
     lm = tiny_family_lm("llama")

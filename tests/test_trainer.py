@@ -285,7 +285,6 @@ def test_tampered_checkpoint_is_refused_without_running_it(tiny_model_dir, templ
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("anchor", [0.0, 1.0])
 def test_training_on_cuda(tiny_model_dir, template, tmp_path, dtype, anchor):
