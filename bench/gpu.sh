@@ -5,6 +5,7 @@
 #
 #   env      the GPU and the library versions
 #   tests    pytest -m cuda (every command on CUDA, θ against a plain forward pass on each family)
+#   draws    answer draws per step, block by block against up front, for 1, 4 and 16 questions
 #   sweep    rollout on Llama-3.1-8B's shape, bf16, N=100: weight-read floor, engine over paths and questions, naive
 #   graphs   the same sweep with the engine under --cuda-graphs
 #   compile  --compile and --cuda-graphs against eager, 3 methods × 32 paths, N=100
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: bash bench/gpu.sh DIR [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(env tests sweep graphs compile cot train shapes)
+[ ${#steps[@]} -gt 0 ] || steps=(env tests draws sweep graphs compile cot train shapes)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}
@@ -36,6 +37,7 @@ run_step() {
     env) nvidia-smi && "$py" -c "import torch, transformers, peft; print(torch.__version__, torch.version.cuda,
 torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'peft', peft.__version__)" ;;
     tests) "$py" -m pytest -m cuda -q -rs -p no:cacheprovider ;;
+    draws) "$py" bench/draws.py --device "$device" --steps "${STEPS:-100}" ;;
     sweep) "$py" bench/rollout.py --shape "$shape" "${sweep[@]}" ;;
     graphs) "$py" bench/rollout.py --shape "$shape" "${sweep[@]}" --cuda-graphs ;;
     compile) "$py" bench/compile.py --shape "$shape" --paths 32 "${sweep[@]}" &&
@@ -45,7 +47,7 @@ torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'peft', 
     train) "$py" bench/train.py --memory --shape "$shape" --device "$device" --checkpointing ;;
     shapes) "$py" bench/rollout.py --shape olmo-2-7b "${sweep[@]}" &&
       "$py" bench/rollout.py --shape qwen2.5-7b "${sweep[@]}" ;;
-    *) echo "unknown step $1 (env tests sweep graphs compile cot train shapes)" >&2; return 2 ;;
+    *) echo "unknown step $1 (env tests draws sweep graphs compile cot train shapes)" >&2; return 2 ;;
   esac
 }
 

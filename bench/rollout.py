@@ -4,6 +4,7 @@
     python bench/rollout.py --shape llama-3.1-8b --device cuda [--steps 100]   # GPU: random weights, real shape
     python bench/rollout.py --shape llama-3.1-8b --device cuda --steps 100 --cuda-graphs   # the engine compiled
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --paths 8   # operators per step, any CPU
+    python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --as-gpu    # ... as a GPU runs the engine
 
 With `--shape`, `--tokenizer DIR` takes the prompts' tokenizer from a directory (e.g. one written by
 `load_model("smollm2-135m-instruct").tokenizer.save_pretrained(DIR)`) where the default model is not installed.
@@ -19,13 +20,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Olmo2Config, PretrainedConfig, Qwen2Config
 
-from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
+from beliefdrift import resampling
+from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model, path_cache
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.backend.path_cache import compile_forward
 from beliefdrift.data.registry import load_dataset
@@ -105,6 +108,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--count-ops", action="store_true", help="with --shape: only the operator counts per step")
+    parser.add_argument("--as-gpu", action="store_true",
+                        help="with --count-ops: the engine as a GPU runs it (prompts stacked, answers drawn up front)")
     parser.add_argument("--compile", action="store_true", help="with --shape: the engine as --compile runs it")
     parser.add_argument("--cuda-graphs", action="store_true", help="with --shape: the engine as --cuda-graphs runs it")
     args = parser.parse_args()
@@ -237,17 +242,35 @@ def ops_per_step(work: Callable[[int], object], steps: int) -> tuple[float, floa
     return (counts[0][0] - counts[1][0]) / steps, (counts[0][1] - counts[1][1]) / steps
 
 
+@contextmanager
+def gpu_layout() -> Iterator[None]:
+    """The engine as it runs on a GPU, on any device: equal runs of paths attend to their prompts stacked, and
+    answers are drawn up front (on the CPU it runs the prompts one by one and draws block by block)."""
+    runs, draws = path_cache.PromptRuns, resampling.answer_draws
+    path_cache.PromptRuns = lambda prompts, stack=False: runs(prompts, stack=True)
+    resampling.answer_draws = resampling.up_front_draws
+    try:
+        yield
+    finally:
+        path_cache.PromptRuns, resampling.answer_draws = runs, draws
+
+
 def count_ops(args: argparse.Namespace, lm: LanguageModel | None = None) -> None:
     """aten operators and kernels per answer step: the engine on one question (3 methods × J paths) and naive
-    `generate(num_return_sequences=3J)`, which takes two tokens per answer."""
+    `generate(num_return_sequences=3J)`, which takes two tokens per answer; with `--as-gpu` the engine as a GPU runs
+    it (`gpu_layout`) on 1, 4 and 16 questions."""
     device = resolve_device(args.device)
     lm = lm or shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
-    question = load_dataset("demo", n=1, seed=args.seed)[0]
-    engine = ops_per_step(lambda n: three_methods(lm, [question], args.paths, n), 10)
-    naive = ops_per_step(lambda n: naive_rollout(lm, question, 3 * args.paths, n, args.seed), 10)
+    questions = load_dataset("demo", n=16, seed=args.seed)
     print(f"aten operators per answer step ({lm.model.config.num_hidden_layers} layers, 3 methods × {args.paths} "
-          f"paths; on a GPU, host time per step follows them): engine {engine[0]:,.0f} ({engine[1]:,.0f} kernels), "
-          f"naive generate {naive[0]:,.0f} ({naive[1]:,.0f} kernels)")
+          "paths per question; on a GPU, host time per step follows them)")
+    with gpu_layout() if args.as_gpu else nullcontext():
+        for count in (1, 4, 16) if args.as_gpu else (1,):
+            engine = ops_per_step(lambda n, count=count: three_methods(lm, questions[:count], args.paths, n), 10)
+            print(f"engine{' as on a GPU' if args.as_gpu else ''}, {count} question{'s' * (count > 1)}: "
+                  f"{engine[0]:,.0f} ({engine[1]:,.0f} kernels)")
+    naive = ops_per_step(lambda n: naive_rollout(lm, questions[0], 3 * args.paths, n, args.seed), 10)
+    print(f"naive generate, 1 question: {naive[0]:,.0f} ({naive[1]:,.0f} kernels)")
 
 
 def shape_sweep(args: argparse.Namespace) -> None:

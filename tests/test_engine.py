@@ -9,6 +9,7 @@ from host_reads import HostReads
 from scipy import stats
 from tiny_model import byte_tokenizer, tiny_family_lm
 
+from beliefdrift import resampling
 from beliefdrift.backend import AnswerDist, AnswerTokenError, AnswerTokens, resolve_answer_tokens
 from beliefdrift.backend.answer_tokens import resolve_single_answer
 from beliefdrift.backend.shared_prefix import use_per_path_cache
@@ -27,7 +28,18 @@ from beliefdrift.resampling import (
     ppr_tokens,
     run_ppr,
     sample_answers,
+    up_front_draws,
 )
+
+
+@pytest.fixture(params=["blockwise", "up front"])
+def draws(request, monkeypatch) -> str:
+    """Both ways `sample_answers` draws answers (`resampling.answer_draws`), here on the CPU: block by block (the
+    CPU's) and up front (every other device's)."""
+    if request.param == "up front":
+        monkeypatch.setattr(resampling, "answer_draws", lambda streams, steps, device: up_front_draws(streams, steps,
+                                                                                                       device))
+    return request.param
 
 
 def fresh_dist(model, tokens: AnswerTokens, answers: list[int]) -> AnswerDist:
@@ -87,7 +99,7 @@ def test_direct_query_is_the_prefilled_answer_distribution(tiny_lm, question):
     assert 0 < got.valid_mass <= 1
 
 
-def test_sampling_frequencies_match_theta(tiny_lm, question):
+def test_sampling_frequencies_match_theta(tiny_lm, question, draws):
     batch = QuestionRunner(tiny_lm, question).paths(1, seeds=torch.tensor([[2, 0, 1]]))
     theta = batch.dist.probs[0].double()
     theta = theta / theta.sum()
@@ -99,6 +111,16 @@ def test_sampling_frequencies_match_theta(tiny_lm, question):
     shifted = (theta + torch.tensor([0.04, -0.04, 0.0, 0.0], dtype=torch.float64)).clamp_min(1e-3)
     shifted = shifted / shifted.sum()
     assert stats.chisquare(observed, (shifted * draws).numpy()).pvalue < 1e-3
+
+
+def test_up_front_draws_of_a_block_ignore_the_other_blocks_and_the_step_count():
+    probs = torch.softmax(torch.randn(7, 5, generator=torch.Generator().manual_seed(0)), -1)
+    cpu = torch.device("cpu")
+    alone = up_front_draws([(3, make_generator(1, "a"))], 5, cpu)
+    beside = up_front_draws([(4, make_generator(1, "b")), (3, make_generator(1, "a"))], 9, cpu)
+    answers = [alone(probs[4:], step) for step in range(5)]
+    assert all(torch.equal(beside(probs, step)[4:], answers[step]) for step in range(5))
+    assert len({tuple(a[:, 0].tolist()) for a in answers}) > 1
 
 
 def test_seeds_follow_the_direct_distribution():
@@ -267,7 +289,7 @@ def test_a_pass_builds_its_key_masks_once_and_changes_no_number(tiny_lm, questio
 
 
 @pytest.mark.parametrize("cache", ["shared prompt", "cache per path"])
-def test_answer_steps_read_nothing_back_to_the_host(history_template, cache):
+def test_answer_steps_read_nothing_back_to_the_host(history_template, cache, draws):
     """Sampling, seeds, answers and θ stay on the model's device: the host reads of a batch of questions (its
     prefills' θ for the seeds, the results' copy) do not grow with the answers per path (on a GPU, no step waits for
     it; `test_cuda` checks that there)."""

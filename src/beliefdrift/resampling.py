@@ -8,7 +8,7 @@ from the direct-query θ, written as the first m lines of its answer list.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -95,6 +95,44 @@ def draw_labels(probs: torch.Tensor, count: int, generator: torch.Generator, rep
     return torch.multinomial(probs, count, replacement=replacement, generator=generator)
 
 
+def inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One index [B, 1] per row of non-negative weights [B, K] for uniforms [B, 1] in [0, 1): the first k with
+    F_k > u·F_K, F the cumulative weights in float64 (so k is drawn with probability w_k / Σ w)."""
+    cdf = weights.double().cumsum(-1)
+    return torch.searchsorted(cdf, uniforms * cdf[:, -1:], right=True).clamp(max=weights.shape[-1] - 1)
+
+
+Streams = Sequence[tuple[int, torch.Generator]]  # (block size, generator) for consecutive blocks of paths
+
+
+def blockwise_draws(streams: Streams) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """Each step's answers [B, 1] from θ [B, K]: `torch.multinomial` per block of paths with its generator (on the
+    CPU, the streams every stored result was drawn with)."""
+    sizes = [size for size, _ in streams]
+
+    def draw(probs: torch.Tensor, step: int) -> torch.Tensor:
+        blocks = probs.split(sizes)
+        return torch.cat([draw_labels(p, 1, g) for p, (_, g) in zip(blocks, streams, strict=True)])
+
+    return draw
+
+
+def up_front_draws(streams: Streams, steps: int, device: torch.device) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """Each step's answers [B, 1] from θ [B, K] by `inverse_cdf`, for the whole batch at once. Every block's uniforms
+    for all `steps` are drawn on the host first, [steps, J] from its generator (so a block's answers depend neither
+    on the other blocks nor on the step count), and copied to `device` once: a step launches no kernel per block
+    and never waits for the host."""
+    uniforms = torch.cat([torch.rand(steps, size, 1, generator=g, dtype=torch.float64) for size, g in streams], 1)
+    uniforms = uniforms.to(device)
+    return lambda probs, step: inverse_cdf(probs, uniforms[step])
+
+
+def answer_draws(streams: Streams, steps: int, device: torch.device) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """How `sample_answers` draws on `device`: block by block on the CPU (every stored number stays as it was), up
+    front elsewhere (on a GPU a kernel per block and step would cost more host time than a graphed model step)."""
+    return blockwise_draws(streams) if device.type == "cpu" else up_front_draws(streams, steps, device)
+
+
 def draw_seeds(probs: torch.Tensor, num_paths: int, m: int, generator: torch.Generator) -> torch.Tensor:
     """Seed answers [J, m]: every entry i.i.d. from `probs` [K], an independent set per path."""
     if m == 0:
@@ -103,21 +141,21 @@ def draw_seeds(probs: torch.Tensor, num_paths: int, m: int, generator: torch.Gen
 
 
 def sample_answers(
-    batch: PathBatch, steps: int, generator: torch.Generator | Sequence[tuple[int, torch.Generator]]
+    batch: PathBatch, steps: int, generator: torch.Generator | Streams
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Advance every path of `batch` by `steps` sampled answers.
 
     `generator` is one generator for the whole batch, or (block size, generator) pairs for consecutive
-    blocks of paths that must draw their own streams (e.g. one block per method).
+    blocks of paths that must draw their own streams (e.g. one block per method); see `answer_draws`.
     Returns answers [B, steps], θ [B, steps+1, K] (θ before each answer and after the last) and
     valid_mass [B, steps+1], on the model's device (nothing is copied to the host while sampling).
     """
     streams = [(batch.size, generator)] if isinstance(generator, torch.Generator) else list(generator)
     batch.reserve(steps)
+    draw = answer_draws(streams, steps, batch.dist.probs.device)
     thetas, masses, answers = [batch.dist.probs], [batch.dist.valid_mass], []
-    for _ in range(steps):
-        blocks = batch.dist.probs.split([size for size, _ in streams])
-        answer = torch.cat([draw_labels(p, 1, g) for p, (_, g) in zip(blocks, streams, strict=True)])
+    for step in range(steps):
+        answer = draw(batch.dist.probs, step)
         batch.advance(answer)
         answers.append(answer[:, 0])
         thetas.append(batch.dist.probs)

@@ -26,6 +26,7 @@ import torch
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.path_cache import prefill
 from beliefdrift.reasoning.parser import PAIR_SEPARATOR, Pair, PairParser, ParseResult, parse_pairs, render_pair
+from beliefdrift.resampling import inverse_cdf
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]
 STOP_REASONS = ("pairs", "eos", "budget")
@@ -55,9 +56,8 @@ class DecodeConfig:
 
 def _draw(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One index per row of non-negative weights [B, K], drawn ∝ weight by inverting the CDF."""
-    cdf = weights.double().cumsum(-1)
-    u = torch.rand(len(weights), 1, generator=generator, dtype=torch.float64, device=weights.device) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).clamp(max=weights.shape[-1] - 1)[:, 0]
+    uniforms = torch.rand(len(weights), 1, generator=generator, dtype=torch.float64, device=weights.device)
+    return inverse_cdf(weights, uniforms)[:, 0]
 
 
 def _most_likely(probs: torch.Tensor, top_p: float, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
