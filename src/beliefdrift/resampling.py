@@ -120,8 +120,8 @@ def blockwise_draws(streams: Streams) -> Callable[[torch.Tensor, int], torch.Ten
 def up_front_draws(streams: Streams, steps: int, device: torch.device) -> Callable[[torch.Tensor, int], torch.Tensor]:
     """Each step's answers [B, 1] from θ [B, K] by `inverse_cdf`, for the whole batch at once. Every block's uniforms
     for all `steps` are drawn on the host first, [steps, J] from its generator (so a block's answers depend neither
-    on the other blocks nor on the step count), and copied to `device` once: a step launches no kernel per block
-    and never waits for the host."""
+    on the other blocks nor on the step count), and copied to `device` once: a step launches a handful of kernels
+    for the whole batch, none per block."""
     uniforms = torch.cat([torch.rand(steps, size, 1, generator=g, dtype=torch.float64) for size, g in streams], 1)
     uniforms = uniforms.to(device)
     return lambda probs, step: inverse_cdf(probs, uniforms[step])
@@ -129,7 +129,8 @@ def up_front_draws(streams: Streams, steps: int, device: torch.device) -> Callab
 
 def answer_draws(streams: Streams, steps: int, device: torch.device) -> Callable[[torch.Tensor, int], torch.Tensor]:
     """How `sample_answers` draws on `device`: block by block on the CPU (every stored number stays as it was), up
-    front elsewhere (on a GPU a kernel per block and step would cost more host time than a graphed model step)."""
+    front elsewhere (on a GPU a generator and kernels per block and step add host time to every step, graphed or
+    not)."""
     return blockwise_draws(streams) if device.type == "cpu" else up_front_draws(streams, steps, device)
 
 
