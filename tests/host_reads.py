@@ -62,12 +62,14 @@ class HostReads(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = [a for a in args if isinstance(a, torch.Tensor)]
-        if inputs and (self.on_cpu or inputs[0].device.type != "cpu"):
-            if _value_shaped(func, args):
-                self._count(inputs[0].numel())
-            elif not self.on_cpu and func is torch.ops.aten._local_scalar_dense.default:
-                self._count(1)
-            elif not self.on_cpu and isinstance(out, torch.Tensor) and out.device.type == "cpu":
-                self._count(out.numel())
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        watched = tensors if self.on_cpu else [t for t in tensors if t.device.type != "cpu"]
+        if not watched:
+            return out
+        if _value_shaped(func, args):
+            self._count(watched[0].numel())
+        elif not self.on_cpu and func is torch.ops.aten._local_scalar_dense.default:
+            self._count(1)
+        elif not self.on_cpu and isinstance(out, torch.Tensor) and out.device.type == "cpu":
+            self._count(out.numel())  # a copy to the host (`.cpu()`, `.tolist()`, a host tensor's `copy_`)
         return out
