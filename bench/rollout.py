@@ -5,6 +5,7 @@
     python bench/rollout.py --shape llama-3.1-8b --device cuda --steps 100 --cuda-graphs   # the engine compiled
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --paths 8   # operators per step, any CPU
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --as-gpu    # ... as a GPU runs the engine
+    python bench/rollout.py --shape llama-3.1-8b-layer --traffic --dtype bfloat16   # bytes and FLOPs per layer-step
 
 With `--shape`, `--tokenizer DIR` takes the prompts' tokenizer from a directory (e.g. one written by
 `load_model("smollm2-135m-instruct").tokenizer.save_pretrained(DIR)`) where the default model is not installed.
@@ -28,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Olmo2Config, PretrainedConfig, Qwen2Config
 
 from beliefdrift import resampling
-from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model, path_cache
+from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model, path_cache, shared_prefix
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.backend.path_cache import compile_forward
 from beliefdrift.data.registry import load_dataset
@@ -108,15 +109,20 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--count-ops", action="store_true", help="with --shape: only the operator counts per step")
+    parser.add_argument("--traffic", action="store_true",
+                        help="with --shape: bytes moved and FLOPs per step, as a GPU runs the engine")
     parser.add_argument("--as-gpu", action="store_true",
                         help="with --count-ops: the engine as a GPU runs it (prompts stacked, answers drawn up front)")
     parser.add_argument("--compile", action="store_true", help="with --shape: the engine as --compile runs it")
     parser.add_argument("--cuda-graphs", action="store_true", help="with --shape: the engine as --cuda-graphs runs it")
     args = parser.parse_args()
-    if (args.count_ops or args.compile or args.cuda_graphs) and not args.shape:
-        parser.error("--count-ops, --compile and --cuda-graphs go with a --shape")
+    if (args.count_ops or args.traffic or args.compile or args.cuda_graphs) and not args.shape:
+        parser.error("--count-ops, --traffic, --compile and --cuda-graphs go with a --shape")
     if args.shape and args.count_ops:
         count_ops(args)
+        return
+    if args.shape and args.traffic:
+        traffic(args)
         return
     if args.shape:
         shape_sweep(args)
@@ -160,6 +166,11 @@ SHAPES: dict[str, Callable[[], PretrainedConfig]] = {
     # widths) on any CPU, with --count-ops.
     "llama-3.1-8b-narrow": lambda: LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=32,
                                                num_attention_heads=32, num_key_value_heads=8, vocab_size=49152),
+    # One decoder layer of Llama-3.1-8B at full width (and its embeddings and head): the bytes and FLOPs of a layer
+    # per step on any CPU, with --traffic.
+    "llama-3.1-8b-layer": lambda: LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=1,
+                                              num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                              rope_theta=500000.0, max_position_embeddings=131072),
     "qwen2.5-7b": lambda: Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
                                       max_position_embeddings=32768),
@@ -271,6 +282,82 @@ def count_ops(args: argparse.Namespace, lm: LanguageModel | None = None) -> None
                   f"{engine[0]:,.0f} ({engine[1]:,.0f} kernels)")
     naive = ops_per_step(lambda n: naive_rollout(lm, questions[0], 3 * args.paths, n, args.seed), 10)
     print(f"naive generate, 1 question: {naive[0]:,.0f} ({naive[1]:,.0f} kernels)")
+
+
+def _tensors(values) -> Iterator[torch.Tensor]:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from _tensors(value)
+
+
+class Traffic(TorchDispatchMode):
+    """The bytes every kernel (non-view operator) reads and writes, taken as the sizes of its tensor inputs and
+    outputs (no cache reuse), those of the shared-prefix attention apart, and the FLOPs of the matrix products."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = self.attention_bytes = self.flops = 0
+        self.in_attention = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.is_view or func.overloadpacket in VIEW_LIKE:
+            return out
+        moved = sum(t.numel() * t.element_size() for t in _tensors([*args, out]))
+        self.bytes += moved
+        self.attention_bytes += moved * self.in_attention
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm):
+            a, b = args[-2], args[-1]
+            self.flops += 2 * a.numel() * b.shape[-1]
+        return out
+
+    @contextmanager
+    def attending(self) -> Iterator[None]:
+        """Counts what runs inside the shared-prefix attention as the attention's."""
+        saved = shared_prefix._attend, shared_prefix._attend_stacked
+
+        def counted(function):
+            def call(*args, **kwargs):
+                self.in_attention = True
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    self.in_attention = False
+            return call
+
+        shared_prefix._attend, shared_prefix._attend_stacked = map(counted, saved)
+        try:
+            yield
+        finally:
+            shared_prefix._attend, shared_prefix._attend_stacked = saved
+
+
+def traffic(args: argparse.Namespace) -> None:
+    """Per answer step of the engine as a GPU runs it (`gpu_layout`) on 1 and 16 questions: the bytes its kernels
+    move (the attention's apart), the matrix products' FLOPs, and the weights' bytes; runs of 2 steps and 1,
+    differenced."""
+    device = resolve_device(args.device)
+    lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    questions = load_dataset("demo", n=16, seed=args.seed)
+    print(f"{args.shape} ({lm.dtype}, {lm.model.config.num_hidden_layers} layers), 3 methods × {args.paths} paths "
+          f"per question: {weights / 2**30:.2f} GiB of weights")
+    print("| questions | paths | GB moved per step | of which attention | GFLOP per step | FLOP per byte moved |")
+    print("|---|---|---|---|---|---|")
+    with gpu_layout():
+        for count in (1, 16):
+            three_methods(lm, questions[:count], args.paths, 1)  # one-time work (probes, caches)
+            totals = []
+            for steps in (2, 1):
+                counter = Traffic()
+                with counter, counter.attending():
+                    three_methods(lm, questions[:count], args.paths, steps)
+                totals.append((counter.bytes, counter.attention_bytes, counter.flops))
+            moved, attention, flops = (a - b for a, b in zip(*totals, strict=True))
+            print(f"| {count} | {3 * args.paths * count} | {moved / 1e9:.2f} | {attention / 1e9:.2f} "
+                  f"({attention / moved:.0%}) | {flops / 1e9:,.0f} | {flops / moved:.0f} |", flush=True)
 
 
 def shape_sweep(args: argparse.Namespace) -> None:
