@@ -321,15 +321,19 @@ class _Scoring:
         padding: torch.Tensor | None,
         group: int,
         first_row: int = 0,
+        runs: int = 0,
     ) -> None:
         """Scores of the keys a new token may not attend to (`_hidden_keys`) set to −∞ in place, for the paths from
-        row `first_row` of the pass on; the mask is built by the pass's first layer on each device."""
+        row `first_row` of the pass on; the mask is built by the pass's first layer on each device. Scores are
+        [B, H_kv, rows, keys], or with `runs` R in run order [R, H_kv, B / R, rows, keys] (`_attend_stacked`)."""
         window, device = self.sliding_window, scores.device  # layers can sit on several devices (a device map)
         # Within one pass the prompt width and lengths follow from `first_row`; keying on them would make
         # torch.compile specialise on every prompt length.
         end = self.attention_pass.suffix_end
         mask = self.attention_pass.mask((first_row, window, group, device), lambda: _hidden_keys(
             new, suffix, width, lengths, padding, window, group, device, suffix if end is None else end.to(device)))
+        if runs:  # the mask has a row per path here: stacked prompts have a length per path
+            mask = mask.unflatten(0, (runs, -1)).transpose(1, 2)
         scores[..., scores.shape[-1] - mask.shape[-1]:].masked_fill_(mask, -torch.inf)
 
     def weights(self, scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -376,28 +380,33 @@ def _attend_stacked(
     suffix_padding: torch.Tensor | None,
     scoring: _Scoring,
 ) -> torch.Tensor:
-    """`_attend` for R runs of c paths each at once, their prompts stacked (`PromptRuns.stacked`): [B, T, H, D]."""
+    """`_attend` for R runs of c paths each at once, their prompts stacked (`PromptRuns.stacked`): [B, T, H, D].
+    Scores and weights stay in run order [R, H_kv, c, rows, W + S] from the prompt's product to its values', so
+    nothing of the prompt's width is copied to reorder it (for 16 questions of an 8B model a layer's float32 scores
+    weigh about as much as its weights); only the suffix's scores and the outputs change order."""
     prompt_keys, prompt_values, lengths = runs.stacked(layer)  # [R, H_kv, W, D], [B]
     count, width = len(runs.runs), prompt_keys.shape[2]
     batch, heads, new, dim = query.shape
     kv_heads, suffix = key.shape[1], key.shape[2]
     rows = heads // kv_heads * new  # (group, token) rows of one path and kv head
 
-    def by_run(t: torch.Tensor) -> torch.Tensor:  # [B, H_kv, rows, X] -> [R, H_kv, c·rows, X]
-        return t.reshape(count, -1, kv_heads, rows, t.shape[-1]).transpose(1, 2).reshape(count, kv_heads, -1,
-                                                                                           t.shape[-1])
+    def by_run(t: torch.Tensor) -> torch.Tensor:  # [B, H_kv, rows, X] -> [R, H_kv, c, rows, X], a view
+        return t.unflatten(0, (count, -1)).transpose(1, 2)
 
-    def by_path(t: torch.Tensor) -> torch.Tensor:  # [R, H_kv, c·rows, X] -> [B, H_kv, rows, X]
-        return t.reshape(count, kv_heads, -1, rows, t.shape[-1]).transpose(1, 2).reshape(batch, kv_heads, rows,
-                                                                                          t.shape[-1])
+    def by_path(t: torch.Tensor) -> torch.Tensor:  # [R, H_kv, c, rows, X] -> [B, H_kv, rows, X]
+        return t.transpose(1, 2).reshape(batch, kv_heads, rows, t.shape[-1])
+
+    def run_rows(t: torch.Tensor) -> torch.Tensor:  # [R, H_kv, c, rows, X] -> [R, H_kv, c·rows, X]
+        return t.reshape(count, kv_heads, -1, t.shape[-1])
 
     grouped = query.reshape(batch, kv_heads, rows, dim)
-    prefix_scores = by_path(_batched_product(by_run(grouped), prompt_keys.transpose(2, 3)))  # [B, H_kv, rows, W]
-    scores = scoring.scores(prefix_scores, _batched_product(grouped, key.transpose(2, 3)))
-    scoring.hide(scores, new, suffix, width, lengths, suffix_padding, heads // kv_heads)
+    prompt_scores = _batched_product(run_rows(by_run(grouped)), prompt_keys.transpose(2, 3))
+    suffix_scores = by_run(_batched_product(grouped, key.transpose(2, 3)))
+    scores = scoring.scores(prompt_scores.unflatten(2, (-1, rows)), suffix_scores)  # [R, H_kv, c, rows, W + S]
+    scoring.hide(scores, new, suffix, width, lengths, suffix_padding, heads // kv_heads, runs=count)
     weights = scoring.weights(scores, query.dtype)
-    prefix_out = by_path(_batched_product(by_run(weights[..., :width].contiguous()), prompt_values))
-    return _tokens_first(prefix_out, _batched_product(weights[..., width:], value), new)
+    prompt_out = _batched_product(run_rows(weights[..., :width]), prompt_values).unflatten(2, (-1, rows))
+    return _tokens_first(by_path(prompt_out), _batched_product(by_path(weights[..., width:]), value), new)
 
 
 def _batched_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
