@@ -153,12 +153,13 @@ def main() -> None:
         print(f"{name}: {rate / naive:.1f}x naive")
 
 
+LLAMA_3_1_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 500000.0,
+                "max_position_embeddings": 131072}
 SHAPES: dict[str, Callable[[], PretrainedConfig]] = {
     "tiny": lambda: LlamaConfig(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
                                 num_key_value_heads=2, vocab_size=49152),
-    "llama-3.1-8b": lambda: LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                        rope_theta=500000.0, max_position_embeddings=131072),
+    "llama-3.1-8b": lambda: LlamaConfig(**LLAMA_3_1_8B),
     "olmo-2-7b": lambda: Olmo2Config(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                                      num_attention_heads=32, num_key_value_heads=32, vocab_size=100352,
                                      max_position_embeddings=4096),
@@ -168,9 +169,7 @@ SHAPES: dict[str, Callable[[], PretrainedConfig]] = {
                                                num_attention_heads=32, num_key_value_heads=8, vocab_size=49152),
     # One decoder layer of Llama-3.1-8B at full width (and its embeddings and head): the bytes and FLOPs of a layer
     # per step on any CPU, with --traffic.
-    "llama-3.1-8b-layer": lambda: LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=1,
-                                              num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                              rope_theta=500000.0, max_position_embeddings=131072),
+    "llama-3.1-8b-layer": lambda: LlamaConfig(**{**LLAMA_3_1_8B, "num_hidden_layers": 1}),
     "qwen2.5-7b": lambda: Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
                                       max_position_embeddings=32768),
