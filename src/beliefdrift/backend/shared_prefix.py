@@ -308,7 +308,9 @@ class _Scoring:
     attention_pass: AttentionPass
 
     def scores(self, prompt_scores: torch.Tensor, suffix_scores: torch.Tensor) -> torch.Tensor:
-        scores = torch.cat([prompt_scores, suffix_scores], -1).float() * self.scale
+        # The few suffix scores upcast first: the concatenation then writes float32, and the prompt's scores are
+        # upcast as they are copied (one pass over them, not a concatenation and an upcast).
+        scores = torch.cat([prompt_scores, suffix_scores.float()], -1).float() * self.scale
         return torch.tanh(scores / self.softcap) * self.softcap if self.softcap is not None else scores
 
     def hide(
