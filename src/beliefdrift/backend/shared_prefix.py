@@ -307,10 +307,13 @@ class _Scoring:
     dropout: float
     attention_pass: AttentionPass
 
-    def scores(self, prompt_scores: torch.Tensor, suffix_scores: torch.Tensor) -> torch.Tensor:
+    def scores(self, prompt_scores: torch.Tensor, suffix_scores: torch.Tensor, scaled: bool = False) -> torch.Tensor:
+        """[prompt ‖ suffix] scores in float32, scaled (`scaled`: they were products of queries scaled already)."""
         # The few suffix scores upcast first: the concatenation then writes float32, and the prompt's scores are
         # upcast as they are copied (one pass over them, not a concatenation and an upcast).
-        scores = torch.cat([prompt_scores, suffix_scores.float()], -1).float() * self.scale
+        scores = torch.cat([prompt_scores, suffix_scores.float()], -1).float()
+        if not scaled:
+            scores = scores * self.scale
         return torch.tanh(scores / self.softcap) * self.softcap if self.softcap is not None else scores
 
     def hide(
@@ -385,7 +388,8 @@ def _attend_stacked(
     """`_attend` for R runs of c paths each at once, their prompts stacked (`PromptRuns.stacked`): [B, T, H, D].
     Scores and weights stay in run order [R, H_kv, c, rows, W + S] from the prompt's product to its values', so
     nothing of the prompt's width is copied to reorder it (for 16 questions of an 8B model a layer's float32 scores
-    weigh about as much as its weights); only the suffix's scores and the outputs change order."""
+    weigh about as much as its weights); only the suffix's scores and the outputs change order. The queries are
+    scaled before the products, which saves a pass over the scores."""
     prompt_keys, prompt_values, lengths = runs.stacked(layer)  # [R, H_kv, W, D], [B]
     count, width = len(runs.runs), prompt_keys.shape[2]
     batch, heads, new, dim = query.shape
@@ -401,10 +405,10 @@ def _attend_stacked(
     def run_rows(t: torch.Tensor) -> torch.Tensor:  # [R, H_kv, c, rows, X] -> [R, H_kv, c·rows, X]
         return t.reshape(count, kv_heads, -1, t.shape[-1])
 
-    grouped = query.reshape(batch, kv_heads, rows, dim)
+    grouped = (query * scoring.scale).reshape(batch, kv_heads, rows, dim)  # a pass over the queries, not the scores
     prompt_scores = _batched_product(run_rows(by_run(grouped)), prompt_keys.transpose(2, 3))
     suffix_scores = by_run(_batched_product(grouped, key.transpose(2, 3)))
-    scores = scoring.scores(prompt_scores.unflatten(2, (-1, rows)), suffix_scores)  # [R, H_kv, c, rows, W + S]
+    scores = scoring.scores(prompt_scores.unflatten(2, (-1, rows)), suffix_scores, scaled=True)  # [R, H_kv, c, …]
     scoring.hide(scores, new, suffix, width, lengths, suffix_padding, heads // kv_heads, runs=count)
     weights = scoring.weights(scores, query.dtype)
     prompt_out = _batched_product(run_rows(weights[..., :width]), prompt_values).unflatten(2, (-1, rows))
