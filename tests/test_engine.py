@@ -37,8 +37,7 @@ def draws(request, monkeypatch) -> str:
     """Both ways `sample_answers` draws answers (`resampling.answer_draws`), here on the CPU: block by block (the
     CPU's) and up front (every other device's)."""
     if request.param == "up front":
-        monkeypatch.setattr(resampling, "answer_draws", lambda streams, steps, device: up_front_draws(streams, steps,
-                                                                                                       device))
+        monkeypatch.setattr(resampling, "answer_draws", up_front_draws)
     return request.param
 
 
