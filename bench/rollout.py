@@ -291,6 +291,10 @@ def _tensors(values) -> Iterator[torch.Tensor]:
             yield from _tensors(value)
 
 
+FUSED_ATTENTION = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+                   torch.ops.aten._scaled_dot_product_efficient_attention)
+
+
 class Traffic(TorchDispatchMode):
     """The bytes every kernel (non-view operator) reads and writes, taken as the sizes of its tensor inputs and
     outputs (no cache reuse), those of the shared-prefix attention apart, and the FLOPs of the matrix products."""
@@ -310,6 +314,9 @@ class Traffic(TorchDispatchMode):
         if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm):
             a, b = args[-2], args[-1]
             self.flops += 2 * a.numel() * b.shape[-1]
+        elif func.overloadpacket in FUSED_ATTENTION:  # q·Kᵀ and weights·V
+            query, keys = args[0], args[1]
+            self.flops += 4 * query.numel() * keys.shape[-2]
         return out
 
     @contextmanager

@@ -58,26 +58,39 @@ def test_evaluate_batch_questions_stores_the_same_results(tiny_model_dir, tmp_pa
             assert row.answers.tobytes() == other.answers.tobytes() and row.thetas.tobytes() == other.thetas.tobytes()
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])
-def test_stacked_prompts_match_run_by_run_attention(family, history_template):
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2", "olmo3"])
+def test_stacked_prompts_match_run_by_run_attention(family, history_template, monkeypatch):
     """Runs of equal size stacked into one product per layer (the GPU path) give the run-by-run θ up to rounding,
-    ragged prompts, seeds, padding, sliding windows and soft-capping included."""
+    ragged prompts, seeds, padding, sliding windows and soft-capping included, with the scores written out and with
+    the prompts' part by the fused kernel. The fused kernel serves the layers no window or soft-cap rules out: all of
+    Llama's, OLMo-3's global layers (its local ones, in the same pass, write their scores), none of Mistral's (its
+    window reaches into the prompt) or Gemma-2's (soft-capped)."""
+    from beliefdrift.backend import shared_prefix
     from beliefdrift.resampling import QuestionRunner, make_generator, sample_answers
 
     lm = tiny_family_lm(family)
+    fused_calls = []
+    kernel = shared_prefix._prompt_attention
+    monkeypatch.setattr(shared_prefix, "_prompt_attention", lambda *a: fused_calls.append(1) or kernel(*a))
 
-    def thetas(stack: bool) -> torch.Tensor:
+    def thetas(stack: bool, fused: bool = False) -> torch.Tensor:
+        """θ of three questions batched, then of the first alone (a single run stacks too, on a GPU)."""
         runners = [QuestionRunner(lm, q, history_template) for q in questions() if len(q.labels) == 4]
         seeds = [torch.tensor([[1, 2], [0, 0], [3, 1]]), torch.tensor([[2], [1], [0]]), torch.empty(3, 0).long()]
-        batch = runners[0].ppr_prompt.concat([r.paths(3, s) for r, s in zip(runners, seeds, strict=True)])
-        assert len(batch.cache.runs.runs) == 3
-        batch.cache.runs = dataclasses.replace(batch.cache.runs, stack=stack)
-        assert batch.cache.runs.stackable == stack
-        _, got, _ = sample_answers(batch, 4, make_generator(2))
-        return got
+        got = []
+        for count in (3, 1):
+            batch = runners[0].ppr_prompt.concat([r.paths(3, s) for r, s in zip(runners[:count], seeds, strict=False)])
+            assert len(batch.cache.runs.runs) == count
+            batch.cache.runs = dataclasses.replace(batch.cache.runs, stack=stack, fused=fused)
+            assert batch.cache.runs.stackable == stack and (batch.cache.runs.key_bias is not None) == fused
+            got.append(sample_answers(batch, 4, make_generator(2))[1])
+        return torch.cat(got)
 
-    exact, stacked = thetas(False), thetas(True)
-    torch.testing.assert_close(stacked, exact, atol=1e-5, rtol=0)
+    exact = thetas(False)
+    torch.testing.assert_close(thetas(True), exact, atol=1e-5, rtol=0)
+    assert not fused_calls
+    torch.testing.assert_close(thetas(True, fused=True), exact, atol=1e-5, rtol=0)
+    assert bool(fused_calls) == (family in ("llama", "olmo3"))
     assert (exact[:3] - exact[3:6]).abs().max() > 1e-3, "the questions' θ differ, so a mix-up would show"
 
 
@@ -153,3 +166,46 @@ def test_diagnostics_batch_questions_store_the_same_records(command, tiny_model_
     assert one_summary == three_summary
     first, second = (one[unit]["marginal_mean"] for unit in sorted(one)[:2])
     assert first != second, "the units differ, so a mix-up between them would show"
+
+
+def test_a_fused_kernel_that_fails_its_check_is_not_used(monkeypatch, capsys):
+    """Where the device's fused kernel raises or disagrees with an explicit softmax, stacked prompts write their
+    scores out instead, and the user is told."""
+    from beliefdrift.backend import shared_prefix
+
+    check = shared_prefix.fused_attention_works.__wrapped__  # uncached
+    cpu = torch.device("cpu")
+    assert check(cpu, torch.float32, 16) and check(cpu, torch.bfloat16, 128)
+
+    def fails(*args):
+        raise RuntimeError("no kernel image is available\nmore")
+
+    monkeypatch.setattr(shared_prefix, "_prompt_attention", fails)
+    assert not check(cpu, torch.float32, 16)
+    assert "no fused attention kernel on cpu for torch.float32 (no kernel image is available)" in (
+        capsys.readouterr().err)
+    monkeypatch.setattr(shared_prefix, "_prompt_attention", lambda q, *_: (q, q.new_zeros(q.shape[:-1])))
+    assert not check(cpu, torch.float32, 16)
+    assert "disagrees with an explicit softmax" in capsys.readouterr().err
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_stacked_prompts_on_the_gpu_use_the_fused_kernel(dtype, history_template):
+    """On CUDA the memory-efficient kernel passes its check for the head sizes of 7–8B models, and two questions
+    batched (stacked, fused) give the θ of each alone on the CPU."""
+    from beliefdrift.backend import LanguageModel, shared_prefix
+    from beliefdrift.resampling import QuestionRunner
+
+    cuda = torch.device("cuda")
+    assert all(shared_prefix.fused_attention_works(cuda, dtype, dim) for dim in (64, 128, 256))
+    thetas = []
+    for device in ("cpu", "cuda"):
+        lm = tiny_family_lm("llama")
+        lm = LanguageModel(lm.model.to(device, dtype), lm.tokenizer, lm.name)
+        runners = [QuestionRunner(lm, q, history_template) for q in questions() if len(q.labels) == 4][:2]
+        batch = runners[0].ppr_prompt.concat([r.paths(3, torch.tensor([[1], [0], [2]])) for r in runners])
+        assert (batch.cache.runs.key_bias is not None) == (device == "cuda")
+        batch.advance(torch.tensor([1, 3, 2, 0, 0, 1], device=device))
+        thetas.append(batch.dist.probs.float().cpu())
+    torch.testing.assert_close(thetas[1], thetas[0], atol=1e-4 if dtype == torch.float32 else 3e-2, rtol=0)

@@ -17,6 +17,7 @@ chunked attention layers, attention sinks, KV sharing between layers) are report
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,41 +69,59 @@ class SharedPrefix:
 class PromptRuns:
     """The prompts of a batch of paths: `runs[i] = (prefix, count)` says the next `count` paths continue `prefix`
     (several questions in one batch). Each run is attended to exactly as if it were alone, one run after another,
-    unless `stack`: then runs of equal size attend to their prompts stacked and zero-padded to the longest, in one
-    batched product per layer (fewer, larger kernels for a GPU; equal to the run-by-run result up to rounding)."""
+    unless `stack`: then runs of equal size attend to their prompts stacked and zero-padded to the longest (rounded
+    up to a multiple of 16), in one batched product per layer (fewer, larger kernels for a GPU; equal to the
+    run-by-run result up to rounding). Stacked prompts are attended to by the device's fused attention kernel where
+    a layer allows it and `fused` (`fused_attention_works`): their scores are then never written out."""
 
     runs: tuple[tuple[SharedPrefix, int], ...]
     stack: bool = False
+    fused: bool = True
     # Built with the batch, outside any forward pass (a compiled pass would otherwise be one graph while the memo is
     # empty and another once it is full).
     _stacked: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...] = field(
         init=False, default=(), compare=False, repr=False
     )
+    _key_bias: torch.Tensor | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.stackable:
-            object.__setattr__(self, "_stacked", tuple(map(self._stack, range(len(self.runs[0][0].keys)))))
+        if not self.stackable:
+            return
+        object.__setattr__(self, "_stacked", tuple(map(self._stack, range(len(self.runs[0][0].keys)))))
+        keys, _, _ = self._stacked[0]
+        if self.fused and fused_attention_works(keys.device, keys.dtype, keys.shape[-1]):
+            lengths = torch.tensor([prefix.length for prefix, _ in self.runs], device=keys.device)
+            hidden = torch.arange(keys.shape[2], device=keys.device) >= lengths[:, None]
+            bias = torch.zeros(hidden.shape, dtype=keys.dtype, device=keys.device).masked_fill_(hidden, -torch.inf)
+            object.__setattr__(self, "_key_bias", bias[:, None, None, :])
 
     @property
     def stackable(self) -> bool:
-        return self.stack and len(self.runs) > 1 and len({count for _, count in self.runs}) == 1
+        return self.stack and len({count for _, count in self.runs}) == 1
+
+    @property
+    def key_bias(self) -> torch.Tensor | None:
+        """0 for the stacked prompts' keys and −∞ for their zero padding [R, 1, 1, W], in the keys' dtype; None
+        where the fused kernel is not used."""
+        return self._key_bias
 
     def mark_static(self) -> None:
         """Tell CUDA graphs that the prompts' keys and values (and their stacked copies) stay where they are: a graph
         then reads them in place instead of copying them into its inputs before every replay (for an 8B model, more
         bytes per step than its weights)."""
         prompts = [t for prefix, _ in self.runs for t in (*prefix.keys, *prefix.values)]
-        for tensor in prompts + [t for stacked in self._stacked for t in stacked]:
+        stacked = [t for layer in self._stacked for t in layer] + [self.key_bias] * (self.key_bias is not None)
+        for tensor in prompts + stacked:
             torch._dynamo.mark_static_address(tensor)
 
     def stacked(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The runs' prompt keys and values of `layer` [R, H_kv, P_max, D] (zeros past each prompt) and every
+        """The runs' prompt keys and values of `layer` [R, H_kv, W, D] (zeros past each prompt) and every
         path's prompt length [B]."""
         return self._stacked[layer]
 
     def _stack(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         prefixes = [prefix for prefix, _ in self.runs]
-        width = max(p.length for p in prefixes)
+        width = -(-max(p.length for p in prefixes) // 16) * 16  # aligned rows for the fused kernel's key bias
         like = prefixes[0].keys[layer]
         keys, values = (like.new_zeros(len(prefixes), like.shape[1], width, like.shape[3]) for _ in range(2))
         for r, prefix in enumerate(prefixes):
@@ -283,10 +302,10 @@ def shared_prefix_attention(
     scoring = _Scoring(scaling if scaling is not None else query.shape[-1] ** -0.5, sliding_window, softcap,
                        dropout if module.training else 0.0, attention_pass)
     padding = suffix_padding.to(query.device) if suffix_padding is not None else None
+    if isinstance(shared_prefix, PromptRuns) and shared_prefix.stackable:
+        return _attend_stacked(module.layer_idx, shared_prefix, query, key, value, padding, scoring), None
     if len(runs) == 1:
         return _attend(module.layer_idx, runs[0][0], query, key, value, padding, scoring), None
-    if shared_prefix.stackable:
-        return _attend_stacked(module.layer_idx, shared_prefix, query, key, value, padding, scoring), None
     outputs, start = [], 0
     for prefix, count in runs:
         rows = slice(start, start + count)
@@ -335,11 +354,18 @@ class _Scoring:
         # Within one pass the prompt width and lengths follow from `first_row`; keying on them would make
         # torch.compile specialise on every prompt length.
         end = self.attention_pass.suffix_end
-        mask = self.attention_pass.mask((first_row, window, group, device), lambda: _hidden_keys(
+        key = (first_row, window, group, device, isinstance(lengths, torch.Tensor))
+        mask = self.attention_pass.mask(key, lambda: _hidden_keys(
             new, suffix, width, lengths, padding, window, group, device, suffix if end is None else end.to(device)))
         if runs:  # the mask has a row per path here: stacked prompts have a length per path
             mask = mask.unflatten(0, (runs, -1)).transpose(1, 2)
         scores[..., scores.shape[-1] - mask.shape[-1]:].masked_fill_(mask, -torch.inf)
+
+    def fusable(self, keys: int) -> bool:
+        """Whether a fused attention kernel can score `keys` keys (prompt + suffix): no soft-cap, no dropout, and no
+        sliding window that could hide a prompt key."""
+        window = self.sliding_window
+        return self.softcap is None and not self.dropout and (window is None or keys <= window)
 
     def weights(self, scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         weights = torch.softmax(scores, -1).to(dtype)
@@ -406,6 +432,9 @@ def _attend_stacked(
         return t.reshape(count, kv_heads, -1, t.shape[-1])
 
     grouped = (query * scoring.scale).reshape(batch, kv_heads, rows, dim)  # a pass over the queries, not the scores
+    if runs.key_bias is not None and scoring.fusable(width + suffix) and not torch.is_grad_enabled():
+        return _attend_stacked_fused(grouped, runs.key_bias, prompt_keys, prompt_values, key, value, suffix_padding,
+                                     scoring, new)
     prompt_scores = _batched_product(run_rows(by_run(grouped)), prompt_keys.transpose(2, 3))
     suffix_scores = by_run(_batched_product(grouped, key.transpose(2, 3)))
     scores = scoring.scores(prompt_scores.unflatten(2, (-1, rows)), suffix_scores, scaled=True)  # [R, H_kv, c, …]
@@ -413,6 +442,78 @@ def _attend_stacked(
     weights = scoring.weights(scores, query.dtype)
     prompt_out = _batched_product(run_rows(weights[..., :width]), prompt_values).unflatten(2, (-1, rows))
     return _tokens_first(by_path(prompt_out), _batched_product(by_path(weights[..., width:]), value), new)
+
+
+def _attend_stacked_fused(
+    grouped: torch.Tensor,
+    key_bias: torch.Tensor,
+    prompt_keys: torch.Tensor,
+    prompt_values: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    suffix_padding: torch.Tensor | None,
+    scoring: _Scoring,
+    new: int,
+) -> torch.Tensor:
+    """`_attend_stacked` with the prompts' part by the fused kernel (`_prompt_attention`): the prompt enters the
+    softmax over the suffix's keys as one more key, its score the log-sum-exp ℓ_p of the prompt's scores and its value
+    the prompt's output out_p, so out = e^(ℓ_p−ℓ)·out_p + Σ_s e^(score_s−ℓ)·v_s with ℓ = log(e^ℓ_p + Σ_s e^score_s),
+    the softmax over [prompt ‖ suffix] exactly. `grouped` holds the scaled queries [B, H_kv, rows, D]. Without
+    gradients only: the kernels' log-sum-exp carries none."""
+    batch, kv_heads, rows, dim = grouped.shape
+    count = prompt_keys.shape[0]
+    prompt_out, prompt_lse = _prompt_attention(
+        grouped.unflatten(0, (count, -1)).transpose(1, 2).reshape(count, kv_heads, -1, dim),
+        prompt_keys, prompt_values, key_bias)
+
+    def by_path(t: torch.Tensor) -> torch.Tensor:  # [R, H_kv, c·rows, X] -> [B, H_kv, rows, X]
+        return t.unflatten(2, (-1, rows)).transpose(1, 2).reshape(batch, kv_heads, rows, t.shape[-1])
+
+    scores = scoring.scores(by_path(prompt_lse[..., None]), _batched_product(grouped, key.transpose(2, 3)),
+                            scaled=True)
+    # Every prompt key is visible here (no window reaches it), so the mask covers the suffix alone.
+    scoring.hide(scores, new, key.shape[2], prompt_keys.shape[2], prompt_keys.shape[2], suffix_padding, rows // new)
+    weights = scoring.weights(scores, grouped.dtype)
+    return _tokens_first(by_path(prompt_out) * weights[..., :1], _batched_product(weights[..., 1:], value), new)
+
+
+def _prompt_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, key_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q·Kᵀ + bias)·V [R, H, M, D] and log Σ exp(q·Kᵀ + bias) [R, H, M] in float32, for queries already
+    scaled, by the device's fused attention kernel (the scores stay in its on-chip memory): memory-efficient
+    attention on CUDA, flash attention on the CPU."""
+    if query.device.type == "cuda":
+        out, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, keys, values, key_bias.expand(*query.shape[:-1], keys.shape[-2]), True, scale=1.0)
+        return out, lse[..., : query.shape[-2]]  # the kernel pads its log-sum-exp rows to a multiple of 32
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, keys, values, attn_mask=key_bias,
+                                                                      scale=1.0)
+
+
+@functools.cache
+def fused_attention_works(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether `_prompt_attention` runs on `device` for `dtype` and heads of `head_dim`, and agrees with an explicit
+    softmax on a small problem with padded keys (checked once per process; False, with a message, where it does
+    not: the stacked attention then writes its scores out)."""
+    generator = torch.Generator().manual_seed(0)
+    query, keys, values = (torch.randn(2, 2, shape, head_dim, generator=generator).to(device, dtype) * head_dim**-0.25
+                           for shape in (40, 48, 48))
+    hidden = torch.arange(48) >= torch.tensor([48, 29])[:, None]
+    key_bias = torch.zeros(2, 1, 1, 48, dtype=dtype).masked_fill_(hidden[:, None, None], -torch.inf).to(device)
+    scores = (query.double() @ keys.double().transpose(2, 3)) + key_bias.double()
+    try:
+        out, lse = _prompt_attention(query, keys, values, key_bias)
+        tolerance = 1e-4 if dtype == torch.float32 else 5e-2
+        works = (torch.allclose(out.double(), torch.softmax(scores, -1) @ values.double(), atol=tolerance)
+                 and torch.allclose(lse.double(), torch.logsumexp(scores, -1), atol=tolerance))
+        reason = "it disagrees with an explicit softmax"
+    except (RuntimeError, NotImplementedError) as err:
+        works, reason = False, str(err).splitlines()[0]
+    if not works:
+        print(f"beliefdrift: no fused attention kernel on {device} for {dtype} ({reason}); stacked prompts write "
+              "their attention scores out (correct, more memory traffic)", file=sys.stderr)
+    return works
 
 
 def _batched_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
