@@ -253,16 +253,27 @@ def ops_per_step(work: Callable[[int], object], steps: int) -> tuple[float, floa
 
 
 @contextmanager
-def gpu_layout() -> Iterator[None]:
-    """The engine as it runs on a GPU, on any device: equal runs of paths attend to their prompts stacked, and
-    answers are drawn up front (on the CPU it runs the prompts one by one and draws block by block)."""
-    runs, draws = path_cache.PromptRuns, resampling.answer_draws
-    path_cache.PromptRuns = lambda prompts, stack=False: runs(prompts, stack=True)
-    resampling.answer_draws = resampling.up_front_draws
+def prompt_runs(**settings: bool) -> Iterator[None]:
+    """Every `PromptRuns` the engine builds meanwhile made with `settings` (`stack`, `fused`)."""
+    original = path_cache.PromptRuns
+    path_cache.PromptRuns = lambda runs, **given: original(runs, **{**given, **settings})
     try:
         yield
     finally:
-        path_cache.PromptRuns, resampling.answer_draws = runs, draws
+        path_cache.PromptRuns = original
+
+
+@contextmanager
+def gpu_layout() -> Iterator[None]:
+    """The engine as it runs on a GPU, on any device: equal runs of paths attend to their prompts stacked, and
+    answers are drawn up front (on the CPU it runs the prompts one by one and draws block by block)."""
+    draws = resampling.answer_draws
+    resampling.answer_draws = resampling.up_front_draws
+    try:
+        with prompt_runs(stack=True):
+            yield
+    finally:
+        resampling.answer_draws = draws
 
 
 def count_ops(args: argparse.Namespace, lm: LanguageModel | None = None) -> None:
@@ -404,16 +415,18 @@ def shape_sweep(args: argparse.Namespace) -> None:
         seconds = engine_seconds(lambda p=paths: QuestionRunner(lm, questions[0]).ppr(p, args.steps, make_generator(0)))
         print(f"| {paths} | {seconds / args.steps * 1e3:.1f} | {seconds / args.steps / floor:.1f} | "
               f"{paths * args.steps / seconds:,.0f} | {paths * args.steps / seconds * flops_per_answer / peak:.1%} |")
-    print(f"\n| questions × 3 methods × {args.paths} paths | ms/step | × floor | path-answers/s | of roofline |"
-          "\n|---|---|---|---|---|")
+    print(f"\n| questions × 3 methods × {args.paths} paths | ms/step | × floor | path-answers/s | of roofline | "
+          "ms/step with the prompts' scores written out | fused kernel's speed-up |\n|---|---|---|---|---|---|---|")
     engine_rate = 0.0
     for count in (1, 2, 4, 8, 16):
         batch = questions[:count]
         seconds = engine_seconds(lambda b=batch: three_methods(lm, b, args.paths, args.steps))
+        with prompt_runs(fused=False):
+            written = engine_seconds(lambda b=batch: three_methods(lm, b, args.paths, args.steps))
         rate = count * 3 * args.paths * args.steps / seconds
         engine_rate = engine_rate or rate
         print(f"| {count} | {seconds / args.steps * 1e3:.1f} | {seconds / args.steps / floor:.1f} | {rate:,.0f} | "
-              f"{rate * flops_per_answer / peak:.1%} |")
+              f"{rate * flops_per_answer / peak:.1%} | {written / args.steps * 1e3:.1f} | {written / seconds:.2f}× |")
     print(f"\nnaive generate(num_return_sequences={3 * args.paths}): {naive:,.0f} path-answers/s; engine on one "
           f"question {engine_rate / naive:.1f}x naive")
     if mode == "eager":
