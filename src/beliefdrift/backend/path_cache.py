@@ -136,8 +136,9 @@ class SharedPrefixCache:
                 runs[-1][1] += 1
             else:
                 runs.append([prompt, 1])
-        # Off the CPU, equal runs attend in one stacked product (fewer kernels); on the CPU run by run, which keeps
-        # a batch of questions bit-identical to one question at a time.
+        # Off the CPU, equal runs (one question's too) attend in one stacked product, the prompts by a fused kernel
+        # (fewer kernels, no scores written out); on the CPU run by run, which keeps a batch of questions
+        # bit-identical to one question at a time.
         self.runs = PromptRuns(tuple((prompt, count) for prompt, count in runs), stack=self.device.type != "cpu")
         self._start: int | torch.Tensor = self.prompts[0].length  # each path's first suffix position
         if len(runs) > 1:

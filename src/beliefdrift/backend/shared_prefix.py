@@ -3,7 +3,8 @@
 Forking a KV cache to J paths copies the prompt's keys/values J times, and every decoding step then
 streams J copies through memory (and GQA expands them again). Here the prompt cache is kept once
 (batch 1) and each path caches only its own suffix. Attention of the new tokens is one softmax over
-[prompt ‖ suffix]: scores against the prompt come from a single matmul shared by every path. Sliding-window
+[prompt ‖ suffix]: scores against the prompt come from a single matmul shared by every path (off the CPU, from
+the device's fused attention kernel, which joins the suffix's softmax by its log-sum-exp). Sliding-window
 layers (Mistral, Phi-3, Qwen2/3, Gemma-2/3 local layers, OLMo-3) and attention-logit soft-capping (Gemma-2)
 are applied exactly as the models' own attention does, with absolute positions per path.
 
