@@ -6,6 +6,7 @@
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --paths 8   # operators per step, any CPU
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --as-gpu    # ... as a GPU runs the engine
     python bench/rollout.py --shape llama-3.1-8b-layer --traffic --dtype bfloat16   # bytes and FLOPs per layer-step
+    python bench/rollout.py --shape tiny --as-gpu --steps 20   # the sweep on a CPU, the engine as a GPU runs it
 
 With `--shape`, `--tokenizer DIR` takes the prompts' tokenizer from a directory (e.g. one written by
 `load_model("smollm2-135m-instruct").tokenizer.save_pretrained(DIR)`) where the default model is not installed.
@@ -111,8 +112,8 @@ def main() -> None:
     parser.add_argument("--count-ops", action="store_true", help="with --shape: only the operator counts per step")
     parser.add_argument("--traffic", action="store_true",
                         help="with --shape: bytes moved and FLOPs per step, as a GPU runs the engine")
-    parser.add_argument("--as-gpu", action="store_true",
-                        help="with --count-ops: the engine as a GPU runs it (prompts stacked, answers drawn up front)")
+    parser.add_argument("--as-gpu", action="store_true", help="with --shape on a CPU: the engine as a GPU runs it "
+                        "(prompts stacked through the fused kernel, answers drawn up front)")
     parser.add_argument("--compile", action="store_true", help="with --shape: the engine as --compile runs it")
     parser.add_argument("--cuda-graphs", action="store_true", help="with --shape: the engine as --cuda-graphs runs it")
     args = parser.parse_args()
@@ -125,7 +126,8 @@ def main() -> None:
         traffic(args)
         return
     if args.shape:
-        shape_sweep(args)
+        with gpu_layout() if args.as_gpu else nullcontext():
+            shape_sweep(args)
         return
     questions = load_dataset("demo", n=args.questions, seed=args.seed)
     auto = resolve_dtype("auto", torch.device("cpu"))
