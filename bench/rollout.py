@@ -423,12 +423,15 @@ def shape_sweep(args: argparse.Namespace) -> None:
     for count in (1, 2, 4, 8, 16):
         batch = questions[:count]
         seconds = engine_seconds(lambda b=batch: three_methods(lm, b, args.paths, args.steps))
-        with prompt_runs(fused=False):
-            written = engine_seconds(lambda b=batch: three_methods(lm, b, args.paths, args.steps))
+        fused = "– | – |"  # the CPU runs its prompts one by one, with no fused kernel
+        if device.type != "cpu" or args.as_gpu:
+            with prompt_runs(fused=False):
+                written = engine_seconds(lambda b=batch: three_methods(lm, b, args.paths, args.steps))
+            fused = f"{written / args.steps * 1e3:.1f} | {written / seconds:.2f}× |"
         rate = count * 3 * args.paths * args.steps / seconds
         engine_rate = engine_rate or rate
         print(f"| {count} | {seconds / args.steps * 1e3:.1f} | {seconds / args.steps / floor:.1f} | {rate:,.0f} | "
-              f"{rate * flops_per_answer / peak:.1%} | {written / args.steps * 1e3:.1f} | {written / seconds:.2f}× |")
+              f"{rate * flops_per_answer / peak:.1%} | {fused}")
     print(f"\nnaive generate(num_return_sequences={3 * args.paths}): {naive:,.0f} path-answers/s; engine on one "
           f"question {engine_rate / naive:.1f}x naive")
     if mode == "eager":
