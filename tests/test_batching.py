@@ -87,7 +87,7 @@ def test_stacked_prompts_match_run_by_run_attention(family, history_template, mo
             batch = runners[0].ppr_prompt.concat([r.paths(3, s) for r, s in zip(runners[:count], seeds, strict=False)])
             assert len(batch.cache.runs.runs) == count
             batch.cache.runs = dataclasses.replace(batch.cache.runs, stack=stack, fused=fused)
-            assert batch.cache.runs.stackable == stack and (batch.cache.runs.key_bias is not None) == fused
+            assert batch.cache.runs.stackable == stack and (batch.cache.runs.key_bias(0) is not None) == fused
             got.append(sample_answers(batch, 4, make_generator(2))[1])
         return torch.cat(got)
 
@@ -194,6 +194,24 @@ def test_a_fused_kernel_that_fails_its_check_is_not_used(monkeypatch, capsys):
     assert "disagrees with an explicit softmax" in capsys.readouterr().err
 
 
+def test_each_device_of_a_device_map_gets_its_own_key_bias(capsys):
+    """Stacked prompts whose layers sit on several devices (a device map) get the fused kernel's key bias on each
+    layer's device, and the kernel is checked on each device: one where it fails (here `meta`) writes its scores out,
+    the others still fuse."""
+    from beliefdrift.backend.shared_prefix import PromptRuns, SharedPrefix
+
+    def prompt(length: int) -> SharedPrefix:
+        keys = tuple(torch.randn(1, 2, length, 16, device=device) for device in ("meta", "cpu", "meta", "cpu"))
+        return SharedPrefix(keys, tuple(map(torch.zeros_like, keys)))
+
+    runs = PromptRuns(((prompt(20), 2), (prompt(7), 2)), stack=True)
+    assert [runs.key_bias(layer) is None for layer in range(4)] == [True, False, True, False]
+    bias = runs.key_bias(1)
+    assert bias.device.type == "cpu" and bias.shape == (2, 1, 1, 32) and runs.key_bias(3) is bias
+    assert torch.equal(bias[:, 0, 0].isinf(), torch.arange(32) >= torch.tensor([[20], [7]]))
+    assert "no fused attention kernel on meta" in capsys.readouterr().err
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_stacked_prompts_on_the_gpu_use_the_fused_kernel(dtype, history_template):
@@ -210,7 +228,7 @@ def test_stacked_prompts_on_the_gpu_use_the_fused_kernel(dtype, history_template
         lm = LanguageModel(lm.model.to(device, dtype), lm.tokenizer, lm.name)
         runners = [QuestionRunner(lm, q, history_template) for q in questions() if len(q.labels) == 4][:2]
         batch = runners[0].ppr_prompt.concat([r.paths(3, torch.tensor([[1], [0], [2]])) for r in runners])
-        assert (batch.cache.runs.key_bias is not None) == (device == "cuda")
+        assert (batch.cache.runs.key_bias(0) is not None) == (device == "cuda")
         batch.advance(torch.tensor([1, 3, 2, 0, 0, 1], device=device))
         thetas.append(batch.dist.probs.float().cpu())
     torch.testing.assert_close(thetas[1], thetas[0], atol=1e-4 if dtype == torch.float32 else 3e-2, rtol=0)

@@ -83,35 +83,37 @@ class PromptRuns:
     _stacked: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...] = field(
         init=False, default=(), compare=False, repr=False
     )
-    _key_bias: torch.Tensor | None = field(init=False, default=None, compare=False, repr=False)
+    _key_biases: tuple[torch.Tensor | None, ...] = field(init=False, default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.stackable:
             return
         object.__setattr__(self, "_stacked", tuple(map(self._stack, range(len(self.runs[0][0].keys)))))
-        keys, _, _ = self._stacked[0]
-        if self.fused and fused_attention_works(keys.device, keys.dtype, keys.shape[-1]):
-            lengths = torch.tensor([prefix.length for prefix, _ in self.runs], device=keys.device)
-            hidden = torch.arange(keys.shape[2], device=keys.device) >= lengths[:, None]
-            bias = torch.zeros(hidden.shape, dtype=keys.dtype, device=keys.device).masked_fill_(hidden, -torch.inf)
-            object.__setattr__(self, "_key_bias", bias[:, None, None, :])
+        if self.fused:
+            # A bias, and a check of the kernel, per device (a device map spreads the layers over several), dtype
+            # and head size, shared by the layers alike in those.
+            kinds = [(keys.device, keys.dtype, keys.shape[-1]) for keys, _, _ in self._stacked]
+            biases: dict[tuple, torch.Tensor | None] = {}
+            for kind, (keys, _, _) in zip(kinds, self._stacked, strict=True):
+                if kind not in biases:
+                    biases[kind] = self._key_bias(keys) if fused_attention_works(*kind) else None
+            object.__setattr__(self, "_key_biases", tuple(biases[kind] for kind in kinds))
 
     @property
     def stackable(self) -> bool:
         return self.stack and len({count for _, count in self.runs}) == 1
 
-    @property
-    def key_bias(self) -> torch.Tensor | None:
-        """0 for the stacked prompts' keys and −∞ for their zero padding [R, 1, 1, W], in the keys' dtype; None
-        where the fused kernel is not used."""
-        return self._key_bias
+    def key_bias(self, layer: int) -> torch.Tensor | None:
+        """0 for the stacked prompts' keys of `layer` and −∞ for their zero padding [R, 1, 1, W], on the layer's
+        device in its keys' dtype; None where the fused kernel does not serve the layer."""
+        return self._key_biases[layer] if self._key_biases else None
 
     def mark_static(self) -> None:
         """Tell CUDA graphs that the prompts' keys and values (and their stacked copies) stay where they are: a graph
         then reads them in place instead of copying them into its inputs before every replay (for an 8B model, more
         bytes per step than its weights)."""
         prompts = [t for prefix, _ in self.runs for t in (*prefix.keys, *prefix.values)]
-        stacked = [t for layer in self._stacked for t in layer] + [self.key_bias] * (self.key_bias is not None)
+        stacked = [t for layer in self._stacked for t in layer] + [b for b in self._key_biases if b is not None]
         for tensor in prompts + stacked:
             torch._dynamo.mark_static_address(tensor)
 
@@ -119,6 +121,13 @@ class PromptRuns:
         """The runs' prompt keys and values of `layer` [R, H_kv, W, D] (zeros past each prompt) and every
         path's prompt length [B]."""
         return self._stacked[layer]
+
+    def _key_bias(self, keys: torch.Tensor) -> torch.Tensor:
+        """`key_bias` for stacked prompt keys [R, H_kv, W, D], on their device."""
+        lengths = torch.tensor([prefix.length for prefix, _ in self.runs], device=keys.device)
+        hidden = torch.arange(keys.shape[2], device=keys.device) >= lengths[:, None]
+        bias = torch.zeros(hidden.shape, dtype=keys.dtype, device=keys.device).masked_fill_(hidden, -torch.inf)
+        return bias[:, None, None, :]
 
     def _stack(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         prefixes = [prefix for prefix, _ in self.runs]
@@ -433,8 +442,9 @@ def _attend_stacked(
         return t.reshape(count, kv_heads, -1, t.shape[-1])
 
     grouped = (query * scoring.scale).reshape(batch, kv_heads, rows, dim)  # a pass over the queries, not the scores
-    if runs.key_bias is not None and scoring.fusable(width + suffix) and not torch.is_grad_enabled():
-        return _attend_stacked_fused(grouped, runs.key_bias, prompt_keys, prompt_values, key, value, suffix_padding,
+    key_bias = runs.key_bias(layer)
+    if key_bias is not None and scoring.fusable(width + suffix) and not torch.is_grad_enabled():
+        return _attend_stacked_fused(grouped, key_bias, prompt_keys, prompt_values, key, value, suffix_padding,
                                      scoring, new)
     prompt_scores = _batched_product(run_rows(by_run(grouped)), prompt_keys.transpose(2, 3))
     suffix_scores = by_run(_batched_product(grouped, key.transpose(2, 3)))
