@@ -94,9 +94,11 @@ class PromptRuns:
             # and head size, shared by the layers alike in those.
             kinds = [(keys.device, keys.dtype, keys.shape[-1]) for keys, _, _ in self._stacked]
             biases: dict[tuple, torch.Tensor | None] = {}
+            lengths = [prefix.length for prefix, _ in self.runs]
             for kind, (keys, _, _) in zip(kinds, self._stacked, strict=True):
                 if kind not in biases:
-                    biases[kind] = self._key_bias(keys) if fused_attention_works(*kind) else None
+                    works = fused_attention_works(*kind)
+                    biases[kind] = _padding_bias(lengths, keys.shape[2], keys.dtype, keys.device) if works else None
             object.__setattr__(self, "_key_biases", tuple(biases[kind] for kind in kinds))
 
     @property
@@ -121,13 +123,6 @@ class PromptRuns:
         """The runs' prompt keys and values of `layer` [R, H_kv, W, D] (zeros past each prompt) and every
         path's prompt length [B]."""
         return self._stacked[layer]
-
-    def _key_bias(self, keys: torch.Tensor) -> torch.Tensor:
-        """`key_bias` for stacked prompt keys [R, H_kv, W, D], on their device."""
-        lengths = torch.tensor([prefix.length for prefix, _ in self.runs], device=keys.device)
-        hidden = torch.arange(keys.shape[2], device=keys.device) >= lengths[:, None]
-        bias = torch.zeros(hidden.shape, dtype=keys.dtype, device=keys.device).masked_fill_(hidden, -torch.inf)
-        return bias[:, None, None, :]
 
     def _stack(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         prefixes = [prefix for prefix, _ in self.runs]
@@ -340,7 +335,7 @@ class _Scoring:
         """[prompt ‖ suffix] scores in float32, scaled (`scaled`: they were products of queries scaled already)."""
         # The few suffix scores upcast first: the concatenation then writes float32, and the prompt's scores are
         # upcast as they are copied (one pass over them, not a concatenation and an upcast).
-        scores = torch.cat([prompt_scores, suffix_scores.float()], -1).float()
+        scores = torch.cat([prompt_scores, suffix_scores.float()], -1)
         if not scaled:
             scores = scores * self.scale
         return torch.tanh(scores / self.softcap) * self.softcap if self.softcap is not None else scores
@@ -432,31 +427,34 @@ def _attend_stacked(
     kv_heads, suffix = key.shape[1], key.shape[2]
     rows = heads // kv_heads * new  # (group, token) rows of one path and kv head
 
-    def by_run(t: torch.Tensor) -> torch.Tensor:  # [B, H_kv, rows, X] -> [R, H_kv, c, rows, X], a view
-        return t.unflatten(0, (count, -1)).transpose(1, 2)
-
-    def by_path(t: torch.Tensor) -> torch.Tensor:  # [R, H_kv, c, rows, X] -> [B, H_kv, rows, X]
-        return t.transpose(1, 2).reshape(batch, kv_heads, rows, t.shape[-1])
-
-    def run_rows(t: torch.Tensor) -> torch.Tensor:  # [R, H_kv, c, rows, X] -> [R, H_kv, c·rows, X]
-        return t.reshape(count, kv_heads, -1, t.shape[-1])
-
     grouped = (query * scoring.scale).reshape(batch, kv_heads, rows, dim)  # a pass over the queries, not the scores
+    run_queries = _by_run(grouped, count).flatten(2, 3)  # [R, H_kv, c·rows, D]
     key_bias = runs.key_bias(layer)
     if key_bias is not None and scoring.fusable(width + suffix) and not torch.is_grad_enabled():
-        return _attend_stacked_fused(grouped, key_bias, prompt_keys, prompt_values, key, value, suffix_padding,
-                                     scoring, new)
-    prompt_scores = _batched_product(run_rows(by_run(grouped)), prompt_keys.transpose(2, 3))
-    suffix_scores = by_run(_batched_product(grouped, key.transpose(2, 3)))
+        return _attend_stacked_fused(grouped, run_queries, key_bias, prompt_keys, prompt_values, key, value,
+                                     suffix_padding, scoring, new)
+    prompt_scores = _batched_product(run_queries, prompt_keys.transpose(2, 3))
+    suffix_scores = _by_run(_batched_product(grouped, key.transpose(2, 3)), count)
     scores = scoring.scores(prompt_scores.unflatten(2, (-1, rows)), suffix_scores, scaled=True)  # [R, H_kv, c, …]
     scoring.hide(scores, new, suffix, width, lengths, suffix_padding, heads // kv_heads, runs=count)
     weights = scoring.weights(scores, query.dtype)
-    prompt_out = _batched_product(run_rows(weights[..., :width]), prompt_values).unflatten(2, (-1, rows))
-    return _tokens_first(by_path(prompt_out), _batched_product(by_path(weights[..., width:]), value), new)
+    prompt_out = _batched_product(weights[..., :width].flatten(2, 3), prompt_values).unflatten(2, (-1, rows))
+    return _tokens_first(_by_path(prompt_out), _batched_product(_by_path(weights[..., width:]), value), new)
+
+
+def _by_run(t: torch.Tensor, runs: int) -> torch.Tensor:
+    """[B, H_kv, rows, X] -> [R, H_kv, c, rows, X] for B = R·c paths in runs of c, a view."""
+    return t.unflatten(0, (runs, -1)).transpose(1, 2)
+
+
+def _by_path(t: torch.Tensor) -> torch.Tensor:
+    """[R, H_kv, c, rows, X] -> [B, H_kv, rows, X], the inverse of `_by_run` (a copy)."""
+    return t.transpose(1, 2).flatten(0, 1)
 
 
 def _attend_stacked_fused(
     grouped: torch.Tensor,
+    run_queries: torch.Tensor,
     key_bias: torch.Tensor,
     prompt_keys: torch.Tensor,
     prompt_values: torch.Tensor,
@@ -469,16 +467,13 @@ def _attend_stacked_fused(
     """`_attend_stacked` with the prompts' part by the fused kernel (`_prompt_attention`): the prompt enters the
     softmax over the suffix's keys as one more key, its score the log-sum-exp ℓ_p of the prompt's scores and its value
     the prompt's output out_p, so out = e^(ℓ_p−ℓ)·out_p + Σ_s e^(score_s−ℓ)·v_s with ℓ = log(e^ℓ_p + Σ_s e^score_s),
-    the softmax over [prompt ‖ suffix] exactly. `grouped` holds the scaled queries [B, H_kv, rows, D]. Without
-    gradients only: the kernels' log-sum-exp carries none."""
-    batch, kv_heads, rows, dim = grouped.shape
-    count = prompt_keys.shape[0]
-    prompt_out, prompt_lse = _prompt_attention(
-        grouped.unflatten(0, (count, -1)).transpose(1, 2).reshape(count, kv_heads, -1, dim),
-        prompt_keys, prompt_values, key_bias)
+    the softmax over [prompt ‖ suffix] exactly. `grouped` holds the scaled queries [B, H_kv, rows, D], `run_queries`
+    the same in run order [R, H_kv, c·rows, D]. Without gradients only: the kernels' log-sum-exp carries none."""
+    rows = grouped.shape[2]
+    prompt_out, prompt_lse = _prompt_attention(run_queries, prompt_keys, prompt_values, key_bias)
 
     def by_path(t: torch.Tensor) -> torch.Tensor:  # [R, H_kv, c·rows, X] -> [B, H_kv, rows, X]
-        return t.unflatten(2, (-1, rows)).transpose(1, 2).reshape(batch, kv_heads, rows, t.shape[-1])
+        return _by_path(t.unflatten(2, (-1, rows)))
 
     scores = scoring.scores(by_path(prompt_lse[..., None]), _batched_product(grouped, key.transpose(2, 3)),
                             scaled=True)
@@ -510,8 +505,7 @@ def fused_attention_works(device: torch.device, dtype: torch.dtype, head_dim: in
     generator = torch.Generator().manual_seed(0)
     query, keys, values = (torch.randn(2, 2, shape, head_dim, generator=generator).to(device, dtype) * head_dim**-0.25
                            for shape in (40, 48, 48))
-    hidden = torch.arange(48) >= torch.tensor([48, 29])[:, None]
-    key_bias = torch.zeros(2, 1, 1, 48, dtype=dtype).masked_fill_(hidden[:, None, None], -torch.inf).to(device)
+    key_bias = _padding_bias([48, 29], 48, dtype, device)
     scores = (query.double() @ keys.double().transpose(2, 3)) + key_bias.double()
     try:
         out, lse = _prompt_attention(query, keys, values, key_bias)
@@ -525,6 +519,13 @@ def fused_attention_works(device: torch.device, dtype: torch.dtype, head_dim: in
         print(f"beliefdrift: no fused attention kernel on {device} for {dtype} ({reason}); stacked prompts write "
               "their attention scores out (correct, more memory traffic)", file=sys.stderr)
     return works
+
+
+def _padding_bias(lengths: Sequence[int], width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """0 for the first `lengths[r]` of `width` keys and −∞ for the rest [R, 1, 1, width]: a fused kernel's additive
+    mask for prompts zero-padded to `width`."""
+    hidden = torch.arange(width, device=device) >= torch.tensor(lengths, device=device)[:, None]
+    return torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(hidden, -torch.inf)[:, None, None]
 
 
 def _batched_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
