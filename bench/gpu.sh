@@ -7,6 +7,7 @@
 #   tests    pytest -m cuda (every command on CUDA, θ against a plain forward pass on each family)
 #   draws    answer draws per step, block by block against up front, for 1, 4 and 16 questions
 #   sweep    rollout on Llama-3.1-8B's shape, bf16, N=100: weight-read floor, engine over paths and questions, naive
+#   profile  where a batched step's time goes (matrix products, attention, other kernels, host), 1 and 16 questions
 #   graphs   the same sweep with the engine under --cuda-graphs
 #   compile  --compile and --cuda-graphs against eager, 3 methods × 32 paths, N=100
 #   cot      chain-of-thought tokens/s against generate, and per-token cost early and late in a long rollout
@@ -23,7 +24,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: bash bench/gpu.sh DIR [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(env tests draws sweep graphs compile cot train shapes)
+[ ${#steps[@]} -gt 0 ] || steps=(env tests draws sweep profile graphs compile cot train shapes)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}
@@ -36,9 +37,10 @@ run_step() {
   case $1 in
     env) nvidia-smi && "$py" -c "import torch, transformers, peft; print(torch.__version__, torch.version.cuda,
 torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'peft', peft.__version__)" ;;
-    tests) "$py" -m pytest -m cuda -q -rs -p no:cacheprovider ;;
+    tests) "$py" -m pytest -m cuda -v -rs --durations=10 -p no:cacheprovider ;;
     draws) "$py" bench/draws.py --device "$device" --steps "${STEPS:-100}" ;;
     sweep) "$py" bench/rollout.py --shape "$shape" "${sweep[@]}" ;;
+    profile) "$py" bench/profile_step.py --shape "$shape" --device "$device" --dtype bfloat16 --steps 20 "${extra[@]}" ;;
     graphs) "$py" bench/rollout.py --shape "$shape" "${sweep[@]}" --cuda-graphs ;;
     compile) "$py" bench/compile.py --shape "$shape" --paths 32 "${sweep[@]}" &&
       "$py" bench/compile.py --shape "$shape" --paths 32 "${sweep[@]}" --cuda-graphs ;;
@@ -47,7 +49,7 @@ torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'peft', 
     train) "$py" bench/train.py --memory --shape "$shape" --device "$device" --checkpointing ;;
     shapes) "$py" bench/rollout.py --shape olmo-2-7b "${sweep[@]}" &&
       "$py" bench/rollout.py --shape qwen2.5-7b "${sweep[@]}" ;;
-    *) echo "unknown step $1 (env tests draws sweep graphs compile cot train shapes)" >&2; return 2 ;;
+    *) echo "unknown step $1 (env tests draws sweep profile graphs compile cot train shapes)" >&2; return 2 ;;
   esac
 }
 
