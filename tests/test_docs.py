@@ -57,3 +57,12 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     api = (tmp_path / "api" / "index.html").read_text()
     assert "martingale_posterior_mean" in api and "<math" in (tmp_path / "concepts" / "index.html").read_text()
+
+
+def test_readme_links_resolve() -> None:
+    """The README is read on a code host, outside the site: its relative links must name files of the checkout."""
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links into the docs"
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
