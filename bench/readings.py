@@ -1,4 +1,4 @@
-"""What the template ending and float32 label mass change on a model: the numbers of README "Reading of the paper".
+"""What the template ending and float32 label mass change on a model: the numbers of docs/reading.md.
 
 For each question, θ_0 of the direct-query prompt and of the PPR prompt (before any answer) under both template
 endings (`fence`, the default, and `paper`), computed as the engine's prefill computes it (`AnswerDist.from_logits`

@@ -261,7 +261,7 @@ def test_gpqa_without_record_ids() -> None:
 
 _LABELLED = ('{"id": "q1", "answerKey": "B", "question": {"stem": "Which is a colour?", "choices": '
              '[{"label": "A", "text": "seven"}, {"label": "B", "text": "blue"}, {"label": "C", "text": "loud"}]}}\n')
-#: Each benchmark's default file in a data directory, as the README's Data section lays it out, and its content
+#: Each benchmark's default file in a data directory, as docs/data-formats.md lays it out, and its content
 #: (a file of its format); (stem, correct choice) of its first question. A new dataset must be added here.
 LAYOUTS = {
     "csqa": ("commonsense_qa/dev_rand_split.jsonl", _LABELLED, ("Which is a colour?", "blue")),

@@ -1,4 +1,4 @@
-"""The switches between readings of the paper (README "Reading of the paper"): both readings run, and they differ
+"""The switches between readings of the paper (docs/reading.md): both readings run, and they differ
 where they should, checked against hand-written expectations."""
 
 from __future__ import annotations

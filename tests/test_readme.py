@@ -1,34 +1,58 @@
-"""The README's Python examples run as written (on the embedded default model), and the package root's API is
-what it says: every exported name resolves to a documented object, none of them imported before first use."""
+"""The Python examples of the README and of the docs pages run (on the embedded default model), and the package
+root's API is what it says: every exported name resolves to a documented object, none of them imported before first
+use.
+
+A block that would take long is marked by a comment on the line above it, `<!-- docs-test: {"n=200": "n=2"} -->`:
+the test applies those replacements (each must occur in the block) and runs it at that tiny size; unmarked blocks
+run as written."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 import beliefdrift
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PYTHON_BLOCK = re.compile(r"(?:^<!-- docs-test: (?P<tiny>\{.*\}) -->\n)?^```python\n(?P<code>.*?)^```$",
+                          re.MULTILINE | re.DOTALL)
 
 
-def python_blocks() -> list[str]:
-    return PYTHON_BLOCK.findall(README.read_text())
+class Block(NamedTuple):
+    name: str  # page#index, the test id
+    code: str
+    tiny: dict[str, str]  # replacements that shrink a long example
+
+
+def python_blocks() -> list[Block]:
+    return [
+        Block(f"{page.relative_to(ROOT)}#{i}", match["code"], json.loads(match["tiny"] or "{}"))
+        for page in PAGES
+        for i, match in enumerate(PYTHON_BLOCK.finditer(page.read_text()), 1)
+    ]
 
 
 def test_readme_has_python_examples() -> None:
-    assert python_blocks(), "README.md has no ```python block"
+    assert any(block.name.startswith("README.md#") for block in python_blocks()), "README.md has no ```python block"
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_readme_python_block_runs(index: int, capsys: pytest.CaptureFixture) -> None:
-    code = python_blocks()[index]
-    exec(compile(code, f"README.md python block {index + 1}", "exec"), {"__name__": "__readme__"})
+@pytest.mark.parametrize("block", python_blocks(), ids=lambda block: block.name)
+def test_python_block_runs(block: Block, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
+                           tmp_path: Path) -> None:
+    code = block.code
+    for old, new in block.tiny.items():
+        assert old in code, f"{block.name}: the docs-test replacement {old!r} is not in the block"
+        code = code.replace(old, new)
+    monkeypatch.chdir(tmp_path)  # whatever an example writes stays out of the checkout
+    exec(compile(code, f"{block.name} python block", "exec"), {"__name__": "__docs__"})
     assert capsys.readouterr().out.strip(), "the example printed nothing"
 
 
