@@ -31,13 +31,19 @@ def run_identity(
     template: str | None = None,
     only: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The settings dataclass's fields that change a number (all but the operational ones, or `only` these), with
+    """The settings dataclass's fields that change a number (all but the operational ones, or `only` these; a
+    `when_set` one only where it differs from its default), with
     dtype and device resolved, local paths absolute, the rendered prompt `template` and the `questions` used
     fingerprinted, the ids of the questions `skipped`, the command and the package version; `sha256` hashes it."""
     values: dict[str, Any] = {"command": command}
     for field in dataclasses.fields(settings):
-        if (field.name in only) if only is not None else not is_operational(field):
-            values[field.name] = _plain(getattr(settings, field.name))
+        value = getattr(settings, field.name)
+        if field.metadata.get("when_set"):
+            keep = value != field.default
+        else:
+            keep = (field.name in only) if only is not None else not is_operational(field)
+        if keep:
+            values[field.name] = _plain(value)
     if "dtype" in values:
         device = resolve_device(settings.device)
         values["dtype"] = str(resolve_dtype(settings.dtype, device)).removeprefix("torch.")
