@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -170,11 +169,12 @@ def test_tasks_ppr_cannot_label_are_refused_naming_task_and_reason(case: str, tm
         load_dataset(str(task))
 
 
-def test_a_missing_lm_eval_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "lm_eval.tasks", None)
-    with pytest.raises(DataError, match=re.escape("lm-eval tasks need the lm_eval package; pip install "
-                                                  "'beliefdrift[lm-eval]'")):
-        load_dataset("lm-eval:arc_challenge")
+def test_a_task_on_the_hub_offline_says_how_to_read_local_files(tmp_path: Path) -> None:
+    task = task_file(tmp_path, "remote", "dataset_path: nobody/nothing\ndoc_to_text: q\ndoc_to_choice: o\n"
+                     "doc_to_target: t\n")
+    with pytest.raises(DataError, match=r"lm-eval could not build the task \(ConnectionError: .*; offline, point a "
+                                        r"task file's dataset_path/dataset_kwargs at local files"):
+        load_dataset(str(task))
 
 
 def test_evaluate_on_a_task_file_reports_each_subtask(tiny_model_dir: Path, tmp_path: Path,

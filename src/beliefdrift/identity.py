@@ -32,9 +32,9 @@ def run_identity(
     only: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The settings dataclass's fields that change a number (all but the operational ones, or `only` these; a
-    `when_set` one only where it differs from its default), with
-    dtype and device resolved, local paths absolute, the rendered prompt `template` and the `questions` used
-    fingerprinted, the ids of the questions `skipped`, the command and the package version; `sha256` hashes it."""
+    `when_set` one only where it differs from its default), with dtype and device resolved, local paths absolute,
+    the rendered prompt `template` and the `questions` used fingerprinted, the ids of the questions `skipped`, the
+    command and the package version; `sha256` hashes it."""
     values: dict[str, Any] = {"command": command}
     for field in dataclasses.fields(settings):
         value = getattr(settings, field.name)

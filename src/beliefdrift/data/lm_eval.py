@@ -101,8 +101,10 @@ def _tasks(spec: str) -> dict[str, Any]:
             if isinstance(err, KeyError) and "not a registered" in str(err):
                 missing = err
                 continue
+            hint = ("; offline, point a task file's dataset_path/dataset_kwargs at local files (docs/lm-eval.md)"
+                    if isinstance(err, ConnectionError) else "")
             raise DataError(f"--dataset {spec}: lm-eval could not build the task ({type(err).__name__}: "
-                            f"{first_line(err)})") from None
+                            f"{first_line(err)}){hint}") from None
     raise DataError(f"--dataset {spec}: not an lm-eval task, group or tag ({first_line(missing)})")
 
 
