@@ -3,6 +3,7 @@ and local data files, in a known layout or mapped with `--fields`."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 from beliefdrift.data import DataError, load_dataset
 from beliefdrift.data.hf import parse_fields
+from beliefdrift.evaluation_config import EvalConfig
+from beliefdrift.identity import run_identity
 
 ROWS = [{"uid": f"q{i}", "prompt": f"question {i}?", "opts": ["red", "green", "blue"], "gold": i % 3,
          "key": "AB"[i % 2], "A": "one", "B": "two"} for i in range(4)]
@@ -31,6 +34,9 @@ def test_save_to_disk_folder_with_a_field_mapping_and_splits(tmp_path: Path) -> 
         ("q0", "question 0?", ("red", "green", "blue"), "A"), ("q1", "question 1?", ("red", "green", "blue"), "B")]
     assert questions[0].source == f"{spec}/test:1"
     assert len(load_dataset(spec, split="train", fields=MAPPED, n=3)) == 3
+    relative = os.path.relpath(spec.removeprefix("hf:"))
+    identity = run_identity("evaluate", EvalConfig(dataset=f"hf:{relative}", fields=MAPPED), questions)
+    assert identity["dataset"] == spec and identity["fields"] == MAPPED  # the same run from any directory
     with pytest.raises(DataError, match=re.escape(f"{spec}: unknown split 'dev'; expected --split train or test")):
         load_dataset(spec, split="dev", fields=MAPPED)
 

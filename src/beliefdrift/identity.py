@@ -15,12 +15,13 @@ from beliefdrift import __version__
 from beliefdrift.backend import REGISTRY
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.config import is_operational
+from beliefdrift.data.hf import HF_PREFIX
 from beliefdrift.data.registry import DATASETS, fingerprint
 from beliefdrift.files import write_atomic
 from beliefdrift.store import identity_mismatch
 
 #: Settings naming a file or directory: made absolute when they exist, so the same run from another directory matches.
-PATH_SETTINGS = ("model", "dataset", "eval_dataset", "adapter", "rollout_dir")
+PATH_SETTINGS = ("model", "dataset", "eval_dataset", "adapter", "rollout_dir", "fields")
 
 
 def run_identity(
@@ -89,5 +90,7 @@ def _plain(value: Any) -> Any:
 
 
 def _local_path_or_name(spec: str) -> str:
-    path = Path(spec).expanduser()
-    return str(path.resolve()) if path.exists() else spec
+    """`spec` absolute where it names a local file or directory (after an `hf:` prefix, which it keeps)."""
+    prefix = HF_PREFIX if spec.startswith(HF_PREFIX) else ""
+    path = Path(spec.removeprefix(prefix)).expanduser()
+    return prefix + str(path.resolve()) if path.exists() else spec
