@@ -72,16 +72,21 @@ def test_arc_through_lm_eval_equals_our_loader(tmp_path: Path) -> None:
 
 
 def test_mmlu_subject_reads_option_texts_off_the_prompt(tmp_path: Path) -> None:
-    """MMLU's choices are the labels A-D and its prompt lists the options: the options are read off the prompt."""
+    """MMLU's choices are the labels A-D and its prompt lists the options: the options are read off the prompt;
+    the mmlu_stem group expands to its subjects."""
     rows = [{"question": " What is the largest organ? ", "subject": "anatomy", "answer": 2,
              "choices": ["Heart", "Liver", "Skin", "Lung"]},
             {"question": "Which bone is in the arm?\nPick one.", "subject": "anatomy", "answer": 0,
              "choices": ["Humerus", "Femur", "Tibia", "Fibula"]}]
-    task = real_task(tmp_path, "mmlu/default", ["_default_template_yaml", "mmlu_anatomy.yaml"], rows)
-    first, second = load_dataset(str(task))
+    group = real_task(tmp_path, "mmlu/default", ["_default_template_yaml", "mmlu_anatomy.yaml", "mmlu_astronomy.yaml",
+                                                 "_mmlu_stem.yaml"], rows)
+    first, second = load_dataset(str(tmp_path / "mmlu_anatomy.yaml"))
     assert (first.stem, first.choices, first.labels, first.answer) == (
         "What is the largest organ?", ("Heart", "Liver", "Skin", "Lung"), ("A", "B", "C", "D"), "C")
     assert (second.stem, second.answer) == ("Which bone is in the arm?\nPick one.", "A")
+    # lm-eval's own group file (its subjects by tag) expands to the subjects copied here
+    assert [q.id for q in load_dataset(str(group))] == ["mmlu_anatomy/0", "mmlu_anatomy/1", "mmlu_astronomy/0",
+                                                         "mmlu_astronomy/1"]
 
 
 def test_hellaswag_context_and_endings_through_its_process_docs_hook(tmp_path: Path) -> None:
