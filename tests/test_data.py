@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -363,3 +364,11 @@ def test_demo_set() -> None:
     assert set(positions) == set("ABCDE")
     assert max(positions.values()) - min(positions.values()) <= 3
     assert all(len(set(q.choices)) == q.num_choices for q in questions)
+
+
+def test_a_missing_lm_eval_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the lm-eval extra an lm-eval dataset is one error naming it (installed or not, this runs)."""
+    monkeypatch.setitem(sys.modules, "lm_eval.tasks", None)
+    with pytest.raises(DataError, match=re.escape("lm-eval tasks need the lm_eval package; pip install "
+                                                  "'beliefdrift[lm-eval]'")):
+        load_dataset("lm-eval:arc_challenge")

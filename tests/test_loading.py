@@ -58,3 +58,32 @@ def test_default_model_conversion_is_cached(default_lm, monkeypatch):
     monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", no_conversion)
     cached = model_source(DEFAULT_MODEL)
     assert (cached / "model.safetensors").is_file() and (cached / "tokenizer.json").is_file()
+
+
+def test_model_args_are_read_as_lm_eval_reads_them():
+    assert loading.parse_model_args(None) == {}
+    assert loading.parse_model_args("low_cpu_mem_usage=True, subfolder=main,max_memory=8,scale=0.5,name=") == {
+        "low_cpu_mem_usage": True, "subfolder": "main", "max_memory": 8, "scale": 0.5, "name": ""}
+    with pytest.raises(ValueError, match="--model-args oops: 'oops' is not key=value"):
+        loading.parse_model_args("oops")
+    with pytest.raises(ValueError, match="set revision with --revision"):
+        loading.parse_model_args("revision=v2")
+
+
+def test_revision_trust_remote_code_and_model_args_reach_from_pretrained(tiny_model_dir, monkeypatch):
+    calls = {}
+    for name, cls in (("tokenizer", loading.AutoTokenizer), ("model", loading.AutoModelForCausalLM)):
+        original = cls.from_pretrained
+
+        def record(source, *args, _name=name, _original=original, **kwargs):
+            calls[_name] = dict(kwargs)
+            kwargs.pop("revision", None)
+            return _original(source, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", record)
+    loading.load_model(str(tiny_model_dir), revision="main", trust_remote_code=True,
+                       model_args={"low_cpu_mem_usage": True})
+    assert calls["tokenizer"] == {"revision": "main", "trust_remote_code": True}
+    assert calls["model"]["low_cpu_mem_usage"] is True and calls["model"]["revision"] == "main"
+    loading.load_model(str(tiny_model_dir))
+    assert calls["tokenizer"] == {} and "revision" not in calls["model"]

@@ -25,7 +25,7 @@ import yaml
 from transformers import HfArgumentParser
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
-from beliefdrift.backend.loading import ATTN_IMPLEMENTATIONS
+from beliefdrift.backend.loading import ATTN_IMPLEMENTATIONS, parse_model_args
 from beliefdrift.backend.path_cache import compile_forward
 from beliefdrift.errors import UserError, check_device, check_model
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
@@ -35,14 +35,15 @@ Config = TypeVar("Config")
 #: YAML presets shipped with the package (`configs/` in a source checkout links here).
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 #: Field metadata that is ours, not an `add_argument` keyword.
-OWN_METADATA = ("operational", "minimum")
+OWN_METADATA = ("operational", "minimum", "when_set")
 
 
 def option(default: Any, help: str, *aliases: str, operational: bool = False, choices: Sequence[Any] | None = None,
-           minimum: int | None = None, metavar: str | None = None) -> Any:
+           minimum: int | None = None, metavar: str | None = None, when_set: bool = False) -> Any:
     """A setting: its default, help line, short flags, allowed values (`choices`, or numbers ≥ `minimum`), and
-    whether results depend on it."""
-    metadata: dict[str, Any] = {"help": help, "operational": operational, "minimum": minimum}
+    whether results depend on it. A `when_set` setting enters the run identity only when it differs from its default
+    (settings added after runs were stored: those runs' identities stay as they were, so they still resume)."""
+    metadata: dict[str, Any] = {"help": help, "operational": operational, "minimum": minimum, "when_set": when_set}
     if aliases:
         metadata["aliases"] = list(aliases)
     if choices is not None:
@@ -100,22 +101,38 @@ class ModelOptions(Settings):
     template_ending: str = option(DEFAULT_TEMPLATE_ENDING, "fence: the question's code fence is closed after it; "
                                                            "paper: the prompt ends with the question (Appendix C)",
                                   choices=TEMPLATE_ENDINGS)
+    revision: str | None = option(None, "the hub model's branch, tag or commit (from_pretrained's revision)",
+                                  when_set=True)
+    trust_remote_code: bool = option(False, "run the model repository's own Python code (from_pretrained's "
+                                            "trust_remote_code)", when_set=True)
+    model_args: str | None = option(None, "more from_pretrained keywords as key=value,… (like lm-eval's "
+                                          "--model_args), e.g. low_cpu_mem_usage=True,subfolder=main",
+                                    metavar="KEY=VALUE,…", when_set=True)
 
     def load_model(self) -> LanguageModel:
-        """The model these options name (device, dtype, attention and device map as set), after checking that the
-        device exists and the model can be found, so that either is a one-line error."""
+        """The model these options name (device, dtype, attention, device map and from_pretrained keywords as set),
+        after checking that the device exists and the model can be found, so that either is a one-line error."""
         check_device(self.device)
         check_model(self.model)
         return load_model(self.model, device=self.device, dtype=self.dtype,
-                          attn_implementation=self.attn_implementation, device_map=self.device_map)
+                          attn_implementation=self.attn_implementation, device_map=self.device_map,
+                          **self.pretrained_kwargs())
+
+    def pretrained_kwargs(self) -> dict[str, Any]:
+        """`revision`, `trust_remote_code` and `model_args` as `load_model`'s keywords."""
+        return {"revision": self.revision, "trust_remote_code": self.trust_remote_code,
+                "model_args": parse_model_args(self.model_args)}
 
 
 @dataclasses.dataclass(frozen=True)
 class DataOptions(Settings):
     _argument_group_name = "data"
 
-    dataset: str = option("demo", "a registered dataset (demo, csqa, arc, tinymmlu, mmlu, gpqa, gsm8k) or a file")
+    dataset: str = option("demo", "a registered dataset (demo, csqa, arc, tinymmlu, mmlu, gpqa, gsm8k), a file, "
+                                  "lm-eval:TASK, an lm-eval task file (.yaml) or hf:OWNER/NAME[:CONFIG]")
     split: str | None = option(None, "dataset split (unset: the dataset's evaluation split)")
+    fields: str | None = option(None, "a hf: dataset's columns as question=COL,choices=COL,answer=COL[,labels=COL]"
+                                      "[,id=COL], or a YAML file of that mapping", when_set=True)
     n: int | None = option(None, "number of questions, 0 or unset for all (a deterministic subsample by --seed)",
                            "-n", minimum=0)
     data_dir: str | None = option(None, "benchmark data directory (unset: $BELIEFDRIFT_DATA)", operational=True)

@@ -67,7 +67,7 @@ def question_rows(
 def load_questions(config: EvalConfig) -> list[MCQuestion]:
     """The run's multiple-choice questions (`dataset`, `split`, `n`, `seed`); a dataset of other tasks is an error."""
     questions = load_dataset(config.dataset, split=config.split, data_dir=config.data_dir, n=config.n,
-                             seed=config.seed)
+                             seed=config.seed, fields=config.fields)
     if not questions or not isinstance(questions[0], MCQuestion):
         raise ValueError(f"dataset {config.dataset!r} has no multiple-choice questions to evaluate")
     return questions  # type: ignore[return-value]

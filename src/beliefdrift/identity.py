@@ -15,12 +15,13 @@ from beliefdrift import __version__
 from beliefdrift.backend import REGISTRY
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.config import is_operational
+from beliefdrift.data.hf import HF_PREFIX
 from beliefdrift.data.registry import DATASETS, fingerprint
 from beliefdrift.files import write_atomic
 from beliefdrift.store import identity_mismatch
 
 #: Settings naming a file or directory: made absolute when they exist, so the same run from another directory matches.
-PATH_SETTINGS = ("model", "dataset", "eval_dataset", "adapter", "rollout_dir")
+PATH_SETTINGS = ("model", "dataset", "eval_dataset", "adapter", "rollout_dir", "fields")
 
 
 def run_identity(
@@ -31,13 +32,19 @@ def run_identity(
     template: str | None = None,
     only: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The settings dataclass's fields that change a number (all but the operational ones, or `only` these), with
-    dtype and device resolved, local paths absolute, the rendered prompt `template` and the `questions` used
-    fingerprinted, the ids of the questions `skipped`, the command and the package version; `sha256` hashes it."""
+    """The settings dataclass's fields that change a number (all but the operational ones, or `only` these; a
+    `when_set` one only where it differs from its default), with dtype and device resolved, local paths absolute,
+    the rendered prompt `template` and the `questions` used fingerprinted, the ids of the questions `skipped`, the
+    command and the package version; `sha256` hashes it."""
     values: dict[str, Any] = {"command": command}
     for field in dataclasses.fields(settings):
-        if (field.name in only) if only is not None else not is_operational(field):
-            values[field.name] = _plain(getattr(settings, field.name))
+        value = getattr(settings, field.name)
+        if field.metadata.get("when_set"):
+            keep = value != field.default
+        else:
+            keep = (field.name in only) if only is not None else not is_operational(field)
+        if keep:
+            values[field.name] = _plain(value)
     if "dtype" in values:
         device = resolve_device(settings.device)
         values["dtype"] = str(resolve_dtype(settings.dtype, device)).removeprefix("torch.")
@@ -83,5 +90,7 @@ def _plain(value: Any) -> Any:
 
 
 def _local_path_or_name(spec: str) -> str:
-    path = Path(spec).expanduser()
-    return str(path.resolve()) if path.exists() else spec
+    """`spec` absolute where it names a local file or directory (after an `hf:` prefix, which it keeps)."""
+    prefix = HF_PREFIX if spec.startswith(HF_PREFIX) else ""
+    path = Path(spec.removeprefix(prefix)).expanduser()
+    return prefix + str(path.resolve()) if path.exists() else spec

@@ -201,7 +201,7 @@ class SCTrainer:
         self.is_main = self.accelerator.is_main_process
         self._lock = self._hold_directory()
         base = lm or load_model(config.model, device=str(self.accelerator.device), dtype=config.dtype,
-                                attn_implementation=config.attn_implementation)
+                                attn_implementation=config.attn_implementation, **config.pretrained_kwargs())
         self.groups = self._rollout_groups(base)
         self.updates = plan_updates(len(self.groups), config, self.accelerator.process_index,
                                     self.accelerator.num_processes)
@@ -288,7 +288,8 @@ class SCTrainer:
 
     def training_questions(self) -> list[MCQuestion]:
         c = self.config
-        return load_dataset(c.dataset, c.split, c.data_dir, n=c.n, seed=c.seed)  # type: ignore[return-value]
+        return load_dataset(c.dataset, c.split, c.data_dir, n=c.n, seed=c.seed,  # type: ignore[return-value]
+                            fields=c.fields)
 
     def validation_questions(self) -> list[MCQuestion]:
         """`eval_n` questions not trained on (default: from the training dataset and split, another seed)."""
@@ -297,7 +298,7 @@ class SCTrainer:
             return []
         trained = {g.question.id for g in self.groups}
         pool = load_dataset(c.eval_dataset or c.dataset, c.eval_split or c.split, c.data_dir,
-                            n=c.eval_n + len(trained), seed=c.seed + 1)
+                            n=c.eval_n + len(trained), seed=c.seed + 1, fields=c.fields)
         return [q for q in pool if q.id not in trained][: c.eval_n]  # type: ignore[misc]
 
     @property

@@ -14,11 +14,13 @@ import inspect
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -188,6 +190,27 @@ def model_source(spec: str) -> Path | str:
 
 
 ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
+#: from_pretrained keywords that have their own flag, so --model-args may not set them.
+OWN_FLAGS = {"dtype": "--dtype", "torch_dtype": "--dtype", "device_map": "--device-map",
+             "attn_implementation": "--attn-implementation", "revision": "--revision",
+             "trust_remote_code": "--trust-remote-code"}
+
+
+def parse_model_args(spec: str | None) -> dict[str, Any]:
+    """`key=value,…` as from_pretrained keywords, each value read as YAML reads a scalar (`True`, `8`, `0.5`, text),
+    as lm-eval reads its --model_args; a key with its own flag, or a pair without `=`, is a ValueError."""
+    if not spec:
+        return {}
+    values: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key:
+            raise ValueError(f"--model-args {spec}: {item!r} is not key=value")
+        if key in OWN_FLAGS:
+            raise ValueError(f"--model-args {spec}: set {key} with {OWN_FLAGS[key]}")
+        parsed = yaml.safe_load(value) if value else ""
+        values[key] = parsed if isinstance(parsed, (str, int, float, bool)) or parsed is None else value
+    return values
 
 
 def load_model(
@@ -196,11 +219,16 @@ def load_model(
     dtype: str = "float32",
     attn_implementation: str = "auto",
     device_map: str | dict | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    model_args: Mapping[str, Any] | None = None,
 ) -> LanguageModel:
     """Load `spec` (registry name, hub id, local directory or .gguf path) in eval mode.
 
     `attn_implementation` (auto = transformers' choice for the model) runs every forward pass the engine does not
     own; `device_map` ("auto" or an accelerate map) spreads a model over several devices instead of `device`.
+    `revision` and `trust_remote_code` go to both `from_pretrained` calls, `model_args` (`parse_model_args`) to the
+    model's.
     """
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(f"unknown attention implementation {attn_implementation!r}; expected one of "
@@ -208,8 +236,13 @@ def load_model(
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     source = model_source(spec)
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    options = {} if attn_implementation == "auto" else {"attn_implementation": attn_implementation}
+    hub: dict[str, Any] = {"revision": revision} if revision is not None else {}
+    if trust_remote_code:
+        hub["trust_remote_code"] = True
+    tokenizer = AutoTokenizer.from_pretrained(source, **hub)
+    options = {**hub, **(model_args or {})}
+    if attn_implementation != "auto":
+        options["attn_implementation"] = attn_implementation
     if device_map is not None:
         options["device_map"] = device_map
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **options)

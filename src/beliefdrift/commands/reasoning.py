@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args, ReasoningCommandConfig)
     config = settings.experiment
     items = load_dataset(settings.dataset, split=settings.split, data_dir=settings.data_dir, n=settings.n,
-                         seed=settings.seed)
+                         seed=settings.seed, fields=settings.fields)
     template = settings.template or pairs_template(settings.dataset)
     tasks = [ReasoningTask.from_item(item, template) for item in items]
     print(f"loading {settings.model} ...", flush=True)

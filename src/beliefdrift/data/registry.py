@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from beliefdrift.data.hf import HF_PREFIX, load_hf
+from beliefdrift.data.lm_eval import is_task_spec, load_lm_eval
 from beliefdrift.data.loaders import (
     RECORD_LAYOUTS,
     DataError,
@@ -92,14 +94,19 @@ def load_dataset(
     n: int | None = None,
     seed: int = 0,
     fmt: str | None = None,
+    fields: str | None = None,
 ) -> list[MCQuestion] | list[MathProblem]:
-    """Load benchmark `name` (one of `DATASETS`, or a path to a file) and keep `n` of its items.
+    """Load benchmark `name` (one of `DATASETS`, a path to a file, an lm-eval task `lm-eval:TASK` or task file
+    `*.yaml`, or a Hugging Face dataset `hf:OWNER/NAME[:CONFIG]`) and keep `n` of its items.
 
     `data_dir` defaults to the environment variable BELIEFDRIFT_DATA. `fmt` (one of `FORMATS`) only
     applies to a file path; without it the format is told from the extension and the first record.
-    `seed` drives both the subsample and GPQA's option shuffle.
+    `fields` maps a Hugging Face dataset's columns (`data.hf.parse_fields`). `seed` drives both the
+    subsample and GPQA's option shuffle.
     """
     root = _data_root(data_dir)
+    if fields is not None and not name.startswith(HF_PREFIX):
+        raise DataError(f"--fields applies to a Hugging Face dataset (hf:…), not to {name!r}")
     if name == "demo":
         items: list[Any] = load_demo()
     elif name in _LAYOUTS:
@@ -108,11 +115,16 @@ def load_dataset(
         items = [q for path in _mmlu_files(split, root) for q in load_mmlu_csv(path)]
     elif name == "gpqa":
         items = load_gpqa_csv(_gpqa_file(split, root), seed=seed)
+    elif name.startswith(HF_PREFIX):
+        items = load_hf(name, split, fields)
+    elif is_task_spec(name):
+        items = load_lm_eval(name, split)
     elif Path(name).is_file():
         items = load_file(name, fmt=fmt, seed=seed)
     else:
         known = ", ".join(DATASETS)
-        raise DataError(f"unknown dataset {name!r}: expected one of {known} or an existing file")
+        raise DataError(f"unknown dataset {name!r}: expected one of {known}, an existing file, lm-eval:TASK, a task "
+                        "file (.yaml) or hf:OWNER/NAME[:CONFIG]")
     return subsample(items, n, seed)
 
 

@@ -64,7 +64,8 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
         return methods
 
     def questions(self) -> list[MCQuestion]:
-        questions = load_dataset(self.dataset, split=self.split, data_dir=self.data_dir, n=self.n, seed=self.seed)
+        questions = load_dataset(self.dataset, split=self.split, data_dir=self.data_dir, n=self.n, seed=self.seed,
+                                 fields=self.fields)
         if not questions or not isinstance(questions[0], MCQuestion):
             raise UserError(f"{self.dataset}: drift diagnostics need multiple-choice questions")
         return questions

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from beliefdrift.data.lm_eval import is_task_spec, task_label
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.methods import Method, MethodResult
 from beliefdrift.metrics import METRIC_NAMES
@@ -46,6 +47,9 @@ class RunScores:
 
 
 def dataset_title(dataset: str) -> str:
+    """A dataset's column heading: its paper name, an lm-eval task's name, a file's stem."""
+    if is_task_spec(dataset):
+        return task_label(dataset)
     return DATASET_TITLES.get(dataset, Path(dataset).stem)
 
 
