@@ -30,8 +30,8 @@ win. A list is separate words on the command line (`--methods ppr ppr-seed5`) an
 
 
 def cell(text: object) -> str:
-    """One Markdown table cell: a single line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One Markdown table cell: a single line, pipes and brackets escaped (`[a][b]` would read as a link)."""
+    return " ".join(str(text).split()).replace("|", "\\|").replace("[", "\\[")
 
 
 def default_text(action: argparse.Action) -> str:
