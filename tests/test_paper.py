@@ -93,7 +93,7 @@ class Page(HTMLParser):
         elif tag == "img":
             assert attr["src"].startswith("data:image/png;base64,")
         for key in ("src", "href"):
-            if attr.get(key) and not attr[key].startswith(("data:", "#")):
+            if attr.get(key) and not attr[key].startswith(("data:", "#")) and attr[key] != "explorer.html":
                 self.external.append(attr[key])
 
     def handle_data(self, data: str) -> None:

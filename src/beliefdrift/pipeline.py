@@ -7,6 +7,7 @@ and wall time in `DIR/stages.json`, skips stages done earlier with the same comm
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -19,10 +20,11 @@ from typing import Any
 
 import yaml
 
-from beliefdrift.config import preset_file
+from beliefdrift.config import ReportOptions, preset_file
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
+from beliefdrift.report.explorer import write_explorer
 from beliefdrift.report.html import environment, write_html
 from beliefdrift.store import STORE_FILE
 
@@ -200,4 +202,17 @@ def run_stages(
             return code
         if stage.command == "report":
             print(f"wrote {write_html(out, record, preset.stages)}")
+            print(f"wrote {paper_explorer(out, record, preset.stages, stage)}")
     return 0
+
+
+def paper_explorer(out: Path, record: dict[str, Any], stages: Sequence[Stage], report: Stage) -> Path:
+    """`out/explorer.html` over every stage directory that finished, with the `report` stage's quality control and
+    bootstrap, and the wall times and environment of `record`."""
+    known = {field.name for field in dataclasses.fields(ReportOptions)}
+    options = ReportOptions(**{key: value for key, value in (report.args or {}).items() if key in known})
+    done = [stage.name for stage in stages if record["stages"].get(stage.name, {}).get("status") == "done"
+            and stage.command != "report" and (out / stage.name).is_dir()]
+    wall = {name: record["stages"][name]["seconds"] for name in done}
+    return write_explorer([out / name for name in done], out, options.quality_control, options.bootstrap,
+                          record.get("environment"), wall, title="beliefdrift paper: run explorer")
