@@ -14,7 +14,8 @@ import pytest
 from beliefdrift.cli import main
 from beliefdrift.data.loaders import DataError
 from beliefdrift.data.registry import load_dataset
-from beliefdrift.pipeline import STAGES_FILE, flags
+from beliefdrift.files import current_umask
+from beliefdrift.pipeline import STAGES_FILE, check_dependencies, flags, load_paper_preset, select
 from beliefdrift.report.html import ADAPTER_WEIGHTS, fingerprints
 from beliefdrift.store import STORE_FILE, RunStore
 
@@ -210,6 +211,14 @@ def test_paper_runs_stages_as_their_commands_and_resumes(
     assert again.pop("reasoning-gpqa")["status"] == "skipped"
     assert again == {name: entry for name, entry in record["stages"].items() if name != "reasoning-gpqa"}
 
+    # `--stages report` alone (done earlier) writes the pages again; every output file honours the umask
+    (out / "report.html").unlink()
+    assert main([*paper, "--stages", "report"]) == 0
+    mode = 0o666 & ~current_umask()
+    for path in (out / "report.html", out / "explorer.html", out / STAGES_FILE, out / "report" / "paired.md",
+                 out / "drift" / "records.csv"):
+        assert path.stat().st_mode & 0o777 == mode, path
+
 
 def test_a_failed_stage_stops_the_run(tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture) -> None:
     preset = tmp_path / "bad.yaml"
@@ -219,10 +228,25 @@ def test_a_failed_stage_stops_the_run(tmp_path: Path, tiny_model_dir: Path, caps
     assert main(["paper", "--preset", str(preset), "--model", str(tiny_model_dir), "--out", str(out)]) == 2
     stages = json.loads((out / STAGES_FILE).read_text())["stages"]
     assert list(stages) == ["evaluate-x"] and stages["evaluate-x"]["status"] == "failed"
-    assert "stage evaluate-x failed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "stage evaluate-x failed" in err and "fix what the error above names" in err and "to resume" not in err
     preset.write_text("stages:\n  evaluate-x:\n    command: evaluatee\n")
     assert main(["paper", "--preset", str(preset), "--list-stages", "--out", str(out)]) == 2
 
+
+
+def test_stage_dependencies_are_checked_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    preset = tmp_path / "deps.yaml"
+    preset.write_text("stages:\n  train:\n    command: train\n  drift:\n    command: drift\n  emd-x:\n"
+                      "    command: emd\n    args: {adapter: '{out}/train/adapter', methods: [am-ppr-seed1]}\n")
+    out = tmp_path / "paper"
+    assert main(["paper", "--preset", str(preset), "--stages", "drift", "emd-x", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "stage emd-x reads the output of train" in err and "--stages train drift emd-x" in err
+    assert not out.exists()  # refused before any stage ran
+    out.mkdir()
+    (out / STAGES_FILE).write_text(json.dumps({"stages": {"train": {"status": "done"}}}))
+    check_dependencies(select(load_paper_preset(str(preset)), ["emd-x"]), out)  # train is done: emd-x may run
 
 
 def test_fingerprints_name_model_data_and_adapter_weights(tmp_path: Path) -> None:

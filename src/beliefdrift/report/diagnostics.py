@@ -21,7 +21,7 @@ from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_curves, pl
 from beliefdrift.report.marginal import plot_average_drift, record_drift
 from beliefdrift.report.paired import emd_comparisons, emd_markdown
 from beliefdrift.report.plots import plot_marginal_drift
-from beliefdrift.report.text import markdown_table, plus_minus
+from beliefdrift.report.text import fixed, markdown_table, plus_minus
 from beliefdrift.stats import mean_std
 
 Records = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -113,7 +113,7 @@ def emd_report(
         table += (f"\n\nfloor: mean [2.5%, 97.5%] of the same figure for {replicates} "
                   "replicates of Pólya-urn martingales matched to each question's θ and spread (exact martingales: "
                   "EMD = 0, so the floor is the estimator's noise); > floor: EMD‾ above the 97.5% point (one-sided p), "
-                  "and the questions whose own EMD‾ is above their own floor's")
+                  "and how many questions have an EMD‾ above the 97.5% point of their own floor")
     paired = emd_markdown(emd_comparisons(records, distances))
     table += f"\n\n{paired}" if paired else ""
     return DiagnosticsReport(summary, table, figures)
@@ -121,14 +121,14 @@ def emd_report(
 
 def _emd_cells(row: EMDRow, points: list[int]) -> list[str]:
     """EMD‾ and EMD_k(b) at the burn-in `points` as mean ± std, each followed by its floor when `row` has one."""
-    cells = [f"{row.emd_bar:.4f} ± {row.emd_bar_std:.4f}"]
+    cells = [plus_minus(row.emd_bar, row.emd_bar_std, 4)]
     if row.floor_replicates:
-        cells += [f"{row.floor:.4f} [{row.floor_low:.4f}, {row.floor_high:.4f}]",
+        cells += [f"{fixed(row.floor)} [{fixed(row.floor_low)}, {fixed(row.floor_high)}]",
                   f"{'yes' if row.above_floor else 'no'} ({row.floor_p:.3f}); {row.questions_above_floor}/"
                   f"{row.questions} questions"]
     for b in points:
-        cells.append(f"{row.burn_in[b]:.4f} ± {row.burn_in_std[b]:.4f}")
+        cells.append(plus_minus(row.burn_in[b], row.burn_in_std[b], 4))
         if row.floor_replicates:
             low, high = row.burn_in_floor_low[b], row.burn_in_floor_high[b]
-            cells.append(f"{row.burn_in_floor[b]:.4f} [{low:.4f}, {high:.4f}]")
+            cells.append(f"{fixed(row.burn_in_floor[b])} [{fixed(low)}, {fixed(high)}]")
     return cells
