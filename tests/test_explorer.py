@@ -49,8 +49,15 @@ def explorer(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> 
                  "--qc-path-mass", "0", "--bootstrap", "20", "--out", str(root / "evaluate")]) == 0
     assert main(["drift", *common, "--n", "1", "-J", "2", "-N", "3", "--methods", "ppr",
                  "--out", str(root / "drift")]) == 0
-    assert main(["report", str(root / "evaluate"), str(root / "drift"), "--html", "--bootstrap", "20",
-                 "--qc-path-mass", "0", "--out", str(root / "report")]) == 0
+    # train's log.csv and the reasoning summary as those commands write them (their runs take minutes)
+    (root / "train").mkdir()
+    (root / "train" / "log.csv").write_text("step,epoch,loss,sc,anchor,format,val_emd_l1\n1,0,2.5,1.5,0.5,0.5,\n"
+                                            "2,0,2.0,1.2,0.4,0.4,0.3\n")
+    (root / "reasoning").mkdir()
+    (root / "reasoning" / "summary.json").write_text(json.dumps({"command": "reasoning", "conditions": {
+        "plain": {"title": "no seeds", "curve_mean": [1.0, 0.8, None], "curve_std": [0.0, 0.1, None]}}}))
+    assert main(["report", *(str(root / name) for name in ("evaluate", "drift", "train", "reasoning")), "--html",
+                 "--bootstrap", "20", "--qc-path-mass", "0", "--out", str(root / "report")]) == 0
     return root
 
 
@@ -72,8 +79,10 @@ def sidecar_theta(path: Path) -> dict[str, np.ndarray]:
 def test_the_page_holds_the_runs_and_the_stores_paths(explorer: Path) -> None:
     page = explorer / "report" / "explorer.html"
     data = page_data(page)
-    assert [(run["name"], run["command"]) for run in data["runs"]] == [("evaluate", "evaluate"), ("drift", "drift")]
-    evaluate, drift = data["runs"]
+    assert [(run["name"], run["command"]) for run in data["runs"]] == [
+        ("evaluate", "evaluate"), ("drift", "drift"), ("train", "train"), ("reasoning", "reasoning")]
+    evaluate, drift, train, _ = data["runs"]
+    assert train["log"]["loss"] == [2.5, 2.0] and train["log"]["val_emd_l1"] == [None, 0.3]
     assert {row["name"] for row in evaluate["table"]} == {"direct", "ppr", "ppr-seed1"}
     questions = {q["id"]: q for q in evaluate["questions"]}
     assert questions["x-001"]["stem"] == HOSTILE_STEM and questions["x-001"]["options"][0] == "<b>bold</b>"
@@ -136,6 +145,9 @@ def test_the_page_in_chromium(explorer: Path, browser, tmp_path: Path) -> None: 
     wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
+    drawn = "return document.querySelectorAll('#{} .js-plotly-plot').length"
+    assert [browser.execute_script(drawn.format(section)) for section in ("methods", "training", "reasoning")] == [
+        5 + 3, 5, 1]  # a forest plot per metric and a reliability diagram per method; loss, sc, anchor, format, val
     rows = visible_rows(browser)  # question × method; the drift run's question joins its evaluate row
     assert len(rows) == 2 * 3 and {row[0] for row in rows} == {"hostile"}
     assert [row[-1] != "–" for row in rows].count(True) == 1
