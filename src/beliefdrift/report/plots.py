@@ -38,7 +38,8 @@ def plot_marginal_drift(
     panels: Sequence[tuple[str, MarginalDrift]], labels: Sequence[str], path: Path, title: str = ""
 ) -> list[Path]:
     """One panel per prompt variant: mean θ_n per option against n, shaded ±1 std across paths."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=True, squeeze=False,
+                             layout="constrained")  # the suptitle above the panels' titles, never over them
     for ax, (name, drift) in zip(axes[0], panels, strict=True):
         steps = range(drift.mean.shape[0])
         for k, label in enumerate(labels):
