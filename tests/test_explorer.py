@@ -83,6 +83,7 @@ def test_the_page_holds_the_runs_and_the_stores_paths(explorer: Path) -> None:
         ("evaluate", "evaluate"), ("drift", "drift"), ("train", "train"), ("reasoning", "reasoning")]
     evaluate, drift, train, _ = data["runs"]
     assert train["log"]["loss"] == [2.5, 2.0] and train["log"]["val_emd_l1"] == [None, 0.3]
+    assert "torch" in data["environment"]["libraries"]
     assert {row["name"] for row in evaluate["table"]} == {"direct", "ppr", "ppr-seed1"}
     questions = {q["id"]: q for q in evaluate["questions"]}
     assert questions["x-001"]["stem"] == HOSTILE_STEM and questions["x-001"]["options"][0] == "<b>bold</b>"

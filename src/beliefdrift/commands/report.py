@@ -20,6 +20,7 @@ from pathlib import Path
 
 from beliefdrift.config import ReportOptions, add_command, option, settings_from
 from beliefdrift.report.explorer import write_explorer
+from beliefdrift.report.html import environment
 from beliefdrift.report.plots import FIGURE_FORMATS
 from beliefdrift.report.runs import write_report
 from beliefdrift.store import STORE_FILE, RunStore
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {len(files)} files to {out} (tables.md, tables.tex, metrics.csv, paired.md/csv, reliability "
               "plots)")
     if config.html:
-        print(f"wrote {write_explorer(args.runs, out, config.quality_control, config.bootstrap)}")
+        print(f"wrote {write_explorer(args.runs, out, config.quality_control, config.bootstrap, environment())}")
     return 0
 
 
