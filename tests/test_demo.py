@@ -1,7 +1,9 @@
-"""`beliefdrift demo` end to end on the tiny model: table, metric tables, EMD section and drift figure."""
+"""`beliefdrift demo` end to end on the tiny model: table, metric tables, EMD section and drift figure; an
+interrupted demo resumes with the questions it had finished."""
 
 from __future__ import annotations
 
+import beliefdrift.commands.demo as demo
 from beliefdrift.cli import main
 
 
@@ -16,3 +18,26 @@ def test_demo_writes_summary_and_figure(tiny_model_dir, tmp_path, capsys):
     assert "**Table 1.**" in summary and "Expected martingale drift" in summary
     assert (out / "marginal_drift.png").stat().st_size > 0 and (out / "marginal_drift.pdf").exists()
     assert "wrote" in capsys.readouterr().out
+
+
+def test_an_interrupted_demo_keeps_its_finished_questions(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    args = ["demo", "--model", str(tiny_model_dir), "--n", "3", "-J", "2", "-N", "3", "--emd-questions", "0",
+            "--reasoning-questions", "0"]
+    assert main([*args, "--out", str(tmp_path / "whole")]) == 0
+    run_methods, calls = demo.run_methods, []
+
+    def interrupt_at_the_second(lm, question, *rest):  # Ctrl-C while the second question runs
+        calls.append(question.id)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return run_methods(lm, question, *rest)
+
+    monkeypatch.setattr(demo, "run_methods", interrupt_at_the_second)
+    out = tmp_path / "resumed"
+    assert main([*args, "--out", str(out)]) == 130
+    assert "4 question × method results stored" in capsys.readouterr().err
+    assert main([*args, "--out", str(out)]) == 0
+    assert len(calls) == 4 and calls[2] == calls[1]  # the first question is not run again
+    assert (out / "summary.md").read_text() == (tmp_path / "whole" / "summary.md").read_text()
+    assert main([*args, "-J", "3", "--out", str(out)]) == 2  # other settings: refused, not mixed in
+    assert "paths: stored 2, requested 3" in capsys.readouterr().err

@@ -14,7 +14,8 @@ import pytest
 from beliefdrift.cli import main
 from beliefdrift.data.loaders import DataError
 from beliefdrift.data.registry import load_dataset
-from beliefdrift.pipeline import STAGES_FILE, flags
+from beliefdrift.files import current_umask
+from beliefdrift.pipeline import STAGES_FILE, check_dependencies, flags, load_paper_preset, select
 from beliefdrift.report.html import ADAPTER_WEIGHTS, fingerprints
 from beliefdrift.store import STORE_FILE, RunStore
 
@@ -77,31 +78,40 @@ class Page(HTMLParser):
         self.figures: list[tuple[str, str]] = []
         self.external: list[str] = []
         self.stage_rows: list[list[str]] = []
+        self.captions: dict[str, str] = {}  # the first figure caption per stage
+        self._caption: list[str] | None = None
         self._cells: list[str] | None = None
         self._in: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attr = dict(attrs)
         if tag == "table":
-            self._in = attr.get("class")
+            self._in = (attr.get("class") or "").split(" ")[0]  # "result", or "result wide"
             if self._in == "result":
                 self.tables.append({"stage": attr["data-stage"], "caption": "", "rows": 0})
         elif tag == "caption" or (tag == "tr" and self._in in ("result", "stages")):
             self._cells = []
         elif tag == "figure":
             self.figures.append((attr["data-stage"], attr["data-file"]))
+        elif tag == "figcaption":
+            self._caption = []
         elif tag == "img":
             assert attr["src"].startswith("data:image/png;base64,")
         for key in ("src", "href"):
-            if attr.get(key) and not attr[key].startswith(("data:", "#")):
+            if attr.get(key) and not attr[key].startswith(("data:", "#")) and attr[key] != "explorer.html":
                 self.external.append(attr[key])
 
     def handle_data(self, data: str) -> None:
+        if self._caption is not None:
+            self._caption.append(data)
         if self._cells is not None and data.strip():
             self._cells.append(data.strip())
 
     def handle_endtag(self, tag: str) -> None:
-        if tag == "caption":
+        if tag == "figcaption":
+            self.captions.setdefault(self.figures[-1][0], "".join(self._caption).strip())
+            self._caption = None
+        elif tag == "caption":
             self.tables[-1]["caption"] = " ".join(self._cells)
             self._cells = None
         elif tag == "tr" and self._cells is not None:
@@ -179,17 +189,19 @@ def test_paper_runs_stages_as_their_commands_and_resumes(
     # report.html: every Markdown table and every figure the stages wrote, nothing fetched from outside.
     page = Page()
     page.feed((out / "report.html").read_text())
+    # (one benchmark: evaluate-demo's tables and diagrams are the report's, shown once)
     expected_tables = {stage: sum(markdown_table_count(out / stage / name) for name in names
                                   if (out / stage / name).is_file())
-                       for stage, names in (("report", ("tables.md", "paired.md")),
-                                            ("evaluate-demo", ("tables.md", "paired.md")), ("drift", ("summary.md",)))}
+                       for stage, names in (("report", ("tables.md", "paired.md")), ("evaluate-demo", ()),
+                                            ("drift", ("summary.md",)))}
     assert markdown_table_count(out / "report" / "paired.md") >= 1  # the paired comparisons reach the page too
     assert {stage: sum(t["stage"] == stage for t in page.tables) for stage in expected_tables} == expected_tables
     assert [t["caption"][:8] for t in page.tables if t["stage"] == "report"][:2] == ["Table 1.", "Table 2."]
     assert all(t["rows"] == 4 for t in page.tables if t["stage"] == "report"
                and t["caption"].startswith("Table"))  # header + three methods
-    figures = {(stage, path.name) for stage in expected_tables for path in (out / stage).glob("*.png")}
-    assert len(figures) >= 7 and set(page.figures) == figures
+    figures = {(stage, path.name) for stage in ("report", "drift") for path in (out / stage).glob("*.png")}
+    assert len(figures) >= 5 and set(page.figures) == figures
+    assert page.captions["report"].startswith("Reliability diagram") and "Figure 1" in page.captions["drift"]
     assert page.external == []
     assert [row[:3] for row in page.stage_rows[1:]] == [["evaluate-demo", "evaluate", "done"],
                                                          ["drift", "drift", "done"],
@@ -210,6 +222,14 @@ def test_paper_runs_stages_as_their_commands_and_resumes(
     assert again.pop("reasoning-gpqa")["status"] == "skipped"
     assert again == {name: entry for name, entry in record["stages"].items() if name != "reasoning-gpqa"}
 
+    # `--stages report` alone (done earlier) writes the pages again; every output file honours the umask
+    (out / "report.html").unlink()
+    assert main([*paper, "--stages", "report"]) == 0
+    mode = 0o666 & ~current_umask()
+    for path in (out / "report.html", out / "explorer.html", out / STAGES_FILE, out / "report" / "paired.md",
+                 out / "drift" / "records.csv"):
+        assert path.stat().st_mode & 0o777 == mode, path
+
 
 def test_a_failed_stage_stops_the_run(tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture) -> None:
     preset = tmp_path / "bad.yaml"
@@ -219,10 +239,25 @@ def test_a_failed_stage_stops_the_run(tmp_path: Path, tiny_model_dir: Path, caps
     assert main(["paper", "--preset", str(preset), "--model", str(tiny_model_dir), "--out", str(out)]) == 2
     stages = json.loads((out / STAGES_FILE).read_text())["stages"]
     assert list(stages) == ["evaluate-x"] and stages["evaluate-x"]["status"] == "failed"
-    assert "stage evaluate-x failed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "stage evaluate-x failed" in err and "fix what the error above names" in err and "to resume" not in err
     preset.write_text("stages:\n  evaluate-x:\n    command: evaluatee\n")
     assert main(["paper", "--preset", str(preset), "--list-stages", "--out", str(out)]) == 2
 
+
+
+def test_stage_dependencies_are_checked_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    preset = tmp_path / "deps.yaml"
+    preset.write_text("stages:\n  train:\n    command: train\n  drift:\n    command: drift\n  emd-x:\n"
+                      "    command: emd\n    args: {adapter: '{out}/train/adapter', methods: [am-ppr-seed1]}\n")
+    out = tmp_path / "paper"
+    assert main(["paper", "--preset", str(preset), "--stages", "drift", "emd-x", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "stage emd-x reads the output of train" in err and "--stages train drift emd-x" in err
+    assert not out.exists()  # refused before any stage ran
+    out.mkdir()
+    (out / STAGES_FILE).write_text(json.dumps({"stages": {"train": {"status": "done"}}}))
+    check_dependencies(select(load_paper_preset(str(preset)), ["emd-x"]), out)  # train is done: emd-x may run
 
 
 def test_fingerprints_name_model_data_and_adapter_weights(tmp_path: Path) -> None:

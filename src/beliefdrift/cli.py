@@ -19,7 +19,7 @@ from beliefdrift.config import CommandParser
 from beliefdrift.store import STORE_FILE, RunStore, StoreError
 
 COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning", "train", "paper"]
-RESUMABLE = {"drift", "emd", "evaluate", "reasoning", "train"}
+RESUMABLE = {"demo", "drift", "emd", "evaluate", "reasoning", "train"}
 #: What to lower when a command runs out of GPU memory.
 MEMORY_SETTINGS = {
     "evaluate": "--batch-questions or -J/--paths (paths run together)",

@@ -11,11 +11,20 @@ from typing import TextIO
 from beliefdrift.errors import UserError
 
 
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it onto `path` (`os.replace` is atomic)."""
+    """Write `text` to a temporary file beside `path`, then rename it onto `path` (`os.replace` is atomic); the file
+    gets the permissions a plain `open` would give it (0666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp creates 0600; `open` would honour the umask
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, path)

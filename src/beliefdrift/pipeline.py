@@ -7,7 +7,9 @@ and wall time in `DIR/stages.json`, skips stages done earlier with the same comm
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import shlex
 import sys
 import time
@@ -19,10 +21,11 @@ from typing import Any
 
 import yaml
 
-from beliefdrift.config import preset_file
+from beliefdrift.config import ReportOptions, preset_file
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
+from beliefdrift.report.explorer import write_explorer
 from beliefdrift.report.html import environment, write_html
 from beliefdrift.store import STORE_FILE
 
@@ -129,6 +132,27 @@ def missing_requirement(stage: Stage, settings: dict[str, Any], out: Path, stage
     return None
 
 
+def needed_stages(stage: Stage) -> list[str]:
+    """The stages whose output `stage` reads: those its arguments name as `{out}/<stage>/…` (an adapter that train
+    writes, say)."""
+    texts = [str(item) for value in (stage.args or {}).values()
+             for item in (value if isinstance(value, list) else [value])]
+    return list(dict.fromkeys(name for text in texts for name in re.findall(r"\{out\}/([^/]+)", text)))
+
+
+def check_dependencies(stages: Sequence[Stage], out: Path) -> None:
+    """Refuse at once (a UserError) when a selected stage reads the output of a stage that is neither selected nor
+    done in `out`, naming the stage to add."""
+    record, selected = load_record(out), {stage.name for stage in stages}
+    for stage in stages:
+        missing = [name for name in needed_stages(stage) if name not in selected
+                   and record["stages"].get(name, {}).get("status") != "done"]
+        if missing:
+            raise UserError(f"stage {stage.name} reads the output of {', '.join(missing)}, which has not run in "
+                            f"{out}: add {'it' if len(missing) == 1 else 'them'} to --stages (--stages "
+                            f"{' '.join([*missing, *(s.name for s in stages)])}) or leave --stages out")
+
+
 def load_record(out: Path) -> dict[str, Any]:
     path = out / STAGES_FILE
     return json.loads(path.read_text()) if path.is_file() else {"stages": {}}
@@ -195,9 +219,24 @@ def run_stages(
                                         "seconds": round(earlier + time.perf_counter() - start, 3)}
         save_record(out, record)
         if code:
-            print(f"beliefdrift paper: stage {stage.name} {status} (exit {code}); run the same command again to "
-                  "resume", file=sys.stderr)
+            advice = ("run the same command again to resume" if code == 130 else
+                      "fix what the error above names, then run the same command again (finished stages are skipped)")
+            print(f"beliefdrift paper: stage {stage.name} {status} (exit {code}); {advice}", file=sys.stderr)
             return code
-        if stage.command == "report":
+    for stage in stages:  # also when the report stage was done earlier (`--stages report` alone)
+        if stage.command == "report" and record["stages"].get(stage.name, {}).get("status") == "done":
             print(f"wrote {write_html(out, record, preset.stages)}")
+            print(f"wrote {paper_explorer(out, record, preset.stages, stage)}")
     return 0
+
+
+def paper_explorer(out: Path, record: dict[str, Any], stages: Sequence[Stage], report: Stage) -> Path:
+    """`out/explorer.html` over every stage directory that finished, with the `report` stage's quality control and
+    bootstrap, and the wall times and environment of `record`."""
+    known = {field.name for field in dataclasses.fields(ReportOptions)}
+    options = ReportOptions(**{key: value for key, value in (report.args or {}).items() if key in known})
+    done = [stage.name for stage in stages if record["stages"].get(stage.name, {}).get("status") == "done"
+            and stage.command != "report" and (out / stage.name).is_dir()]
+    wall = {name: record["stages"][name]["seconds"] for name in done}
+    return write_explorer([out / name for name in done], out, options.quality_control, options.bootstrap,
+                          record.get("environment"), wall, title="beliefdrift paper: run explorer")

@@ -3,18 +3,21 @@
 Runs Direct-Query, PPR, PPR+SEED_1 and PPR+SEED_5, prints a short table and the paper's metric tables,
 draws the marginal drift of θ_n (the paper's Figure 1 (a)/(b)) for one question, and measures the expected
 martingale drift (EMD) with and without seeding on a few questions, and the drift of chain-of-thought
-trajectories in embedding space on a few more.
+trajectories in embedding space on a few more. Each question's results are stored in `out/run.sqlite` as it
+finishes, so an interrupted demo resumes where it stopped (with the same settings).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from beliefdrift.backend import LanguageModel
 from beliefdrift.config import (
     DataOptions,
     ModelOptions,
@@ -25,16 +28,23 @@ from beliefdrift.config import (
     retuned,
     settings_from,
 )
+from beliefdrift.data import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, emd_summary
 from beliefdrift.diagnostics.marginal import marginal_drift
-from beliefdrift.methods import MethodResult, parse_method, run_methods
+from beliefdrift.identity import run_identity
+from beliefdrift.methods import Method, MethodResult, parse_method, run_methods
 from beliefdrift.reasoning import demo_section as reasoning_section
 from beliefdrift.report.plots import plot_marginal_drift
 from beliefdrift.report.tables import metric_table
 from beliefdrift.report.text import markdown_table, plus_minus
+from beliefdrift.resampling import Trajectories
+from beliefdrift.scoring import result_row
+from beliefdrift.store import STORE_FILE, ResultRow, RunStore
 
 DEMO_METHODS = ("direct", "ppr", "ppr-seed1", "ppr-seed5")
+#: The settings that change the stored results (a resumed demo must match them).
+IDENTITY_SETTINGS = ("model", "dtype", "template", "template_ending", "paths", "steps", "seed", "n")
 EMD_METHODS = ("ppr", "ppr-seed5")
 # Small enough for a laptop CPU: K = 4 (exact enumeration of 5^3 continuations), two prefix lengths.
 DEMO_EMD = EMDConfig(horizon=4, prefix_lengths=(0, 2), top_k=3, num_rollouts=8, burn_in=4, k=4)
@@ -70,6 +80,38 @@ def summary_rows(results: dict[str, list[MethodResult]], targets: list[int]) -> 
     return rows
 
 
+def stored_result(row: ResultRow) -> MethodResult:
+    """A stored result as `run_methods` returned it (the arrays are stored bit-exact)."""
+    trajectories = None if row.thetas is None else Trajectories(
+        torch.from_numpy(row.answers), torch.from_numpy(row.thetas), torch.from_numpy(row.valid_mass),
+        torch.from_numpy(row.seeds))
+    return MethodResult(parse_method(row.method), torch.from_numpy(row.probs), row.valid_mass_mean,
+                        {name: torch.from_numpy(probs) for name, probs in row.alternatives.items()}, trajectories)
+
+
+def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[Method],
+                 config: DemoConfig) -> dict[str, list[MethodResult]]:
+    """Every method's result on every question, each question's stored in `out/run.sqlite` as it finishes: an
+    interrupted demo resumes with the questions it had finished."""
+    identity = run_identity("demo", config, questions, only=IDENTITY_SETTINGS)
+    with RunStore.open(config.out / STORE_FILE) as store:
+        store.ensure_config(identity)
+        done = {qid for qid, _ in store.done()}
+        for position, question in enumerate(tqdm(questions, desc="demo", unit="question")):
+            if question.id in done:
+                continue
+            start = time.perf_counter()
+            question_results = run_methods(lm, question, methods, config.paths, config.steps, config.seed,
+                                           config.template, config.template_ending)
+            seconds = time.perf_counter() - start
+            store.add([result_row(position, question, result, seconds) for result in question_results])
+        rows = store.rows()
+    results: dict[str, list[MethodResult]] = {m.name: [] for m in methods}
+    for row in rows:  # in question order
+        results[row.method].append(stored_result(row))
+    return results
+
+
 def run(args: argparse.Namespace) -> int:
     config = settings_from(args, DemoConfig)
     questions = load_dataset("demo", n=config.n or None, seed=config.seed)
@@ -78,11 +120,7 @@ def run(args: argparse.Namespace) -> int:
     lm = config.load_model()
     print(f"{len(questions)} questions × {len(methods)} methods, J={config.paths} paths, N={config.steps} answers "
           f"({lm.dtype}, {lm.device})", flush=True)
-    results: dict[str, list[MethodResult]] = {m.name: [] for m in methods}
-    for question in tqdm(questions, desc="demo", unit="question"):
-        for result in run_methods(lm, question, methods, config.paths, config.steps, config.seed, config.template,
-                                  config.template_ending):
-            results[result.method.name].append(result)
+    results = demo_results(lm, questions, methods, config)
 
     rows = summary_rows(results, [q.answer_index for q in questions])
     table = markdown_table(

@@ -19,7 +19,7 @@ from pathlib import Path
 from beliefdrift.cli import main
 from beliefdrift.config import Settings, add_command, option, out_option, settings_from
 from beliefdrift.data.registry import DATA_ENV
-from beliefdrift.pipeline import PRESETS, list_stages, load_paper_preset, run_stages, select
+from beliefdrift.pipeline import PRESETS, check_dependencies, list_stages, load_paper_preset, run_stages, select
 
 
 @dataclass(frozen=True)
@@ -54,4 +54,5 @@ def run(parsed: argparse.Namespace) -> int:
     if args.list_stages:
         print(list_stages(stages, settings, args.out, preset))
         return 0
+    check_dependencies(stages, args.out)
     return run_stages(stages, settings, args.out, preset, main)

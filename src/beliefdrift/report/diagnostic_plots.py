@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from beliefdrift.diagnostics.emd import EMDRow
 from beliefdrift.report.plots import plt, save_figure
@@ -59,8 +60,9 @@ def plot_curves(
     title: str = "",
     floors: Sequence[tuple[Sequence[float], Sequence[float], Sequence[float]] | None] = (),
 ) -> list[Path]:
-    """(name, mean, std) curves against their index, each shaded ±1 std (clipped at 0: the curves are distances);
-    `floors[i]` = (floor, low, high) draws curve i's noise floor dashed over its hatched 95% interval."""
+    """(name, mean, std) curves against their index (integer ticks), each shaded ±1 std (clipped at 0: the curves
+    are distances); `floors[i]` = (floor, low, high) draws curve i's noise floor dashed over its hatched 95%
+    interval."""
     fig, ax = plt.subplots(figsize=(4.6, 3.4))
     for i, (name, mean, std) in enumerate(curves):
         mean, std = np.asarray(mean), np.asarray(std)
@@ -73,6 +75,7 @@ def plot_curves(
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.1, hatch="///", lw=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # n and b are counts: no tick at b = 0.5
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from textwrap import shorten
 from typing import Any
 
 from beliefdrift.data.question import MCQuestion
@@ -21,10 +22,12 @@ from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_curves, pl
 from beliefdrift.report.marginal import plot_average_drift, record_drift
 from beliefdrift.report.paired import emd_comparisons, emd_markdown
 from beliefdrift.report.plots import plot_marginal_drift
-from beliefdrift.report.text import markdown_table, plus_minus
+from beliefdrift.report.text import fixed, markdown_table, plus_minus
 from beliefdrift.stats import mean_std
 
 Records = Mapping[str, Sequence[Mapping[str, Any]]]
+#: The floor cell of an estimate whose every urn replicate gives exactly 0 (enumerated, no Monte Carlo noise).
+EXACT = "none (exact)"
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def drift_report(
     for i, question in enumerate(questions[:plot_questions]):
         panels = [(m.title, record_drift(records[m.name][i])) for m in methods]
         figures += plot_marginal_drift(panels, question.labels, out / f"marginal_drift_{question.id}",
-                                       title=f"{question.id}: {question.stem[:70]}")
+                                       title=f"{question.id}: {shorten(question.stem, 80, placeholder=' …')}")
     return DiagnosticsReport(summary, table, figures)
 
 
@@ -112,23 +115,33 @@ def emd_report(
         replicates = len(next(iter(floors.values())))
         table += (f"\n\nfloor: mean [2.5%, 97.5%] of the same figure for {replicates} "
                   "replicates of Pólya-urn martingales matched to each question's θ and spread (exact martingales: "
-                  "EMD = 0, so the floor is the estimator's noise); > floor: EMD‾ above the 97.5% point (one-sided p), "
-                  "and the questions whose own EMD‾ is above their own floor's")
+                  "EMD = 0, so the floor is the estimator's noise; none where the estimate is exact, enumerated "
+                  "without Monte Carlo noise); > floor: EMD‾ above the 97.5% point (one-sided p), "
+                  "and how many questions have an EMD‾ above the 97.5% point of their own floor")
     paired = emd_markdown(emd_comparisons(records, distances))
     table += f"\n\n{paired}" if paired else ""
     return DiagnosticsReport(summary, table, figures)
 
 
+def _zero(*values: float) -> bool:
+    """Whether a floor is 0 up to float32 rounding (a KL of identical distributions can come out as -1e-8)."""
+    return all(abs(value) < 1e-6 for value in values)
+
+
 def _emd_cells(row: EMDRow, points: list[int]) -> list[str]:
     """EMD‾ and EMD_k(b) at the burn-in `points` as mean ± std, each followed by its floor when `row` has one."""
-    cells = [f"{row.emd_bar:.4f} ± {row.emd_bar_std:.4f}"]
+    cells = [plus_minus(row.emd_bar, row.emd_bar_std, 4)]
     if row.floor_replicates:
-        cells += [f"{row.floor:.4f} [{row.floor_low:.4f}, {row.floor_high:.4f}]",
+        exact = _zero(row.floor, row.floor_low, row.floor_high)  # no replicate drifts: the estimate is exact
+        cells += [EXACT if exact else f"{fixed(row.floor)} [{fixed(row.floor_low)}, {fixed(row.floor_high)}]",
+                  f"{'yes' if row.emd_bar > 0 else 'no'} (exact estimate); {row.questions_above_floor}/"
+                  f"{row.questions} questions" if exact else
                   f"{'yes' if row.above_floor else 'no'} ({row.floor_p:.3f}); {row.questions_above_floor}/"
                   f"{row.questions} questions"]
     for b in points:
-        cells.append(f"{row.burn_in[b]:.4f} ± {row.burn_in_std[b]:.4f}")
+        cells.append(plus_minus(row.burn_in[b], row.burn_in_std[b], 4))
         if row.floor_replicates:
             low, high = row.burn_in_floor_low[b], row.burn_in_floor_high[b]
-            cells.append(f"{row.burn_in_floor[b]:.4f} [{low:.4f}, {high:.4f}]")
+            exact = _zero(row.burn_in_floor[b], low, high)
+            cells.append(EXACT if exact else f"{fixed(row.burn_in_floor[b])} [{fixed(low)}, {fixed(high)}]")
     return cells

@@ -34,6 +34,24 @@ LIBRARIES = ("beliefdrift", "torch", "transformers", "peft", "accelerate", "nump
 FINGERPRINT_KEYS = ("model", "adapter", "dataset", "split", "questions", "questions_sha256", "template_sha256",
                     "dtype", "device")
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+#: (file name prefix, caption) of the figures the stages write, most specific prefix first: which of the paper's
+#: figures each one is and how to read it.
+FIGURE_CAPTIONS = (
+    ("reliability-", "Reliability diagram (the calibration behind Table 2): accuracy per confidence bin against the "
+                     "diagonal of a calibrated method; the red gap is what ECE averages."),
+    ("marginal_drift_", "Figure 1 for one question: E[θ_n] of each option against n, one panel per method; a "
+                        "martingale keeps every curve flat."),
+    ("marginal_drift", "Figure 1 averaged over questions: E[θ_n] of the options ranked by E[θ_0], per method; "
+                       "flat curves mean no drift."),
+    ("marginal_shift", "Figure 1's drift in one number: ‖E[θ_n] − E[θ_0]‖₁ against n (mean ± std over questions), "
+                       "zero for a martingale."),
+    ("emd_bar_", "Figure 3 (left): EMD‾ per method (±1 std over questions) with its noise floor; lower is closer to "
+                 "a martingale."),
+    ("emd_k_b_", "Figure 3 (right): EMD_k(b) against the burn-in b with the noise floor's band; how the drift left "
+                 "after b sampled answers falls."),
+    ("centroid_drift", "Chain-of-thought appendix: cosine between the embedding centroids of pairs n and n + τ; "
+                       "a curve near 1 means the reasoning does not drift."),
+)
 
 
 class StageSpec(Protocol):
@@ -58,9 +76,15 @@ class Section:
     command: str
     record: Mapping[str, Any]
     tables: list[Table] = field(default_factory=list)
-    figures: list[tuple[str, str]] = field(default_factory=list)  # (file name, base64 PNG)
+    figures: list[tuple[str, str, str]] = field(default_factory=list)  # (file name, caption, base64 PNG)
     settings: str = ""
     fingerprints: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+def figure_caption(name: str) -> str:
+    """The caption of a figure file written by a stage (its paper figure, one sentence on reading it)."""
+    return next((caption for prefix, caption in FIGURE_CAPTIONS if name.startswith(prefix)), "")
 
 
 def environment() -> dict[str, Any]:
@@ -144,20 +168,34 @@ def fingerprints(directory: Path, settings: Mapping[str, Any]) -> dict[str, Any]
     return shown
 
 
-def section(out: Path, stage: StageSpec, record: Mapping[str, Any]) -> Section:
+def section(out: Path, stage: StageSpec, record: Mapping[str, Any], reported_by: str = "") -> Section:
+    """What the page shows of one stage; an evaluate stage `reported_by` the report stage of one benchmark shows its
+    settings only (its tables and reliability diagrams are the report's)."""
     directory = out / stage.name
     settings = resolved_settings(directory, stage.command)
-    figures = [(path.name, base64.b64encode(path.read_bytes()).decode()) for path in sorted(directory.glob("*.png"))]
-    return Section(stage.name, stage.command, record, stage_tables(directory, stage.command), figures,
+    figures = [(path.name, figure_caption(path.name), base64.b64encode(path.read_bytes()).decode())
+               for path in sorted(directory.glob("*.png"))]
+    tables = stage_tables(directory, stage.command)
+    note = ""
+    if reported_by:
+        tables, figures = [], []
+        note = f"Its tables and reliability diagrams are those shown under {reported_by} above."
+    return Section(stage.name, stage.command, record, tables, figures,
                    yaml.safe_dump(settings, sort_keys=False, allow_unicode=True) if settings else "",
-                   fingerprints(directory, settings))
+                   fingerprints(directory, settings), note)
 
 
 def render(out: Path, record: Mapping[str, Any], stages: Sequence[StageSpec]) -> str:
     """The page for the run in `out` (`record`: stages.json) over the stages that have a record."""
     done = [stage for stage in stages if stage.name in record["stages"]]
     ordered = [s for s in done if s.command == "report"] + [s for s in done if s.command != "report"]
-    sections = [section(out, stage, record["stages"][stage.name]) for stage in ordered]
+    reported = {}  # a report of one benchmark: its tables are that evaluate stage's
+    for report in (s for s in done if s.command == "report" and record["stages"][s.name].get("status") == "done"):
+        runs = [name for name in getattr(report, "runs", ()) if (out / name / STORE_FILE).is_file()]
+        if len(runs) == 1:
+            reported[runs[0]] = report.name
+    sections = [section(out, stage, record["stages"][stage.name], reported.get(stage.name, ""))
+                for stage in ordered]
     templates = Environment(loader=PackageLoader("beliefdrift.report", "templates"),
                             autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
     total = sum(entry.get("seconds", 0.0) for entry in record["stages"].values())

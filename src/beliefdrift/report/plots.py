@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from beliefdrift.diagnostics.marginal import MarginalDrift  # noqa: E402
 
@@ -38,7 +39,7 @@ def plot_marginal_drift(
     panels: Sequence[tuple[str, MarginalDrift]], labels: Sequence[str], path: Path, title: str = ""
 ) -> list[Path]:
     """One panel per prompt variant: mean θ_n per option against n, shaded ±1 std across paths."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=True, squeeze=False)
     for ax, (name, drift) in zip(axes[0], panels, strict=True):
         steps = range(drift.mean.shape[0])
         for k, label in enumerate(labels):
@@ -47,10 +48,12 @@ def plot_marginal_drift(
             ax.fill_between(steps, (mean - std).clip(0, 1), (mean + std).clip(0, 1), alpha=0.15)
         ax.set_title(name)
         ax.set_xlabel("n (answers generated)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(r"$\mathbb{E}[\theta_n]$")
     axes[0][-1].legend(title="option", fontsize=8, loc="upper right")
     if title:
         fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.96 if title else 1))  # the suptitle above the panels' titles, never over them
     return save_figure(fig, path)

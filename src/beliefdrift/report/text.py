@@ -11,6 +11,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+def fixed(value: float, digits: int = 4) -> str:
+    """`value` with `digits` decimals, never `-0.0000` (a KL of rounding noise below zero prints as 0)."""
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def plus_minus(mean: float, std: float, digits: int = 3) -> str:
     """`mean ± std` with `digits` decimals, e.g. `0.125 ± 0.031`."""
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+    return f"{fixed(mean, digits)} ± {fixed(std, digits)}"

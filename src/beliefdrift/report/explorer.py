@@ -1,0 +1,243 @@
+"""The run explorer: one interactive page over a run set (`explorer.html`), written by `beliefdrift report --html`
+and by `beliefdrift paper`. It opens from disk with no server and no network: the plotting library (plotly.js,
+shipped inside the `plotly` Python package) and the run set's summary are embedded in the page; each question's
+paths (θ_n of every path, quantised to 16 bits, with their answers and seeds) sit in a small script file under
+`explorer-data/` beside it, loaded when the question is opened, so a run of the paper's size stays a page of a few
+MB. The page is rendered from templates/explorer.html.j2; every value it shows reaches it as JSON and is written
+into the page as text, never as markup.
+
+What each run directory contributes depends on the command that wrote it: evaluate (run.sqlite results: method
+tables, paired comparisons, reliability bins, the question browser and its trajectories), drift and emd
+(run.sqlite records and summary.json: marginal drift and EMD per question, EMD_k(b) with its noise floor),
+reasoning (summary.json: the CoT drift curves) and train (log.csv: the training curves).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import importlib.resources
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.data.registry import fingerprint, load_dataset
+from beliefdrift.errors import UserError
+from beliefdrift.files import write_atomic
+from beliefdrift.metrics import METRIC_NAMES, reliability_bins
+from beliefdrift.report.paired import paired_scores
+from beliefdrift.report.tables import dataset_title
+from beliefdrift.scoring import QualityControl, score_rows
+from beliefdrift.store import STORE_FILE, ResultRow, RunStore
+
+EXPLORER_FILE = "explorer.html"
+SIDECAR_DIR = "explorer-data"
+#: θ in the sidecar files: round(θ · QUANT) as little-endian uint16.
+QUANT = 65535
+#: Significant digits of the numbers embedded in the page.
+DIGITS = 5
+
+
+def plotly_js() -> str:
+    """plotly.js as the `plotly` package ships it (a UserError naming the install when it is missing)."""
+    try:
+        return (importlib.resources.files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError) as err:
+        raise UserError("the explorer page needs the plotly package (pip install plotly)") from err
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON-ready data: numpy arrays and numbers as lists and floats (rounded to DIGITS significant
+    digits), NaN and infinities as None."""
+    if isinstance(value, np.ndarray):
+        return plain(value.tolist())
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(f"{value:.{DIGITS}g}") if math.isfinite(value) else None
+    return value
+
+
+def script_json(value: Any) -> str:
+    """JSON safe inside a `<script>` element or a script file: `</` and `<!--` cannot close or open anything."""
+    text = json.dumps(plain(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def quantised(thetas: np.ndarray) -> str:
+    """θ [J, N+1, K] as base64 of little-endian uint16 round(θ · QUANT) (the page decodes it)."""
+    levels = np.rint(np.clip(thetas, 0.0, 1.0) * QUANT).astype("<u2")
+    return base64.b64encode(levels.tobytes()).decode()
+
+
+def run_questions(config: Mapping[str, Any]) -> dict[str, MCQuestion]:
+    """The run's questions by id, loaded as the run loaded them (dataset, split, n, seed; data from
+    $BELIEFDRIFT_DATA), or {} when they cannot be loaded or are not the ones the run fingerprinted."""
+    try:
+        questions = load_dataset(str(config["dataset"]), split=config.get("split"), n=config.get("n"),
+                                 seed=config.get("seed", 0))
+    except Exception:  # noqa: BLE001 (a page without question texts beats no page)
+        return {}
+    if config.get("questions_sha256") and fingerprint(questions) != config["questions_sha256"]:
+        return {}
+    return {q.id: q for q in questions if isinstance(q, MCQuestion)}
+
+
+def question_entry(question: MCQuestion | None, qid: str, dataset: str) -> dict[str, Any]:
+    """A question's text for the browser (its id alone when the texts could not be loaded)."""
+    if question is None:
+        return {"id": qid, "dataset": dataset, "stem": "", "options": [], "labels": []}
+    return {"id": qid, "dataset": dataset, "stem": question.stem, "options": list(question.choices),
+            "labels": list(question.labels), "answer": question.answer}
+
+
+def spread(thetas: np.ndarray | None) -> float:
+    """The spread of θ_N across paths: the mean over options of its standard deviation over paths."""
+    return math.nan if thetas is None or len(thetas) < 2 else float(thetas[:, -1].std(axis=0).mean())
+
+
+def trajectory_file(row: ResultRow) -> dict[str, Any]:
+    """One method's paths on one question for the sidecar: quantised θ, answers, seeds."""
+    return {"shape": list(row.thetas.shape), "theta": quantised(row.thetas),
+            "answers": row.answers, "seeds": row.seeds}
+
+
+def evaluate_run(tag: str, directory: Path, config: Mapping[str, Any], qc: QualityControl, n_resamples: int,
+                 sidecar: Path) -> dict[str, Any]:
+    """An evaluate run: its method table, paired comparisons, reliability bins and questions (their paths written
+    under `sidecar`, one script file `<tag>-<i>.js` per question)."""
+    with RunStore.open(directory / STORE_FILE, read_only=True) as store:
+        rows = store.rows()
+    scores = score_rows(rows, qc, n_resamples)
+    table = [{"method": s.title, "name": s.method.name, "estimator": s.estimator_name, "n": s.n,
+              "excluded": s.excluded,
+              **{metric: list(s.summary[metric]) if s.summary else None for metric in METRIC_NAMES}}
+             for s in scores]
+    reliability = []
+    for s in scores:
+        if s.estimator is None and s.n:
+            bins = reliability_bins(s.probs, s.targets)
+            reliability.append({"method": s.title, "edges": bins.edges, "count": bins.count,
+                                "accuracy": bins.accuracy, "confidence": bins.confidence})
+    paired = [{"method": p.method.title, "baseline": p.baseline.title, "n": p.n,
+               "deltas": {metric: list(d) for metric, d in p.deltas.items()}} for p in paired_scores(rows, qc,
+                                                                                                  n_resamples)]
+    texts, dataset = run_questions(config), dataset_title(str(config.get("dataset", "")))
+    questions: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        entry = questions.setdefault(row.question_id, {**question_entry(texts.get(row.question_id),
+                                                                        row.question_id, dataset),
+                                                       "position": row.position, "target": row.target,
+                                                       "methods": {}})
+        predicted = int(np.argmax(row.probs))
+        entry["methods"][row.method] = {
+            "probs": row.probs, "predicted": predicted, "correct": predicted == row.target,
+            "confidence": float(row.probs[predicted]), "spread": spread(row.thetas), "excluded": qc.excludes(row),
+            "mass": row.valid_mass_mean, "alternatives": dict(row.alternatives)}
+        if row.thetas is not None:
+            paths.setdefault(row.question_id, {})[row.method] = trajectory_file(row)
+    sidecar.mkdir(parents=True, exist_ok=True)
+    for i, (qid, methods) in enumerate(paths.items()):
+        questions[qid]["paths"] = f"{sidecar.name}/{tag}-{i}.js"
+        write_atomic(sidecar / f"{tag}-{i}.js", f"explorerPaths({script_json(questions[qid]['paths'])},"
+                                                 f"{script_json(methods)});\n")
+    return {"table": table, "paired": paired, "reliability": reliability, "questions": list(questions.values())}
+
+
+def records_run(directory: Path, config: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """A drift or emd run: the `keys` of each question × method's records, and the command's summary.json."""
+    with RunStore.open(directory / STORE_FILE, read_only=True) as store:
+        units = store.record_units()
+        records = {unit: store.records(*unit) for unit in units}
+    texts, dataset = run_questions(config), dataset_title(str(config.get("dataset", "")))
+    questions: dict[str, dict[str, Any]] = {}
+    for (qid, method), values in records.items():
+        entry = questions.setdefault(qid, {**question_entry(texts.get(qid), qid, dataset), "methods": {}})
+        entry["methods"][method] = {key: values[key] for key in keys if key in values}
+    summary = directory / "summary.json"
+    return {"questions": list(questions.values()),
+            "summary": json.loads(summary.read_text()) if summary.is_file() else {}}
+
+
+def train_log(directory: Path) -> dict[str, list[float | None]]:
+    """train's log.csv as columns of numbers (empty cells as None)."""
+    with open(directory / "log.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    columns: dict[str, list[float | None]] = {}
+    for row in rows:
+        for key, value in row.items():
+            try:
+                columns.setdefault(key, []).append(float(value) if value not in ("", None) else None)
+            except ValueError:
+                continue
+    return columns
+
+
+def run_entry(tag: str, directory: Path, qc: QualityControl, n_resamples: int, sidecar: Path,
+              wall: Mapping[str, float]) -> dict[str, Any] | None:
+    """What the page shows of one run directory (None when it holds no run output the explorer reads); `tag`
+    names its sidecar files."""
+    directory = Path(directory)
+    name = directory.name or directory.resolve().name
+    entry: dict[str, Any] = {"name": name, "directory": str(directory), "seconds": wall.get(name)}
+    if (directory / STORE_FILE).is_file():
+        with RunStore.open(directory / STORE_FILE, read_only=True) as store:
+            config, results = store.config(), store.count()
+        command = str(config.get("command", "evaluate"))
+        entry.update(command=command, settings=config)
+        if results:
+            return {**entry, **evaluate_run(tag, directory, config, qc, n_resamples, sidecar)}
+        if command == "drift":
+            return {**entry, **records_run(directory, config, ("marginal_mean", "marginal_shift", "cid_l1"))}
+        if command == "emd":
+            distances = config.get("distance", ["l1"])
+            keys = [f"{prefix}_{d}" for d in distances for prefix in ("emd_bar", "emd_k_b")]
+            return {**entry, **records_run(directory, config, keys)}
+    summary = directory / "summary.json"
+    if summary.is_file() and "conditions" in (content := json.loads(summary.read_text())):
+        return {**entry, "command": "reasoning", "settings": {k: v for k, v in content.items() if k != "conditions"},
+                "conditions": content["conditions"]}
+    if (directory / "log.csv").is_file():
+        config = directory / "config.yaml"
+        return {**entry, "command": "train", "log": train_log(directory),
+                "settings": yaml.safe_load(config.read_text()) if config.is_file() else {}}
+    return None
+
+
+def explorer_data(run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000,
+                  environment: Mapping[str, Any] | None = None, wall: Mapping[str, float] | None = None
+                  ) -> dict[str, Any]:
+    """The page's data over `run_dirs` (question paths written under `out/explorer-data`)."""
+    sidecar = Path(out) / SIDECAR_DIR
+    runs = [run_entry(f"r{i}", directory, qc or QualityControl(), n_resamples, sidecar, wall or {})
+            for i, directory in enumerate(run_dirs)]
+    return {"runs": [run for run in runs if run is not None], "environment": environment or {}, "quant": QUANT}
+
+
+def write_explorer(run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000,
+                   environment: Mapping[str, Any] | None = None, wall: Mapping[str, float] | None = None,
+                   title: str = "beliefdrift run explorer") -> Path:
+    """Write `out/explorer.html` (and its `explorer-data/` folder) over `run_dirs`; return the page's path."""
+    data = explorer_data(run_dirs, out, qc, n_resamples, environment, wall)
+    if not data["runs"]:
+        raise UserError(f"no run output the explorer can show in {', '.join(map(str, run_dirs))}")
+    templates = Environment(loader=PackageLoader("beliefdrift.report", "templates"),
+                            autoescape=select_autoescape(["html", "j2"]))
+    page = templates.get_template("explorer.html.j2").render(title=title, data=script_json(data), plotly=plotly_js())
+    path = Path(out) / EXPLORER_FILE
+    write_atomic(path, page)
+    return path
