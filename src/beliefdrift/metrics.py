@@ -39,6 +39,9 @@ __all__ = [
     "auroc",
     "bootstrap_ci",
     "brier",
+    "ce2",
+    "ce2_squared",
+    "ce2_interval",
     "ece",
     "nll",
     "paired_bootstrap",
@@ -51,6 +54,12 @@ __all__ = [
 
 #: Names of the metrics as they appear in report tables, in table order.
 METRIC_NAMES: tuple[str, ...] = ("ACC", "AUC", "ECE", "NLL", "BS")
+
+#: Equal-width confidence bins of the debiased calibration error CE₂ (fewer than ECE's 15: U_b needs n_b ≥ 2).
+CE2_BINS = 10
+#: Below this many questions `summarize` gives CE₂ without an interval: bench/calibration.py measured ≥ 95%
+#: coverage from n = 20 up and 89.8% at n = 10 (docs/statistics.md).
+CE2_MIN_N = 20
 
 #: A row of ``probs`` must sum to 1 within this absolute tolerance.
 SUM_TOLERANCE = 1e-3
@@ -238,6 +247,20 @@ def _ece_core(batch: _Batch, index: np.ndarray, n_bins: int = 15) -> np.ndarray:
     return np.sum(count / index.shape[1] * np.abs(mean_acc - mean_conf), axis=1)
 
 
+def _ce2_core(batch: _Batch, index: np.ndarray, n_bins: int = CE2_BINS) -> np.ndarray:
+    """Debiased squared calibration error CE₂² = Σ_b (n_b/n) U_b, U_b = (S_b² − Σ_{B_b} d_i²) / (n_b (n_b − 1)) with
+    d_i = t_i − c_i and S_b = Σ_{B_b} d_i: the U-statistic of (E[t − c | b])², unbiased given n_b ≥ 2 (bins with
+    fewer contribute 0); the debiasing of Kumar et al. (2019) with the within-bin variance of t − c."""
+    bins, _ = _bin_index(batch.confidences, n_bins)
+    keys, gap = bins[index], (batch.correct - batch.confidences)[index]
+    count = _offset_bincount(keys, n_bins)
+    total = _offset_bincount(keys, n_bins, gap)
+    square = _offset_bincount(keys, n_bins, gap * gap)
+    pairs = count * (count - 1.0)
+    within = np.divide(total * total - square, pairs, out=np.zeros_like(total), where=count > 1)
+    return np.sum(count / index.shape[1] * within, axis=1)
+
+
 def _nll_core(batch: _Batch, index: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """NLL = mean of −log max(p_i^(y_i), ε) over the resample."""
     # 0 − log rather than −log: a certain right answer scores +0, and a mean of −0s would print as "-0.0000"
@@ -323,6 +346,34 @@ def reliability_bins(probs: Any, targets: Any, n_bins: int = 15) -> ReliabilityB
     mean_acc = np.divide(acc_sum, count, out=np.full(n_bins, np.nan), where=nonempty)
     _, edges = _bin_index(batch.confidences, n_bins)
     return ReliabilityBins(edges=edges, count=count, confidence=mean_conf, accuracy=mean_acc, n=batch.n)
+
+
+def ce2_squared(probs: Any, targets: Any, n_bins: int = CE2_BINS) -> float:
+    """The unbiased estimate CE₂² of the squared ℓ2 calibration error Σ_b P_b (E[t − c | b])² on `n_bins`
+    equal-width bins (`_ce2_core`; may be negative)."""
+    batch = _normalise(probs, targets)
+    return float(_ce2_core(batch, _identity(batch.n), n_bins)[0])
+
+
+def ce2(probs: Any, targets: Any, n_bins: int = CE2_BINS) -> float:
+    """Debiased ℓ2 calibration error √max(0, CE₂²) (`ce2_squared`): the binned ECE's plug-in |acc_b − conf_b| is
+    biased upward at small n; the estimate of its squared ℓ2 form is not."""
+    return math.sqrt(max(0.0, ce2_squared(probs, targets, n_bins)))
+
+
+def ce2_interval(batch: _Batch, index: np.ndarray, level: float, n_bins: int = CE2_BINS,
+                 min_n: int = CE2_MIN_N) -> Interval:
+    """CE₂ with a bias-centred percentile bootstrap interval: on a resample the U-statistic estimates the
+    sample's plug-in (duplicates pair with themselves), so the percentiles of CE₂²* are shifted by
+    mean(CE₂²*) − CE₂² before the root; NaN bounds below `min_n` questions (where the bench found none valid)."""
+    point = float(_ce2_core(batch, _identity(batch.n), n_bins)[0])
+    root = math.sqrt(max(0.0, point))
+    if batch.n < min_n:
+        return Interval(root, math.nan, math.nan)
+    resampled = _ce2_core(batch, index, n_bins)
+    alpha = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(resampled - (resampled.mean() - point), [alpha, 100.0 - alpha])
+    return Interval(root, math.sqrt(max(0.0, low)), math.sqrt(max(0.0, high)))
 
 
 def ece(probs: Any, targets: Any, n_bins: int = 15) -> float:
@@ -483,7 +534,8 @@ def summarize(
 ) -> dict[str, Any]:
     """All metrics with bootstrap intervals, keyed by their report-table names.
 
-    Returns ``{"ACC", "AUC", "ECE", "NLL", "BS"}`` → :class:`Interval` ``(point, low, high)``, plus
+    Returns ``{"ACC", "AUC", "ECE", "NLL", "BS"}`` → :class:`Interval` ``(point, low, high)``, ``"CE2"`` (the
+    debiased calibration error, :func:`ce2_interval`: no bounds below ``CE2_MIN_N`` questions), plus
     ``"n"`` (number of questions), ``"nll_clipped"`` (true-label probabilities clipped to ``eps``),
     ``"level"`` and ``"n_resamples"``.  All metrics use the same resamples, those of
     :func:`bootstrap_ci` with ``seed``.  AUROC's point is NaN, with a :class:`MetricWarning`, when only
@@ -496,6 +548,7 @@ def summarize(
     out: dict[str, Any] = {"n": batch.n, "nll_clipped": nll(batch.probs, batch.targets, eps=eps).clipped}
     for name in METRIC_NAMES:
         out[name] = _interval(fns[name], batch, index, level)
+    out["CE2"] = ce2_interval(batch, index, level)
     out["level"] = level
     out["n_resamples"] = n_resamples
     return out
