@@ -37,7 +37,8 @@ def test_sq_drift_is_the_pairwise_u_statistic() -> None:
 def test_exact_predictives_are_reported_without_p() -> None:
     process = StepProcess(torch.tensor([[0.5, 0.5]], dtype=torch.float64), torch.tensor([0.3], dtype=torch.float64))
     exact = kstep_exact(process, 4)
-    assert torch.allclose(exact.sq_drift(), torch.zeros(1, 3, dtype=torch.float64), atol=1e-15)  # a martingale, enumerated
+    zero = torch.zeros(1, 3, dtype=torch.float64)
+    assert torch.allclose(exact.sq_drift(), zero, atol=1e-15)  # a martingale, enumerated
     test = drift_test([0.0, 0.0, 0.0], exact=True)
     assert test.p is None and test.drifts is False
     assert drift_test([0.1], exact=False).p is None  # one question: nothing to test over
