@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from scipy.stats import permutation_test
 
 __all__ = [
     "METRIC_NAMES",
@@ -60,6 +61,10 @@ CE2_BINS = 10
 #: Below this many questions `summarize` gives CE₂ without an interval: bench/calibration.py measured ≥ 95%
 #: coverage from n = 20 up and 89.8% at n = 10 (docs/statistics.md).
 CE2_MIN_N = 20
+
+#: Below this many paired questions a paired p-value comes from a sign-flip permutation test, not the bootstrap
+#: (which gave p = 0.002 over n = 2 questions).
+PAIRED_EXACT_N = 30
 
 #: A row of ``probs`` must sum to 1 within this absolute tolerance.
 SUM_TOLERANCE = 1e-3
@@ -588,10 +593,34 @@ def _paired_delta(delta: float, resampled: np.ndarray, level: float) -> PairedDe
     return PairedDelta(delta, float(low), float(high), p)
 
 
+def sign_flip_p(diff: np.ndarray) -> float:
+    """Two-sided paired permutation p-value of mean(diff): every sign pattern of the per-question differences
+    (exact while 2^n ≤ 9999, else 9999 random patterns; `scipy.stats.permutation_test`), valid at any n when the
+    difference is symmetric about 0 under the null; its smallest value is 2/2^n (0.5 at n = 2, 1 at n = 1)."""
+    if diff.size < 2:
+        return 1.0
+    result = permutation_test((diff,), np.mean, permutation_type="samples", alternative="two-sided",
+                                    n_resamples=9999, random_state=0)
+    return float(result.pvalue)
+
+
+def _small_n(delta: PairedDelta, per_question: np.ndarray | None) -> PairedDelta:
+    """Below `PAIRED_EXACT_N` questions the bootstrap p is replaced: by `sign_flip_p` of the per-question
+    differences of a mean metric, NaN (no valid test) for the others (AUC, ECE)."""
+    p = math.nan if per_question is None else sign_flip_p(per_question)
+    return delta._replace(p=p)
+
+
 def _paired(core: _Core, a: _Batch, b: _Batch, index: np.ndarray, level: float) -> PairedDelta:
-    """Δ on the sample and on every row of ``index``, both methods scored on the same questions."""
+    """Δ on the sample and on every row of ``index``, both methods scored on the same questions; below
+    `PAIRED_EXACT_N` questions, p from `_small_n`."""
     delta = core(a, _identity(a.n)) - core(b, _identity(b.n))
-    return _paired_delta(float(delta[0]), core(a, index) - core(b, index), level)
+    result = _paired_delta(float(delta[0]), core(a, index) - core(b, index), level)
+    if a.n >= PAIRED_EXACT_N:
+        return result
+    single = np.arange(a.n)[:, None]  # each question a "resample" of its own: a mean metric's per-question values
+    mean_metric = getattr(core, "func", core) in (_accuracy_core, _nll_core, _brier_core)
+    return _small_n(result, core(a, single) - core(b, single) if mean_metric else None)
 
 
 def _paired_batches(probs_a: Any, probs_b: Any, targets: Any) -> tuple[_Batch, _Batch]:
@@ -662,4 +691,5 @@ def paired_mean_bootstrap(
         raise ValueError("paired values contain NaN or infinite entries")
     diff = x - y
     index = resample_indices(diff.size, n_resamples, np.random.default_rng(seed))
-    return _paired_delta(float(diff.mean()), diff[index].mean(axis=1), level)
+    result = _paired_delta(float(diff.mean()), diff[index].mean(axis=1), level)
+    return result if diff.size >= PAIRED_EXACT_N else _small_n(result, diff)

@@ -4,7 +4,9 @@ Which pairs (`comparisons`): every method against PPR + NoSEED, and every AM-PPR
 (the paper's fair comparison for a seeded AM-PPR). A metric's Δ is taken on the questions quality control keeps
 for both methods, with `metrics.paired_summary`: one bootstrap index matrix over those questions scores both
 methods on the same resamples; the interval is the percentile interval of the resampled Δ*, the p-value the
-two-sided paired bootstrap one, 2 (1 + #{Δ* on the far side of 0}) / (R + 1). EMD‾ is compared the same way over
+two-sided paired bootstrap one, 2 (1 + #{Δ* on the far side of 0}) / (R + 1); below `metrics.PAIRED_EXACT_N`
+(30) questions the p-value is a sign-flip permutation test of the per-question differences (exact up to 13
+questions) for the mean metrics (ACC, NLL, BS) and none (–) for AUC and ECE. EMD‾ is compared the same way over
 the per-question EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).
 
 Writes paired.md (one table per run, `Δ [low, high]` and p per metric) and paired.csv (one row per run × pair ×
