@@ -98,7 +98,7 @@ class ModelOptions(Settings):
                                           "(accelerate)", operational=True)
     template: str = option(DEFAULT_PPR_TEMPLATE, "PPR prompt: ppr-llama, ppr-olmo, or a .txt template path")
     template_ending: str = option(DEFAULT_TEMPLATE_ENDING, "fence: the question's code fence is closed after it; "
-                                                           "paper: the prompt ends with the question (Appendix C)",
+                                                           "paper: the prompt ends with the question (Appendix D.4)",
                                   choices=TEMPLATE_ENDINGS)
 
     def load_model(self) -> LanguageModel:

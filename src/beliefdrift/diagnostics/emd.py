@@ -5,9 +5,9 @@
     EMD_k(b) = mean over questions of d(p^(k)_b, p^(1)_b) at a prefix a_{1:b} sampled from the process (burn-in b),
 
 with d ∈ {L1 = Σ|p − q|, KL(p^(k) ‖ p^(1)), TV = ½ Σ|p − q|}. A martingale has p^(k) = p^(1) for every k, so all
-are 0. The paper calls its distance "ℓ1 norm (total variation distance)" (Appendix E): `l1` reads the norm, `tv`
-the total variation, half of it. Whether a figure is more than Monte Carlo noise is tested on the unbiased
-‖p^(k) − p^(1)‖₂² of the same rollouts (`drift_test`), stored beside it as drift_sq_bar / drift_sq_b.
+are 0. The paper's d is the "L1 distance" (Figure 3; "L1 distance norm", Appendix E) or KL: `l1` reads it as
+Σ|p − q|, `tv` is the total variation, half of it. Whether a figure is more than Monte Carlo noise is tested on
+the unbiased ‖p^(k) − p^(1)‖₂² of the same rollouts (`drift_test`), stored beside it as drift_sq_bar / drift_sq_b.
 
 Seeded methods (SEED_m): every prefix evaluation draws its own seed set S_{1:m} from the direct-query θ with the
 run's generator, and the context is prompt + S_{1:m} + a_{1:n} (the prefix follows the seeds; the top-K prefixes
