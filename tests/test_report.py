@@ -268,3 +268,13 @@ def test_report_writes_pdfs_on_request(tmp_path: Path, capsys: pytest.CaptureFix
     assert pdfs == {f"reliability-csqa-{m}.pdf" for m in ("am-ppr-seed1", "direct", "ppr", "ppr-seed5")}
     assert main(["report", str(tmp_path), "--figure-formats", "png", "jpg"]) == 2
     assert "--figure-formats: invalid choice: 'jpg' (choose from 'png', 'pdf')" in capsys.readouterr().err
+
+
+def test_common_question_set_scores_every_method_on_the_same_questions() -> None:
+    scores = score_rows(synthetic_rows(), QualityControl(), n_resamples=50)
+    per_method = {(s.method.name, s.estimator): (s.n, s.excluded) for s in scores}
+    common = score_rows(synthetic_rows(), QualityControl(common=True), n_resamples=50)
+    kept = {s.n for s in common}
+    assert len(kept) == 1 and kept.pop() == min(n for n, _ in per_method.values())
+    assert per_method[("direct", None)] == (5, 0)  # alone it keeps the question PPR's paths fail on
+    assert next(s for s in common if s.method.name == "direct").excluded == 1
