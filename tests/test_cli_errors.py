@@ -123,6 +123,9 @@ BAD_INPUTS = {
     "reasoning past the context": (lambda m, t: ["reasoning", "--model", str(m), "--dataset", "demo", "-n", "1",
                                                  "--max-new-tokens", "5000", "--out", str(t)],
                                    "needs up to"),
+    "reasoning with a template ending": (lambda m, t: ["reasoning", "--model", str(m), "--dataset", "demo",
+                                                       "--template-ending", "paper", "--out", str(t)],
+                                         "--template-ending: the pairs prompt has no question fence"),
 }
 
 

@@ -15,6 +15,8 @@ from scipy import stats
 from sklearn.metrics import roc_auc_score
 
 from beliefdrift.metrics import (
+    CE2_BINS,
+    CE2_MIN_N,
     METRIC_NAMES,
     Interval,
     MetricWarning,
@@ -30,6 +32,8 @@ from beliefdrift.metrics import (
     auroc,
     bootstrap_ci,
     brier,
+    ce2,
+    ce2_squared,
     ece,
     nll,
     reliability_bins,
@@ -455,7 +459,8 @@ def test_summarize_reports_every_metric_with_interval() -> None:
     probs[0] = np.eye(5)[(targets[0] + 1) % 5]  # zero probability on the true label -> clipped once
     out = summarize(probs, targets, n_resamples=200, seed=4)
     assert set(METRIC_NAMES) == {"ACC", "AUC", "ECE", "NLL", "BS"}
-    assert set(out) == {*METRIC_NAMES, "n", "nll_clipped", "level", "n_resamples"}
+    assert set(out) == {*METRIC_NAMES, "CE2", "n", "nll_clipped", "level", "n_resamples"}
+    assert out["CE2"].point == pytest.approx(ce2(probs, targets)) and out["CE2"].low <= out["CE2"].high
     assert out["n"] == 150 and out["nll_clipped"] == 1
     assert out["level"] == 0.95 and out["n_resamples"] == 200
     singles = {
@@ -471,6 +476,39 @@ def test_summarize_reports_every_metric_with_interval() -> None:
         assert out[name].low <= out[name].high
     assert out["BS"] == bootstrap_ci(brier, probs, targets, n_resamples=200, seed=4)
     assert out["NLL"] == bootstrap_ci(nll, probs, targets, n_resamples=200, seed=4)
+
+
+def test_ce2_is_the_within_bin_u_statistic() -> None:
+    """CE₂² = Σ_b (n_b/n) Σ_{i≠j ∈ b} d_i d_j / (n_b (n_b − 1)), d = t − c, from a double loop; and below
+    CE2_MIN_N questions `summarize` gives it no interval."""
+    probs, targets = _random_problem(11, n=80, k=4)
+    confidence = probs.max(1)
+    gap = (probs.argmax(1) == targets) - confidence
+    bins = np.clip(np.ceil(confidence * CE2_BINS).astype(int) - 1, 0, CE2_BINS - 1)
+    total = 0.0
+    for b in range(CE2_BINS):
+        d = gap[bins == b]
+        if len(d) > 1:
+            total += len(d) / len(gap) * sum(d[i] * d[j] for i in range(len(d)) for j in range(len(d)) if i != j) \
+                / (len(d) * (len(d) - 1))
+    assert ce2_squared(probs, targets) == pytest.approx(total, rel=1e-9, abs=1e-12)
+    assert ce2(probs, targets) == pytest.approx(math.sqrt(max(0.0, total)), rel=1e-9, abs=1e-12)
+    small = summarize(probs[: CE2_MIN_N - 1], targets[: CE2_MIN_N - 1], n_resamples=20)["CE2"]
+    assert math.isnan(small.low) and math.isnan(small.high)
+
+
+def test_ce2_is_unbiased_where_ece_is_not() -> None:
+    """Calibrated data (t ~ Bernoulli(c)): the squared CE₂ averages 0 over datasets of 30; the binned ECE does not."""
+    rng = np.random.default_rng(0)
+    squares, eces = [], []
+    for _ in range(300):
+        c = 0.25 + 0.75 * rng.random(30)
+        probs = np.column_stack([c, *([(1 - c) / 3] * 3)])
+        targets = np.where(rng.random(30) < c, 0, 1)
+        squares.append(ce2_squared(probs, targets))
+        eces.append(ece(probs, targets))
+    assert np.mean(eces) > 0.1  # the plug-in's bias at n = 30
+    assert abs(np.mean(squares)) < 3 * np.std(squares) / np.sqrt(len(squares))
 
 
 def test_summarize_passes_options_through() -> None:

@@ -15,7 +15,7 @@ from beliefdrift.cli import main
 from beliefdrift.diagnostics.emd import EMDConfig, aggregate_emd, kstep_drift
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
 from beliefdrift.diagnostics.noise_floor import (
-    UrnProcess,
+    StepProcess,
     fit_weight,
     missing_fields,
     question_floor,
@@ -63,14 +63,14 @@ def floor_of(records: list[dict], config: EMDConfig, replicates: int = 200):
 
 
 def test_urn_is_the_polya_stub_and_a_martingale():
-    urn, stub = UrnProcess(UNIFORM.clone(), torch.tensor([0.25], dtype=torch.float64)), HistoryProcess(polya)
+    urn, stub = StepProcess(UNIFORM.clone(), torch.tensor([0.25], dtype=torch.float64)), HistoryProcess(polya)
     for answers in ([[2]], [[2, 0, 2]]):
         urn.advance(torch.tensor(answers))
         stub.advance(torch.tensor(answers))
         torch.testing.assert_close(urn.dist.probs, stub.dist.probs)
     theta = torch.tensor([[0.7, 0.2, 0.1], [0.05, 0.05, 0.9]], dtype=torch.float64)
     for weight in (0.0, 0.3, 1.0):
-        probs = kstep_exact(UrnProcess(theta, torch.full((2,), weight, dtype=torch.float64)), horizon=5).probs
+        probs = kstep_exact(StepProcess(theta, torch.full((2,), weight, dtype=torch.float64)), horizon=5).probs
         for distance in ("l1", "kl"):
             assert kstep_drift(probs, distance).abs().max() < 1e-12
 
@@ -147,7 +147,8 @@ def test_emd_command_prints_and_stores_the_floor(tiny_model_dir, short_template,
     off, before = capsys.readouterr().out, json.loads(summary.read_text())
     assert main([*args, "--noise-floor-replicates", "20"]) == 0  # from the stored records: nothing recomputed
     on, after = capsys.readouterr().out, json.loads(summary.read_text())
-    assert "floor" not in off and "(2 done)" in on and on.count("floor [95%]") == 6 and on.count("> floor (p)") == 2
+    assert "urn floor" not in off and "(2 done)" in on and on.count("urn floor [95%]") == 6
+    assert on.count("> urn floor (p)") == 2 and off.count("drift Û") == 4  # 3 columns and the footnote
     for method in ("ppr", "ppr-seed1"):
         for distance in ("l1", "kl"):
             old, new = before[method][distance], after[method][distance]
@@ -156,5 +157,7 @@ def test_emd_command_prints_and_stores_the_floor(tiny_model_dir, short_template,
             assert 0 <= new["floor_low"] <= new["floor"] <= new["floor_high"]
             assert new["above_floor"] == (new["emd_bar"] > new["floor_high"]) and len(new["burn_in_floor"]) == 2
     assert after["ppr"]["l1"]["floor"] > 0
+    drift = after["ppr"]["l1"]["drift"]  # one question: an estimate, no test
+    assert drift == before["ppr"]["kl"]["drift"] and drift["p"] is None and drift["questions"] == 1
     assert main([*args, "--noise-floor-replicates", "20"]) == 0
     assert json.loads(summary.read_text()) == after  # the floor's own generator: reproducible

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -30,6 +31,7 @@ from beliefdrift.metrics import (
     paired_mean_bootstrap,
     paired_summary,
     resample_indices,
+    sign_flip_p,
 )
 from beliefdrift.report.paired import comparisons, emd_comparisons, emd_markdown, paired_scores
 from beliefdrift.scoring import QualityControl
@@ -67,8 +69,16 @@ def brute_force(metric: Callable[..., Any], a: list[np.ndarray], b: list[np.ndar
 def test_paired_bootstrap_matches_a_per_resample_loop(name: str) -> None:
     a, b, targets = ragged_pair(0, 12)  # small enough that some resamples have one class (AUROC NaN, dropped)
     got = paired_bootstrap(METRICS[name], a, b, targets, n_resamples=300, seed=3)
-    assert got == pytest.approx(brute_force(METRICS[name], a, b, targets, 300, 3), abs=1e-12)
-    assert paired_summary(a, b, targets, n_resamples=300, seed=3)[name] == pytest.approx(got, abs=1e-12)
+    assert got[:3] == pytest.approx(brute_force(METRICS[name], a, b, targets, 300, 3)[:3], abs=1e-12)
+    # 12 < PAIRED_EXACT_N questions: p from the sign-flip test of the per-question differences of a mean metric,
+    # none for AUC and ECE
+    if name in ("AUC", "ECE"):
+        assert math.isnan(got.p)
+    else:
+        per_question = [float(METRICS[name]([a[i]], targets[[i]])) - float(METRICS[name]([b[i]], targets[[i]]))
+                        for i in range(len(a))]
+        assert got.p == pytest.approx(sign_flip_p(np.array(per_question)), abs=1e-12)
+    assert paired_summary(a, b, targets, n_resamples=300, seed=3)[name] == pytest.approx(got, abs=1e-12, nan_ok=True)
 
 
 def test_paired_mean_bootstrap_matches_a_per_resample_loop() -> None:
@@ -77,8 +87,17 @@ def test_paired_mean_bootstrap_matches_a_per_resample_loop() -> None:
     got = paired_mean_bootstrap(x, y, n_resamples=200, seed=5)
     means = np.array([np.mean(x[rows] - y[rows]) for rows in resample_indices(15, 200, np.random.default_rng(5))])
     far = min(np.sum(means <= 0), np.sum(means >= 0))
-    expected = (np.mean(x - y), *np.percentile(means, [2.5, 97.5]), min(1.0, 2 * (1 + far) / 201))
-    assert got == pytest.approx(expected, abs=1e-12)
+    expected = (np.mean(x - y), *np.percentile(means, [2.5, 97.5]))
+    assert got[:3] == pytest.approx(expected, abs=1e-12) and got.p == sign_flip_p(x - y)
+    assert paired_mean_bootstrap(np.tile(x, 2), np.tile(y, 2), n_resamples=200, seed=5).p == pytest.approx(
+        min(1.0, 2 * (1 + far) / 201), abs=0.05)  # 30 questions: the bootstrap p again
+
+
+def test_small_n_paired_p_is_a_sign_flip_test() -> None:
+    """Two questions with Δ = 2 and 3: the bootstrap said p ≈ 0.002 (issue 27); the sign-flip test's smallest
+    possible p over 2 questions is 2/4."""
+    assert paired_mean_bootstrap([3.0, 4.0], [1.0, 1.0]).p == 0.5
+    assert sign_flip_p(np.array([1.0, 2.0, 3.0])) == 0.25  # 2 of the 8 sign patterns have |mean| ≥ 2
 
 
 def test_hand_computed_deltas() -> None:
@@ -91,7 +110,7 @@ def test_hand_computed_deltas() -> None:
     expected = {"ACC": 0.25, "AUC": 2 / 3 - 0.5, "ECE": 0.4, "NLL": 0.5473141 - 0.6931472, "BS": 0.37 - 0.5}
     assert {name: d.delta for name, d in deltas.items()} == pytest.approx(expected, abs=1e-7)
     # One item: every resample is that item, Δ* ≡ 2 > 0, so the interval is [2, 2] and p = 2 (1 + 0) / (9 + 1).
-    assert paired_mean_bootstrap([3.0], [1.0], n_resamples=9) == (2.0, 2.0, 2.0, 0.2)
+    assert paired_mean_bootstrap([3.0], [1.0], n_resamples=9) == (2.0, 2.0, 2.0, 1.0)  # p: a sign flip of one
     # Δ* = −1, 1, 2, 3, 5, 6, 7, 8, 9 (and a NaN, dropped): 50% interval = the 25th and 75th percentiles [2, 7];
     # one Δ* ≤ 0, so p = 2 (1 + 1) / (9 + 1).
     resampled = np.array([1, 2, 3, -1, 5, np.nan, 6, 7, 8, 9], dtype=float)
@@ -100,8 +119,8 @@ def test_hand_computed_deltas() -> None:
 
 def test_a_method_against_itself_has_no_difference() -> None:
     a, _, targets = ragged_pair(2, 20)
-    for delta in paired_summary(a, a, targets, n_resamples=200).values():
-        assert delta == (0.0, 0.0, 0.0, 1.0)
+    for name, delta in paired_summary(a, a, targets, n_resamples=200).items():
+        assert delta[:3] == (0.0, 0.0, 0.0) and (math.isnan(delta.p) if name in ("AUC", "ECE") else delta.p == 1.0)
     assert paired_mean_bootstrap([0.1, 0.5, 0.2], [0.1, 0.5, 0.2]) == (0.0, 0.0, 0.0, 1.0)
 
 

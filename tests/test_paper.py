@@ -48,7 +48,7 @@ def test_list_stages_prints_every_command_line(tmp_path: Path, capsys: pytest.Ca
     commands = {name: line.strip() for name, line in zip(names, text.splitlines()[1::2], strict=True)}
     assert commands["evaluate-csqa"].startswith("beliefdrift evaluate --config ")
     assert f"--adapter {out}/train/adapter" in commands["emd-csqa"]
-    assert "--methods direct ppr ppr-seed1 ppr-seed5 am-ppr am-ppr-seed5 " in commands["evaluate-arc"]
+    assert "--methods direct ppr ppr-seed1 ppr-seed5 am-ppr-seed1 am-ppr-seed5 " in commands["evaluate-arc"]
     assert "--prefix-lengths 0 2 " in commands["emd-csqa"] and "--distance l1 kl " in commands["emd-csqa"]
     assert "--n 6 --prefix-lengths 0 2 --epochs 1" in commands["train"]
     assert commands["report"] == f"beliefdrift report --out {out}/report --bootstrap 1000"  # nothing to report yet

@@ -71,16 +71,18 @@ def test_markdown_has_hand_computed_values_in_paper_order(scores: RunScores) -> 
     text = markdown_tables([scores])
     table1, table2 = text.split("**Table 2.**")
     assert "| Method | CSQA ACC | CSQA AUC | CSQA n (excl.) |" in table1
-    assert "| Method | CSQA ECE | CSQA NLL | CSQA BS |" in table2
+    assert "| Method | CSQA ECE | CSQA CE2 | CSQA NLL | CSQA BS | CSQA n (excl.) |" in table2
     titles = [line.split(" | ")[0][2:] for line in table_lines(table1)]
     assert titles == ["PPR + NoSEED", "PPR + SEED_5", "AM-PPR + SEED_1", "Direct-Query"]
     ppr1 = table_lines(table1)[0]
     assert ppr1.startswith("| PPR + NoSEED | 75.0 [") and "| 66.7 [" in ppr1 and ppr1.endswith("| 4 (1) |")
     ppr2 = table_lines(table2)[0]
-    assert ppr2.startswith("| PPR + NoSEED | 0.4000 [") and "| 0.5473 [" in ppr2 and "| 0.3700 [" in ppr2
+    # the paper's ECE without its (invalid) interval; CE2 without one below 20 questions
+    assert ppr2.startswith("| PPR + NoSEED | 0.4000 † | ") and "| 0.5473 [" in ppr2 and "| 0.3700 [" in ppr2
     direct1, direct2 = table_lines(table1)[-1], table_lines(table2)[-1]
     assert direct1 == "| Direct-Query | 100.0 [100.0, 100.0] | n/a | 5 (0) |"  # AUC undefined: one class
-    assert direct2 == "| Direct-Query | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] |"
+    assert direct2 == ("| Direct-Query | 0.0000 † | 0.0000 † | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] | "
+                       "5 (0) |")
     assert "(RB)" not in text
 
 
@@ -99,7 +101,7 @@ def test_latex_layout(scores: RunScores) -> None:
     assert r"PPR + \texttt{NoSEED} & 75.0 {\scriptsize [" in text
     assert r"PPR + $\texttt{SEED}_{5}$ & 75.0" in text and r"AM-PPR + $\texttt{SEED}_{1}$" in text
     assert r"\texttt{Direct-Query} & 100.0 {\scriptsize [100.0, 100.0]} & n/a & 5 (0) \\" in text
-    assert r"0.4000 {\scriptsize [" in text and "inferred by model-8b" in text and r"(\%)" in text
+    assert r"0.4000$^\dagger$" in text and "inferred by model-8b" in text and r"(\%)" in text
 
 
 def test_csv_has_every_number(scores: RunScores) -> None:
@@ -266,3 +268,13 @@ def test_report_writes_pdfs_on_request(tmp_path: Path, capsys: pytest.CaptureFix
     assert pdfs == {f"reliability-csqa-{m}.pdf" for m in ("am-ppr-seed1", "direct", "ppr", "ppr-seed5")}
     assert main(["report", str(tmp_path), "--figure-formats", "png", "jpg"]) == 2
     assert "--figure-formats: invalid choice: 'jpg' (choose from 'png', 'pdf')" in capsys.readouterr().err
+
+
+def test_common_question_set_scores_every_method_on_the_same_questions() -> None:
+    scores = score_rows(synthetic_rows(), QualityControl(), n_resamples=50)
+    per_method = {(s.method.name, s.estimator): (s.n, s.excluded) for s in scores}
+    common = score_rows(synthetic_rows(), QualityControl(common=True), n_resamples=50)
+    kept = {s.n for s in common}
+    assert len(kept) == 1 and kept.pop() == min(n for n, _ in per_method.values())
+    assert per_method[("direct", None)] == (5, 0)  # alone it keeps the question PPR's paths fail on
+    assert next(s for s in common if s.method.name == "direct").excluded == 1

@@ -99,7 +99,7 @@ class ModelOptions(Settings):
                                           "(accelerate)", operational=True)
     template: str = option(DEFAULT_PPR_TEMPLATE, "PPR prompt: ppr-llama, ppr-olmo, or a .txt template path")
     template_ending: str = option(DEFAULT_TEMPLATE_ENDING, "fence: the question's code fence is closed after it; "
-                                                           "paper: the prompt ends with the question (Appendix C)",
+                                                           "paper: the prompt ends with the question (Appendix D.4)",
                                   choices=TEMPLATE_ENDINGS)
     revision: str | None = option(None, "the hub model's branch, tag or commit (from_pretrained's revision)",
                                   when_set=True)
@@ -182,11 +182,13 @@ class ReportOptions(Settings):
                                                            "this", operational=True)
     qc_max_fraction: float = option(QualityControl.max_fraction, "exclude a question when more than this fraction of "
                                                                  "its paths is off-format", operational=True)
+    qc_common: bool = option(False, "score every method on the questions that all methods keep (default: each "
+                                    "method on its own kept questions)", operational=True)
     bootstrap: int = option(1000, "bootstrap resamples for the 95%% intervals", operational=True, minimum=1)
 
     @property
     def quality_control(self) -> QualityControl:
-        return QualityControl(self.qc_path_mass, self.qc_max_fraction)
+        return QualityControl(self.qc_path_mass, self.qc_max_fraction, self.qc_common)
 
 
 def out_option(default: str) -> Any:

@@ -44,10 +44,12 @@ def canonical_methods(names: str | Sequence[str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class QualityControl:
     """Exclude a question from a method's metrics when more than `max_fraction` of its paths have mean
-    valid_mass below `path_mass` (the paper's ">50% of paths off-format" rule; direct query = one path)."""
+    valid_mass below `path_mass` (the paper's ">50% of paths off-format" rule; direct query = one path); with
+    `common`, from every method's when any method's rule excludes it (one question set for a whole table)."""
 
     path_mass: float = 0.5
     max_fraction: float = 0.5
+    common: bool = False
 
     def excludes(self, row: ResultRow) -> bool:
         return float(np.mean(row.path_valid_mass < self.path_mass)) > self.max_fraction
@@ -127,10 +129,11 @@ def score_rows(
     by_method: dict[str, list[ResultRow]] = {}
     for row in rows:
         by_method.setdefault(row.method, []).append(row)
+    dropped = {row.question_id for row in rows if qc.excludes(row)} if qc.common else set()
     scores = []
     for name in canonical_methods(list(by_method)) if by_method else ():
         group = by_method[name]
-        kept = [row for row in group if not qc.excludes(row)]
+        kept = [row for row in group if not (qc.excludes(row) or row.question_id in dropped)]
         label_mass = float(np.mean([row.valid_mass_mean for row in group]))
         estimators = sorted({alt for row in group for alt in row.alternatives})
         for estimator in [None, *estimators]:

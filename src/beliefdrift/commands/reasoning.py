@@ -1,4 +1,4 @@
-"""`beliefdrift reasoning`: drift of chain-of-thought trajectories in embedding space (paper Appendix E).
+"""`beliefdrift reasoning`: drift of chain-of-thought trajectories in embedding space (paper Appendix F).
 
 For each question, J rollouts write up to N thought–answer pairs <sol>…</sol><ans>…</ans>, with and
 without m reasoning seeds (pairs drawn from a direct chain-of-thought prompt, prefilled first). Reports
@@ -27,7 +27,9 @@ from beliefdrift.config import (
     settings_from,
 )
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.errors import UserError
 from beliefdrift.identity import run_identity
+from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
 from beliefdrift.reasoning.embeddings import EMBEDDINGS
 from beliefdrift.reasoning.experiment import ReasoningConfig, run_experiment, summary_markdown
 from beliefdrift.reasoning.task import ReasoningTask, pairs_template
@@ -46,7 +48,7 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
                                                                    "{question} (default: the dataset's)")
     dataset: str = retuned(DataOptions, "dataset", "gsm8k")
     n: int | None = retuned(DataOptions, "n", 20)
-    paths: int = retuned(SamplingOptions, "paths", DEFAULTS.rollouts, "rollouts per question (J; R in Appendix E)")
+    paths: int = retuned(SamplingOptions, "paths", DEFAULTS.rollouts, "rollouts per question (J; R in Appendix F)")
     steps: int = retuned(SamplingOptions, "steps", DEFAULTS.pairs, "thought–answer pairs per rollout (N)")
     seed_pairs: int = option(DEFAULTS.seeds, "reasoning seeds (prefilled pairs) per rollout for the seeded "
                                              "condition (m; 0: unseeded only)", "-m", minimum=0)
@@ -62,6 +64,12 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
     embedding: str = option(DEFAULTS.embedding, "hidden: mean last hidden state of the model; sentence: "
                                                 "all-MiniLM-L6-v2 (extra)", choices=EMBEDDINGS)
     out: Path = out_option("beliefdrift-out/reasoning")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.template_ending != DEFAULT_TEMPLATE_ENDING:
+            raise UserError("--template-ending: the pairs prompt has no question fence to end; the option applies to "
+                            "the multiple-choice commands only")
 
     @property
     def experiment(self) -> ReasoningConfig:

@@ -5,8 +5,9 @@
     EMD_k(b) = mean over questions of d(p^(k)_b, p^(1)_b) at a prefix a_{1:b} sampled from the process (burn-in b),
 
 with d ∈ {L1 = Σ|p − q|, KL(p^(k) ‖ p^(1)), TV = ½ Σ|p − q|}. A martingale has p^(k) = p^(1) for every k, so all
-are 0. The paper calls its distance "ℓ1 norm (total variation distance)" (Appendix F): `l1` reads the norm, `tv`
-the total variation, half of it.
+are 0. The paper's d is the "L1 distance" (Figure 3; "L1 distance norm", Appendix E) or KL: `l1` reads it as
+Σ|p − q|, `tv` is the total variation, half of it. Whether a figure is more than Monte Carlo noise is tested on
+the unbiased ‖p^(k) − p^(1)‖₂² of the same rollouts (`drift_test`), stored beside it as drift_sq_bar / drift_sq_b.
 
 Seeded methods (SEED_m): every prefix evaluation draws its own seed set S_{1:m} from the direct-query θ with the
 run's generator, and the context is prompt + S_{1:m} + a_{1:n} (the prefix follows the seeds; the top-K prefixes
@@ -23,6 +24,7 @@ import torch
 
 from beliefdrift.backend import LanguageModel, PathBatch
 from beliefdrift.data.question import MCQuestion
+from beliefdrift.diagnostics.drift_test import DriftTest, drift_test
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET, AnswerProcess, KStep, kstep_predictives
 from beliefdrift.diagnostics.prefixes import burn_in_prefixes, pick_prefix, top_prefixes
 from beliefdrift.methods import Method
@@ -63,7 +65,8 @@ def kstep_drift(probs: torch.Tensor, distance: str) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class EMDConfig:
-    """Settings of one EMD evaluation (paper defaults: K = 10, 𝒩 = {0,2,4,6,8}, top-5, k = 10)."""
+    """Settings of one EMD evaluation. 𝒩 = {0,2,4,6,8}, top-5 and k = 10 are the paper's (§5.1, Appendix E); the
+    paper gives no K for EMD‾: K = 10 is our choice (the same horizon as EMD_k(b)'s k)."""
 
     horizon: int = 10  # K: EMD‾ averages k = 2 … K
     prefix_lengths: tuple[int, ...] = (0, 2, 4, 6, 8)  # 𝒩
@@ -99,6 +102,9 @@ class QuestionEMD:
     prefixes_exact: bool  # every chosen prefix came from a proven top-K list
     burn_in_first: torch.Tensor  # [B+1, P, |𝒜|]
     burn_in_kth: torch.Tensor  # [B+1, P, |𝒜|]
+    sq_drift: torch.Tensor | None = None  # unbiased ‖p^(k) − p^(1)‖₂² per prefix length, k = 2 … K: [|𝒩|, K − 1]
+    burn_in_sq_drift: torch.Tensor | None = None  # the same of p^(k)_b: [B+1, P]
+    burn_in_exact: bool = False  # every burn-in p^(k) enumerated exactly
 
     def drift(self, distance: str) -> torch.Tensor:
         """d(p^(k)_n, p^(1)_n) per prefix length and k = 2 … K: [|𝒩|, K − 1]."""
@@ -118,6 +124,9 @@ class QuestionEMD:
         for distance in distances:
             out[f"emd_bar_{distance}"] = self.emd_bar(distance)
             out[f"emd_k_b_{distance}"] = self.burn_in(distance).tolist()
+        if self.sq_drift is not None and self.burn_in_sq_drift is not None:
+            out |= {"drift_sq_bar": float(self.sq_drift.mean()), "drift_sq_b": self.burn_in_sq_drift.mean(1).tolist(),
+                    "drift_exact": self.exact, "burn_in_exact": self.burn_in_exact}
         return out
 
     def record(self) -> dict[str, Any]:
@@ -169,11 +178,13 @@ def question_emd(
         proven.append(top.exact)
 
     root, _ = _root(runner, num_seeds, config.burn_in_paths, generator)
-    first, kth = [], []
+    first, kth, burn_in_sq, burn_in_exact = [], [], [], []
     for _, batch, _ in burn_in_prefixes(root, config.burn_in, generator):
         predictive = predictives(batch, config.k, config, generator)
         first.append(predictive.p(1))
         kth.append(predictive.p(config.k))
+        burn_in_sq.append(predictive.sq_drift()[:, -1])
+        burn_in_exact.append(predictive.exact)
     return QuestionEMD(
         prefix_lengths=tuple(config.prefix_lengths),
         prefixes=prefixes,
@@ -183,6 +194,9 @@ def question_emd(
         prefixes_exact=all(proven),
         burn_in_first=torch.stack(first),
         burn_in_kth=torch.stack(kth),
+        sq_drift=torch.cat([ks.sq_drift() for ks in ksteps]),
+        burn_in_sq_drift=torch.stack(burn_in_sq),
+        burn_in_exact=all(burn_in_exact),
     )
 
 
@@ -198,8 +212,9 @@ def emd_generator(seed: int, question: MCQuestion, method: Method) -> torch.Gene
 
 @dataclass(frozen=True)
 class EMDRow:
-    """One method's EMD over questions: EMD‾ mean ± std and the EMD_k(b) curve mean ± std (b = 0 … B); with
-    `noise_floor.with_floor`, also each figure's noise floor (mean, 95% interval) and whether it is above it."""
+    """One method's EMD over questions: EMD‾ mean ± std and the EMD_k(b) curve mean ± std (b = 0 … B); the drift
+    tests of EMD‾ and of each EMD_k(b) (`drift_test`, from records that store the unbiased drift); with
+    `noise_floor.with_floor`, also each figure's Pólya-urn floor (mean, 95% interval) and whether it is above it."""
 
     method: str
     distance: str
@@ -208,6 +223,8 @@ class EMDRow:
     emd_bar_std: float
     burn_in: list[float]
     burn_in_std: list[float]
+    drift: DriftTest | None = None
+    burn_in_drift: list[DriftTest] | None = None
     floor: float | None = None
     floor_low: float | None = None
     floor_high: float | None = None
@@ -230,8 +247,13 @@ def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: st
                          "run again into a new --out directory")
     bar_mean, bar_std = mean_std([s[f"emd_bar_{distance}"] for s in summaries], ddof=1)
     curve_mean, curve_std = mean_std([s[f"emd_k_b_{distance}"] for s in summaries], ddof=1)
+    drift, burn_in_drift = None, None
+    if all("drift_sq_bar" in s for s in summaries):
+        drift = drift_test([s["drift_sq_bar"] for s in summaries], all(s["drift_exact"] for s in summaries))
+        curves, exact = zip(*[(s["drift_sq_b"], s["burn_in_exact"]) for s in summaries], strict=True)
+        burn_in_drift = [drift_test(values, all(exact)) for values in zip(*curves, strict=True)]
     return EMDRow(method, distance, len(summaries), float(bar_mean), float(bar_std), curve_mean.tolist(),
-                  curve_std.tolist())
+                  curve_std.tolist(), drift, burn_in_drift)
 
 
 def emd_summary(

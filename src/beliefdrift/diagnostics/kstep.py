@@ -48,6 +48,8 @@ class KStep:
 
     probs: torch.Tensor  # [B, K, |𝒜|] float64
     exact: bool
+    sq: torch.Tensor | None = None  # Monte Carlo only: [B, K] mean over rollouts of ‖θ^{(j)}‖² at each k
+    rollouts: int = 0  # J (Monte Carlo only)
 
     @property
     def horizon(self) -> int:
@@ -56,6 +58,19 @@ class KStep:
     def p(self, k: int) -> torch.Tensor:
         """p^(k) for every prefix [B, |𝒜|]."""
         return self.probs[:, k - 1]
+
+    def sq_drift(self) -> torch.Tensor:
+        """Unbiased ‖p^(k) − p^(1)‖₂², k = 2 … K: [B, K − 1]. With X_j = θ^{(j)} − p^(1) over J independent
+        rollouts it is the U-statistic (‖Σ_j X_j‖² − Σ_j ‖X_j‖²) / (J(J − 1)) = (J D − S) / (J − 1), D = ‖p̂^(k) −
+        p^(1)‖², S = mean_j ‖X_j‖²: its mean is exactly 0 for every martingale. Exact enumeration: D itself."""
+        first = self.probs[:, :1]
+        plug_in = (self.probs[:, 1:] - first).square().sum(-1)
+        if self.exact:
+            return plug_in
+        if self.sq is None or self.rollouts < 2:
+            raise ValueError("the unbiased drift needs J ≥ 2 Monte Carlo rollouts and their ‖θ‖²")
+        spread = self.sq[:, 1:] - 2 * (self.probs[:, 1:] * first).sum(-1) + first.square().sum(-1)
+        return (self.rollouts * plug_in - spread) / (self.rollouts - 1)
 
 
 @dataclass(frozen=True)
@@ -129,14 +144,18 @@ def kstep_monte_carlo(
     batch: AnswerProcess, horizon: int, num_rollouts: int, generator: torch.Generator, budget: int = BATCH_BUDGET
 ) -> KStep:
     """Monte Carlo p̂^(k), k = 1 … `horizon`: J = `num_rollouts` continuations of depth horizon − 1 per path,
-    p̂^(k) the mean θ after k − 1 of them (p̂^(1) = θ exactly). Chunked to `budget` rows per forward pass."""
+    p̂^(k) the mean θ after k − 1 of them (p̂^(1) = θ exactly), with the mean ‖θ‖² (for `KStep.sq_drift`).
+    Chunked to `budget` rows per forward pass."""
     rows = torch.arange(batch.size).repeat_interleave(num_rollouts)
     total = torch.zeros(batch.size, horizon, batch.dist.probs.shape[1], dtype=torch.float64)
+    total_sq = torch.zeros(batch.size, horizon, dtype=torch.float64)
     for start in range(0, len(rows), budget):
         owner = rows[start : start + budget]
         _, thetas, _ = sample_answers(batch.select(owner), horizon - 1, generator)  # type: ignore[arg-type]
-        total.index_add_(0, owner, thetas.double().cpu())
-    return KStep(total / num_rollouts, exact=False)
+        thetas = thetas.double().cpu()
+        total.index_add_(0, owner, thetas)
+        total_sq.index_add_(0, owner, thetas.square().sum(-1))
+    return KStep(total / num_rollouts, exact=False, sq=total_sq / num_rollouts, rollouts=num_rollouts)
 
 
 def exact_is_affordable(num_labels: int, horizon: int, exact_budget: int = EXACT_BUDGET) -> bool:

@@ -1,4 +1,7 @@
-"""EMD noise floor: the EMD our estimator reports for an exact martingale measured with the same settings.
+"""EMD noise floor (Pólya urn): the EMD our estimator reports for an exact urn martingale measured with the same
+settings. A reference, not a test: it is calibrated for urns only (a martingale whose steps do not shrink as
+1/(α + t) scores above it); whether a figure is more than noise is `drift_test`'s, valid for every martingale
+(docs/statistics.md).
 
 With J Monte Carlo continuations p̂^(k) = (1/J) Σ_j θ^{(j)}_{n+k−1} is unbiased, but d(p̂^(k), p^(1)) ≥ 0 is not: a
 martingale (p^(k) = p^(1)) scores E d(p̂^(k), θ_n) > 0, shrinking about as 1/√J for L1. Exact enumeration has no
@@ -33,7 +36,7 @@ floor needs only the stored records, no model, and draws from its own generator 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -51,32 +54,45 @@ FLOOR_FIELDS = ("prefix_lengths", "prefixes", "seeds", "prefixes_exact", "kstep"
                 "theta_room")  # what `question_floor` reads from a stored record
 
 
-class UrnProcess:
-    """Pólya-urn paths as an `AnswerProcess`: θ_t [B, |𝒜|] (float64) and the next step's weight w_t [B]."""
+def urn_step(weight: torch.Tensor) -> torch.Tensor:
+    """The Pólya urn's next step weight: w_{t+1} = w_t / (1 + w_t)."""
+    return weight / (1 + weight)
 
-    def __init__(self, probs: torch.Tensor, weight: torch.Tensor):
+
+class StepProcess:
+    """Paths θ_{t+1} = (1 − w_t) θ_t + w_t e_{A_{t+1}}, A_{t+1} ~ θ_t, as an `AnswerProcess`: θ_t [B, |𝒜|] (float64)
+    and the next step's weight w_t [B], updated by `next_weight` (the urn's by default). An exact martingale for
+    every schedule of weights in [0, 1] that does not look at the answer drawn."""
+
+    def __init__(self, probs: torch.Tensor, weight: torch.Tensor,
+                 next_weight: Callable[[torch.Tensor], torch.Tensor] = urn_step):
         self.dist = AnswerDist(probs, torch.ones(len(probs), dtype=probs.dtype))
         self.weight = weight
+        self.next_weight = next_weight
 
     @property
     def size(self) -> int:
         return len(self.weight)
 
-    def select(self, index: torch.Tensor | list[int]) -> UrnProcess:
+    def select(self, index: torch.Tensor | list[int]) -> StepProcess:
         index = torch.as_tensor(index, dtype=torch.long)
-        return UrnProcess(self.dist.probs[index], self.weight[index])
+        return type(self)(self.dist.probs[index], self.weight[index], self.next_weight)
 
     def reserve(self, answers: int) -> None:
-        """Nothing to reserve: the urn keeps no cache."""
+        """Nothing to reserve: the process keeps no cache."""
+
+    def step(self, probs: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
+        """θ after one answer [B]: (1 − w) θ + w e_a."""
+        chosen = torch.nn.functional.one_hot(answer, probs.shape[1]).to(probs.dtype)
+        return probs + self.weight[:, None] * (chosen - probs)
 
     def advance(self, answers: torch.Tensor) -> AnswerDist:
-        """θ ← (1 − w) θ + w e_a and w ← w / (1 + w), once per column of answers [B, steps]."""
-        probs, weight = self.dist.probs, self.weight
-        for step in answers.reshape(self.size, -1).T:
-            chosen = torch.nn.functional.one_hot(step, probs.shape[1]).to(probs.dtype)
-            probs = probs + weight[:, None] * (chosen - probs)
-            weight = weight / (1 + weight)
-        self.dist, self.weight = AnswerDist(probs, self.dist.valid_mass), weight
+        """`step`, then w ← `next_weight`(w), once per column of answers [B, steps]."""
+        probs = self.dist.probs
+        for answer in answers.reshape(self.size, -1).T:
+            probs = self.step(probs, answer)
+            self.weight = self.next_weight(self.weight)
+        self.dist = AnswerDist(probs, self.dist.valid_mass)
         return self.dist
 
 
@@ -131,7 +147,7 @@ def _urn_predictives(
     (exact enumeration draws nothing, so its R replicates are one estimate repeated)."""
     rows, labels = theta.shape
     copies = 1 if exact_is_affordable(labels, horizon, config.exact_budget) else replicates
-    urns = UrnProcess(theta.repeat(copies, 1), weight.repeat(copies))
+    urns = StepProcess(theta.repeat(copies, 1), weight.repeat(copies))
     result = predictives(urns, horizon, config, generator)
     return result.probs.reshape(copies, rows, horizon, labels).expand(replicates, -1, -1, -1), result.exact
 

@@ -1,11 +1,11 @@
-"""Prompt templates (the paper's Appendix C) rendered with the model's chat template.
+"""Prompt templates (the paper's Appendix D.4) rendered with the model's chat template.
 
 A template is a text file whose `{placeholders}` are filled by name; other braces are left alone. The
 rendered template is the user turn; the assistant turn is prefilled (`"Answer: "` for direct query, the
 seed answers or nothing for PPR). Models without a chat template get a plain-text layout.
 
 Template ending: the bundled direct and PPR templates close the question's code fence (`{question}`, newline,
-the closing fence, newline: ending `fence`, the default). Appendix C's figures stop at the opening fence, with the
+the closing fence, newline: ending `fence`, the default). Appendix D.4's figures stop at the opening fence, with the
 question appended after it (x_Q = [I; Q]); ending `paper` renders that literally: the user turn ends with the
 question's last option, fence unclosed.
 """

@@ -1,4 +1,4 @@
-"""Drift of reasoning trajectories in embedding space (the paper's Appendix E).
+"""Drift of reasoning trajectories in embedding space (the paper's Appendix F).
 
 The centroid of generated pair n over the R rollouts of a question is h̄_n = (1/|R_n|) Σ_{r ∈ R_n} H^{(r)}_n,
 where R_n holds the rollouts that generated at least n pairs (rollouts that stopped early drop out of

@@ -1,4 +1,4 @@
-"""The paper's Figure (Appendix E): cos(h̄_n, h̄_{n+τ}) against n, mean ± std over questions, with and
+"""The paper's Figure (Appendix F): cos(h̄_n, h̄_{n+τ}) against n, mean ± std over questions, with and
 without reasoning seeding."""
 
 from __future__ import annotations

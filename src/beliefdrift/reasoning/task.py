@@ -1,4 +1,4 @@
-"""A question posed for thought–answer pairs: its prompts (the paper's Appendix E templates and a direct
+"""A question posed for thought–answer pairs: its prompts (the paper's Appendix F templates and a direct
 chain-of-thought prompt for reasoning seeds) and how its free-text answers are normalised."""
 
 from __future__ import annotations

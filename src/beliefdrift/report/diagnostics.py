@@ -8,12 +8,13 @@ Markdown table and the figure files it wrote; the commands write the text files.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from textwrap import shorten
 from typing import Any
 
 from beliefdrift.data.question import MCQuestion
+from beliefdrift.diagnostics.drift_test import DRIFT_LEVEL, DriftTest
 from beliefdrift.diagnostics.emd import EMDRow, aggregate_emd
 from beliefdrift.diagnostics.noise_floor import with_floor
 from beliefdrift.diagnostics.trajectory import cid_summary
@@ -26,8 +27,6 @@ from beliefdrift.report.text import fixed, markdown_table, plus_minus
 from beliefdrift.stats import mean_std
 
 Records = Mapping[str, Sequence[Mapping[str, Any]]]
-#: The floor cell of an estimate whose every urn replicate gives exactly 0 (enumerated, no Monte Carlo noise).
-EXACT = "none (exact)"
 
 
 @dataclass(frozen=True)
@@ -80,30 +79,36 @@ def emd_report(
     dataset: str,
 ) -> DiagnosticsReport:
     """Per method and distance: EMD‾ (k = 2 … `horizon`) and EMD_`lookahead`(b) at b = 0 and b = `burn_in`, each
-    beside its noise floor when `floors` has the method's urn replicates; the c.i.d. check; then each method's
-    paired Δ EMD‾ against PPR. Bar and burn-in figures per distance, written under `out`."""
+    beside its Pólya-urn floor when `floors` has the method's urn replicates and the predictives were Monte Carlo;
+    the drift test of each figure (`drift_test`, when the records store the unbiased drift); the c.i.d. check; then
+    each method's paired Δ EMD‾ against PPR. Bar and burn-in figures per distance, written under `out`."""
     summary: dict[str, Any] = {}
+    points = [0, burn_in] if burn_in else [0]
     header = ["method", "questions"]
     for distance in distances:
         label = DISTANCE_LABELS[distance]
-        floor = ["floor [95%]"] if floors else []
-        header += [f"EMD‾ ({label})", *floor, *(["> floor (p)"] if floors else [])]
-        header += [f"EMD_{lookahead}(0) ({label})", *floor]
-        header += [f"EMD_{lookahead}({burn_in}) ({label})", *floor] if burn_in else []
-    header += ["c.i.d. ‖D̄‖₁", "c.i.d. rejected"]
+        floor = ["urn floor [95%]"] if floors else []
+        header += [f"EMD‾ ({label})", *floor, *(["> urn floor (p)"] if floors else [])]
+        for b in points:
+            header += [f"EMD_{lookahead}({b}) ({label})", *floor]
+    header += ["drift Û, EMD‾ (p)", *(f"drift Û, b = {b} (p)" for b in points), "c.i.d. ‖D̄‖₁", "c.i.d. rejected"]
     rows = {m.name: [m.title, str(len(questions))] for m in methods}
+    exact = {m.name: all(r["kstep_exact"] for r in records[m.name]) for m in methods}
     figures: list[Path] = []
     for distance in distances:
         emd_rows = [aggregate_emd(m.title, list(records[m.name]), distance) for m in methods]
-        if floors:
-            emd_rows = [with_floor(row, records[m.name], floors[m.name]) for m, row in zip(methods, emd_rows,
-                                                                                          strict=True)]
+        if floors:  # exact predictives have no noise: no floor (it would be 0 [0, 0] with p = 1/(R + 1))
+            emd_rows = [row if exact[m.name] else with_floor(row, records[m.name], floors[m.name])
+                        for m, row in zip(methods, emd_rows, strict=True)]
         for method, row in zip(methods, emd_rows, strict=True):
-            summary.setdefault(method.name, {})[distance] = row.__dict__
-            rows[method.name] += _emd_cells(row, [0, len(row.burn_in) - 1] if burn_in else [0])
+            summary.setdefault(method.name, {})[distance] = asdict(row)
+            rows[method.name] += _emd_cells(row, points, bool(floors))
         figures += plot_emd_bars({dataset: emd_rows}, out / f"emd_bar_{distance}", title=f"K = {horizon}")
         figures += plot_emd_burn_in(emd_rows, lookahead, out / f"emd_k_b_{distance}", title=dataset)
-    for method in methods:
+    for method, row in zip(methods, emd_rows, strict=True):
+        rows[method.name] += [_drift_cell(test) for test in
+                              ([row.drift, *(row.burn_in_drift[b] for b in points)] if row.burn_in_drift
+                               else [None] * (1 + len(points)))]
         cid = cid_summary(list(records[method.name]))
         summary[method.name]["cid"] = cid
         summary[method.name]["kstep_exact"] = all(r["kstep_exact"] for r in records[method.name])
@@ -111,37 +116,44 @@ def emd_report(
         rows[method.name] += [f"{cid['cid_l1_mean']:.3f} ± {cid['cid_l1_std']:.3f}",
                               f"{cid['cid_rejected']}/{cid['questions']}"]
     table = markdown_table(header, list(rows.values()))
+    table += (f"\n\ndrift Û: mean ± s.e. over questions of the unbiased ‖p^(k) − p^(1)‖₂² (×10³; 0 in expectation "
+              f"for every martingale), one-sided t-test p, * where p < {DRIFT_LEVEL}; exact: enumerated, no noise, "
+              "no p; —: records stored before it")
     if floors:
         replicates = len(next(iter(floors.values())))
-        table += (f"\n\nfloor: mean [2.5%, 97.5%] of the same figure for {replicates} "
-                  "replicates of Pólya-urn martingales matched to each question's θ and spread (exact martingales: "
-                  "EMD = 0, so the floor is the estimator's noise; none where the estimate is exact, enumerated "
-                  "without Monte Carlo noise); > floor: EMD‾ above the 97.5% point (one-sided p), "
-                  "and how many questions have an EMD‾ above the 97.5% point of their own floor")
+        table += (f"\n\nurn floor (a reference, valid for urns only): mean [2.5%, 97.5%] of the same figure for "
+                  f"{replicates} replicates of Pólya-urn martingales matched to each question's θ and spread (exact "
+                  "martingales: EMD = 0, so the floor is the estimator's noise); > urn floor: EMD‾ above the 97.5% "
+                  "point (one-sided p), and how many questions have an EMD‾ above the 97.5% point of their own floor; "
+                  "exact: the predictives were enumerated, so there is no noise, no floor and no p")
     paired = emd_markdown(emd_comparisons(records, distances))
     table += f"\n\n{paired}" if paired else ""
     return DiagnosticsReport(summary, table, figures)
 
 
-def _zero(*values: float) -> bool:
-    """Whether a floor is 0 up to float32 rounding (a KL of identical distributions can come out as -1e-8)."""
-    return all(abs(value) < 1e-6 for value in values)
-
-
-def _emd_cells(row: EMDRow, points: list[int]) -> list[str]:
-    """EMD‾ and EMD_k(b) at the burn-in `points` as mean ± std, each followed by its floor when `row` has one."""
+def _emd_cells(row: EMDRow, points: list[int], floor_columns: bool) -> list[str]:
+    """EMD‾ and EMD_k(b) at the burn-in `points` as mean ± std, each followed by its floor when `floor_columns`
+    (`exact` where the row has none because its predictives were enumerated)."""
+    none = "exact" if floor_columns and not row.floor_replicates else None
     cells = [plus_minus(row.emd_bar, row.emd_bar_std, 4)]
     if row.floor_replicates:
-        exact = _zero(row.floor, row.floor_low, row.floor_high)  # no replicate drifts: the estimate is exact
-        cells += [EXACT if exact else f"{fixed(row.floor)} [{fixed(row.floor_low)}, {fixed(row.floor_high)}]",
-                  f"{'yes' if row.emd_bar > 0 else 'no'} (exact estimate); {row.questions_above_floor}/"
-                  f"{row.questions} questions" if exact else
+        cells += [f"{fixed(row.floor)} [{fixed(row.floor_low)}, {fixed(row.floor_high)}]",
                   f"{'yes' if row.above_floor else 'no'} ({row.floor_p:.3f}); {row.questions_above_floor}/"
                   f"{row.questions} questions"]
+    cells += [none, none] if none else []
     for b in points:
         cells.append(plus_minus(row.burn_in[b], row.burn_in_std[b], 4))
         if row.floor_replicates:
             low, high = row.burn_in_floor_low[b], row.burn_in_floor_high[b]
-            exact = _zero(row.burn_in_floor[b], low, high)
-            cells.append(EXACT if exact else f"{fixed(row.burn_in_floor[b])} [{fixed(low)}, {fixed(high)}]")
+            cells.append(f"{fixed(row.burn_in_floor[b])} [{fixed(low)}, {fixed(high)}]")
+        cells += [none] if none else []
     return cells
+
+
+def _drift_cell(test: DriftTest | None) -> str:
+    """`estimate ± s.e. (p)` ×10³ with * when flagged; `exact estimate` without p; — without a test."""
+    if test is None:
+        return "—"
+    if test.exact or test.p is None:
+        return f"{'exact ' if test.exact else ''}{1e3 * test.estimate:.3f}"
+    return f"{1e3 * test.estimate:.3f} ± {1e3 * (test.se or 0.0):.3f} ({test.p:.3f}){' *' if test.drifts else ''}"

@@ -4,7 +4,9 @@ Which pairs (`comparisons`): every method against PPR + NoSEED, and every AM-PPR
 (the paper's fair comparison for a seeded AM-PPR). A metric's Δ is taken on the questions quality control keeps
 for both methods, with `metrics.paired_summary`: one bootstrap index matrix over those questions scores both
 methods on the same resamples; the interval is the percentile interval of the resampled Δ*, the p-value the
-two-sided paired bootstrap one, 2 (1 + #{Δ* on the far side of 0}) / (R + 1). EMD‾ is compared the same way over
+two-sided paired bootstrap one, 2 (1 + #{Δ* on the far side of 0}) / (R + 1); below `metrics.PAIRED_EXACT_N`
+(30) questions the p-value is a sign-flip permutation test of the per-question differences (exact up to 13
+questions) for the mean metrics (ACC, NLL, BS) and none (–) for AUC and ECE. EMD‾ is compared the same way over
 the per-question EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).
 
 Writes paired.md (one table per run, `Δ [low, high]` and p per metric) and paired.csv (one row per run × pair ×
@@ -25,7 +27,7 @@ import numpy as np
 
 from beliefdrift.files import write_atomic
 from beliefdrift.methods import Method, parse_method
-from beliefdrift.metrics import METRIC_NAMES, PairedDelta, paired_mean_bootstrap, paired_summary
+from beliefdrift.metrics import METRIC_NAMES, PAIRED_EXACT_N, PairedDelta, paired_mean_bootstrap, paired_summary
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS
 from beliefdrift.report.tables import MISSING, format_value
 from beliefdrift.report.text import markdown_table
@@ -36,6 +38,9 @@ BASELINE = "ppr"
 #: The baseline of every AM-PPR method, besides `BASELINE`.
 SEEDED_BASELINE = "ppr-seed5"
 PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
+#: How the p-values are computed, as the captions say it.
+SMALL_N_P = (f"paired bootstrap from {PAIRED_EXACT_N} questions, below that a sign-flip permutation test, none (–) "
+             "for AUC and ECE")
 #: The level of the paired intervals.
 LEVEL = 0.95
 CSV_COLUMNS = ["dataset", "method", "baseline", "metric", "n", "delta", "low", "high", "p", "level", "n_resamples"]
@@ -130,7 +135,7 @@ def comparison_table(pairs: Sequence[PairedComparison], metrics: Sequence[str], 
 def metrics_markdown(label: str, pairs: Sequence[PairedComparison]) -> str:
     """The metric Δ table of one run."""
     caption = (f"**Paired differences, {label}.** Δ = method − baseline on the n questions quality control keeps "
-               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided paired bootstrap p-values; "
+               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}); "
                "ACC/AUC in points of %; lower is better for ECE, NLL and BS.")
     return comparison_table(pairs, METRIC_NAMES, caption)
 
@@ -140,7 +145,7 @@ def emd_markdown(pairs: Sequence[PairedComparison]) -> str:
     if not pairs:
         return ""
     caption = (f"**Paired Δ EMD‾.** Δ = mean over the n questions of the method's EMD‾ − the baseline's, with "
-               f"{100 * LEVEL:g}% paired bootstrap intervals and two-sided paired bootstrap p-values (negative: "
+               f"{100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}; negative: "
                "closer to a martingale than the baseline).")
     return comparison_table(pairs, list(pairs[0].deltas), caption)
 

@@ -1,9 +1,11 @@
 """The paper's result tables from scored runs: Markdown, LaTeX (booktabs) and a CSV with every number.
 
-Table 1: ACC / AUC in percent per method, Table 2: ECE / NLL / BS, one column group per run (dataset),
-rows in the paper's order (PPR + NoSEED, PPR + SEED_m…, AM-PPR…, Direct-Query). Every cell carries its
-95% bootstrap interval, e.g. `62.3 [55.1, 69.0]`; Table 1 also gives the questions scored and those
-excluded by quality control. Alternative estimators (q*_RB, θ̂_1) appear in the CSV only.
+Table 1: ACC / AUC in percent per method, Table 2: ECE / CE2 / NLL / BS, one column group per run (dataset),
+rows in the paper's order (PPR + NoSEED, PPR + SEED_m…, AM-PPR…, Direct-Query). A cell carries its 95% bootstrap
+interval, e.g. `62.3 [55.1, 69.0]`, where that interval is valid (docs/statistics.md); a figure without one is
+marked †: the paper's binned ECE (its plug-in is biased upward, its percentile interval covers the truth in well
+under 95% of simulated datasets at n ≤ 200) and CE2 below `CE2_MIN_N` (20) questions. Both tables give the questions
+scored and those excluded by quality control. Alternative estimators (q*_RB, θ̂_1) appear in the CSV only.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ PERCENT = ("ACC", "AUC")
 #: (name, metrics, caption, with the questions-scored column)
 TABLES = (
     ("Table 1", ("ACC", "AUC"), "Accuracy and AUC (%)", True),
-    ("Table 2", ("ECE", "NLL", "BS"), "ECE, NLL and Brier score", False),
+    ("Table 2", ("ECE", "CE2", "NLL", "BS"), "ECE (the paper's binned plug-in, no interval), CE2 (debiased L2 "
+     "calibration error), NLL and Brier score", True),
 )
+NO_INTERVAL = ("ECE",)  # metrics printed without their bootstrap interval: not valid at the sizes we run
+DAGGER, LATEX_DAGGER = "†", r"$^\dagger$"
 COUNT_HEADER = "n (excl.)"
 MISSING = "–"
 
@@ -61,13 +66,16 @@ def format_value(metric: str, value: float) -> str:
 
 
 def format_cell(score: MethodScore | None, metric: str, latex: bool = False) -> str:
-    """`point [low, high]`; `–` when the method is absent or QC excluded every question."""
+    """`point [low, high]`; `point †` where no valid interval exists (`NO_INTERVAL`, or bounds left NaN by the
+    metric at this n); `–` when the method is absent or QC excluded every question."""
     if score is None or score.summary is None:
         return MISSING if not latex else "--"
     point, low, high = score.summary[metric]
     text = format_value(metric, point)
-    if math.isnan(point) or math.isnan(low) or math.isnan(high):
+    if math.isnan(point):
         return text
+    if metric in NO_INTERVAL or math.isnan(low) or math.isnan(high):
+        return text + (LATEX_DAGGER if latex else f" {DAGGER}")
     interval = f"[{format_value(metric, low)}, {format_value(metric, high)}]"
     return f"{text} {{\\scriptsize {interval}}}" if latex else f"{text} {interval}"
 
@@ -88,7 +96,8 @@ def markdown_tables(runs: Sequence[RunScores]) -> str:
     for name, metrics, caption, counted in TABLES:
         header = ["Method"] + [f"{run.label} {c}" for run in runs for c in (*metrics, *[COUNT_HEADER] * counted)]
         lines = [f"**{name}.** {caption} with 95% bootstrap intervals"
-                 + ("; n = questions scored (excl. = removed by quality control)." if counted else "."),
+                 + ("; n = questions scored (excl. = removed by quality control)" if counted else "")
+                 + f"; {DAGGER}: no valid interval at this n (docs/statistics.md).",
                  "", "| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
         for method in method_rows(runs):
             cells = [method.title]
@@ -155,7 +164,7 @@ def latex_tables(runs: Sequence[RunScores]) -> str:
 
 
 CSV_COLUMNS = ["dataset", "model", "method", "estimator", "title", "n", "excluded", "total", "nll_clipped",
-               *(f"{m}{suffix}" for m in METRIC_NAMES for suffix in ("", "_low", "_high")),
+               *(f"{m}{suffix}" for m in (*METRIC_NAMES, "CE2") for suffix in ("", "_low", "_high")),
                "label_mass", "confidence", "predicted"]
 
 
@@ -173,7 +182,7 @@ def csv_table(runs: Sequence[RunScores]) -> str:
                    "confidence": repr(score.confidence), "predicted": score.predicted}
             if score.summary is not None:
                 row["nll_clipped"] = score.summary["nll_clipped"]
-                for metric in METRIC_NAMES:
+                for metric in (*METRIC_NAMES, "CE2"):
                     for suffix, value in zip(("", "_low", "_high"), score.summary[metric], strict=True):
                         row[metric + suffix] = repr(float(value))
             writer.writerow(row)
