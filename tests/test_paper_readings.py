@@ -83,9 +83,10 @@ def test_template_ending_reaches_every_command_that_renders_the_prompts():
         assert build_parser().parse_args([command, "--template-ending", "paper"]).template_ending == "paper"
 
 
-@pytest.mark.parametrize("name", ["paper.yaml", "cpu-default.yaml"])
-def test_presets_name_their_template_ending(name):
-    assert read_settings(CONFIGS / name, [EvalConfig])["template_ending"] == "fence"
+@pytest.mark.parametrize(("name", "ending"), [("paper.yaml", "paper"), ("cpu-default.yaml", "fence")])
+def test_presets_name_their_template_ending(name, ending):
+    """The paper preset renders the paper's prompt (Appendix D.4); the CPU preset closes the fence."""
+    assert read_settings(CONFIGS / name, [EvalConfig])["template_ending"] == ending
 
 
 def test_total_variation_is_half_the_l1_norm_on_a_hand_computed_pair():
