@@ -104,7 +104,7 @@ def test_identity_keeps_what_changes_a_number_and_resolves_auto() -> None:
     assert identity["dtype"] in ("float32", "bfloat16") and identity["device"] == "cpu"  # never "auto"
     operational = {f.name for f in dataclasses.fields(EvalConfig) if is_operational(f)}
     assert operational == {"device_map", "data_dir", "batch_questions", "compile", "cuda_graphs", "qc_path_mass",
-                           "qc_max_fraction", "bootstrap", "out"}
+                           "qc_max_fraction", "qc_common", "bootstrap", "out"}
     assert not operational & set(identity)
     assert identity["sha256"] == identity_hash(identity)
     same = run_identity("evaluate", dataclasses.replace(base, batch_questions=4, out=Path("elsewhere")), questions,
