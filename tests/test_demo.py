@@ -15,4 +15,4 @@ def test_demo_writes_summary_and_figure(tiny_model_dir, tmp_path, capsys):
         assert method in summary
     assert "**Table 1.**" in summary and "Expected martingale drift" in summary
     assert (out / "marginal_drift.png").stat().st_size > 0 and (out / "marginal_drift.pdf").exists()
-    assert "wrote" in capsys.readouterr().out
+    assert "wrote" in capsys.readouterr().err  # a message, not data: on stderr

