@@ -15,7 +15,9 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
   `emd_summary` and `aggregate_emd` (over questions), `question_floor` and `method_floors` (the noise floor);
 - metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier`,
   `bootstrap_ci`; paired tests `paired_summary`, `paired_mean_bootstrap`, `paired_scores` (of stored rows);
-- evaluation runs: `EvalConfig`, `evaluate` (a resumable run store), `score_rows`, `QualityControl`;
+- runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `open_run` (any run directory,
+  finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
+  `score_rows`, `QualityControl`;
 - SC fine-tuning (AM-PPR): `TrainConfig`, `SCTrainer`;
 - settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
 """
@@ -68,7 +70,7 @@ _EXPORTS = {
                             "paired_mean_bootstrap"),
     "beliefdrift.report.paired": ("paired_scores",),
     "beliefdrift.evaluation_config": ("EvalConfig",),
-    "beliefdrift.evaluation": ("evaluate",),
+    "beliefdrift.results": ("evaluate", "open_run", "Run", "write_export"),
     "beliefdrift.scoring": ("score_rows",),
     "beliefdrift.config": ("QualityControl", "load_settings"),
     "beliefdrift.amortize.settings": ("TrainConfig",),

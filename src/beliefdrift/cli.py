@@ -24,7 +24,7 @@ from beliefdrift.config import CommandParser
 DESCRIPTION = ("Measure and repair belief drift in language models answering multiple-choice questions: prompted "
                "predictive resampling (PPR), answer seeding, and SC fine-tuning (AM-PPR).")
 
-COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning", "train", "paper"]
+COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "export", "reasoning", "train", "paper"]
 RESUMABLE = {"drift", "emd", "evaluate", "reasoning", "train"}
 #: What to lower when a command runs out of GPU memory.
 MEMORY_SETTINGS = {
