@@ -75,3 +75,21 @@ def test_quiet_and_verbose_set_the_message_level(tmp_path, argv: list[str], leve
 def test_unknown_method_suggests_the_closest() -> None:
     with pytest.raises(ValueError, match="did you mean 'ppr-seed5'"):
         parse_method("ppr-sed5")
+
+
+def test_unknown_dataset_suggests_the_closest() -> None:
+    from beliefdrift.data.registry import load_dataset
+
+    with pytest.raises(ValueError, match="did you mean 'tinymmlu'"):
+        load_dataset("tinymmlux")
+
+
+def test_each_metric_is_one_entry_of_the_registry() -> None:
+    """The report's tables, the bootstrap summary and the paired tests all read `metrics.METRICS`."""
+    from beliefdrift.metrics import METRICS, summarize
+    from beliefdrift.report.tables import TABLES
+
+    assert [name for _, names, _, _ in TABLES for name in names] == list(METRICS)
+    summary = summarize([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]], [0, 1, 1], n_resamples=10)
+    assert all(name in summary for name in METRICS)
+    assert [spec.higher_is_better for spec in METRICS.values()] == [True, True, False, False, False]

@@ -32,6 +32,7 @@ from beliefdrift.data.loaders import (
 )
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.errors import first_line
+from beliefdrift.registry import did_you_mean
 
 DATASETS = ("demo", "csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k")
 FORMATS = ("csqa", "arc", "arc-hub", "tinymmlu", "mmlu", "gpqa", "gsm8k")
@@ -112,7 +113,8 @@ def load_dataset(
         items = load_file(name, fmt=fmt, seed=seed)
     else:
         known = ", ".join(DATASETS)
-        raise DataError(f"unknown dataset {name!r}: expected one of {known} or an existing file")
+        raise DataError(f"unknown dataset {name!r}: expected one of {known} or an existing file"
+                        + did_you_mean(name, DATASETS))
     return subsample(items, n, seed)
 
 

@@ -18,18 +18,16 @@ from typing import Any
 
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.methods import Method, MethodResult
-from beliefdrift.metrics import METRIC_NAMES
+from beliefdrift.metrics import METRIC_NAMES, METRICS
 from beliefdrift.registry import table_order
 from beliefdrift.scoring import MethodScore, QualityControl, score_results
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
                   "gpqa": "GPQA"}
-PERCENT = ("ACC", "AUC")
-#: (name, metrics, caption, with the questions-scored column)
-TABLES = (
-    ("Table 1", ("ACC", "AUC"), "Accuracy and AUC (%)", True),
-    ("Table 2", ("ECE", "NLL", "BS"), "ECE, NLL and Brier score", False),
-)
+#: (name, metrics (`metrics.METRICS` entries of that table), caption, with the questions-scored column)
+TABLES = tuple((f"Table {number}", tuple(name for name, spec in METRICS.items() if spec.table == number), caption,
+                number == 1)
+               for number, caption in ((1, "Accuracy and AUC (%)"), (2, "ECE, NLL and Brier score")))
 COUNT_HEADER = "n (excl.)"
 MISSING = "–"
 
@@ -55,7 +53,8 @@ def format_value(metric: str, value: float) -> str:
     """ACC/AUC in percent with one decimal, the others with four (as in the paper)."""
     if math.isnan(value):
         return "n/a"
-    return f"{100 * value:.1f}" if metric in PERCENT else f"{value:.4f}"
+    percent = metric in METRICS and METRICS[metric].percent  # other names (EMD‾ in the paired tables): as numbers
+    return f"{100 * value:.1f}" if percent else f"{value:.4f}"
 
 
 def format_cell(score: MethodScore | None, metric: str, latex: bool = False) -> str:
