@@ -6,14 +6,8 @@ import pytest
 import torch
 
 from beliefdrift.backend import loading
-from beliefdrift.backend.loading import (
-    DEFAULT_MODEL,
-    REGISTRY,
-    RegistryEntry,
-    locate_registry_gguf,
-    model_source,
-    resolve_dtype,
-)
+from beliefdrift.backend.loading import locate_registry_gguf, model_source, resolve_dtype
+from beliefdrift.registry import DEFAULT_MODEL, REGISTRY, RegistryEntry
 
 
 def test_auto_dtype_follows_fast_bf16(monkeypatch):
