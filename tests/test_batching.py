@@ -173,7 +173,7 @@ def test_diagnostics_batch_questions_store_the_same_records(command, tiny_model_
     assert first != second, "the units differ, so a mix-up between them would show"
 
 
-def test_a_fused_kernel_that_fails_its_check_is_not_used(monkeypatch, capsys):
+def test_a_fused_kernel_that_fails_its_check_is_not_used(monkeypatch, caplog):
     """Where the device's fused kernel raises or disagrees with an explicit softmax, stacked prompts write their
     scores out instead, and the user is told."""
     from beliefdrift.backend import shared_prefix
@@ -187,14 +187,14 @@ def test_a_fused_kernel_that_fails_its_check_is_not_used(monkeypatch, capsys):
 
     monkeypatch.setattr(shared_prefix, "_prompt_attention", fails)
     assert not check(cpu, torch.float32, 16)
-    assert "no fused attention kernel on cpu for torch.float32 (no kernel image is available)" in (
-        capsys.readouterr().err)
+    assert "no fused attention kernel on cpu for torch.float32 (no kernel image is available)" in caplog.text
+    caplog.clear()
     monkeypatch.setattr(shared_prefix, "_prompt_attention", lambda q, *_: (q, q.new_zeros(q.shape[:-1])))
     assert not check(cpu, torch.float32, 16)
-    assert "disagrees with an explicit softmax" in capsys.readouterr().err
+    assert "disagrees with an explicit softmax" in caplog.text
 
 
-def test_each_device_of_a_device_map_gets_its_own_key_bias(capsys):
+def test_each_device_of_a_device_map_gets_its_own_key_bias(caplog):
     """Stacked prompts whose layers sit on several devices (a device map) get the fused kernel's key bias on each
     layer's device, and the kernel is checked on each device: one where it fails (here `meta`) writes its scores out,
     the others still fuse."""
@@ -209,7 +209,7 @@ def test_each_device_of_a_device_map_gets_its_own_key_bias(capsys):
     bias = runs.key_bias(1)
     assert bias.device.type == "cpu" and bias.shape == (2, 1, 1, 32) and runs.key_bias(3) is bias
     assert torch.equal(bias[:, 0, 0].isinf(), torch.arange(32) >= torch.tensor([[20], [7]]))
-    assert "no fused attention kernel on meta" in capsys.readouterr().err
+    assert "no fused attention kernel on meta" in caplog.text
 
 
 @pytest.mark.cuda

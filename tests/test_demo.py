@@ -3,7 +3,7 @@ interrupted demo resumes with the questions it had finished."""
 
 from __future__ import annotations
 
-import beliefdrift.commands.demo as demo
+import beliefdrift.methods as methods
 from beliefdrift.cli import main
 
 
@@ -17,14 +17,14 @@ def test_demo_writes_summary_and_figure(tiny_model_dir, tmp_path, capsys):
         assert method in summary
     assert "**Table 1.**" in summary and "Expected martingale drift" in summary
     assert (out / "marginal_drift.png").stat().st_size > 0 and (out / "marginal_drift.pdf").exists()
-    assert "wrote" in capsys.readouterr().out
+    assert "wrote" in capsys.readouterr().err  # a message, not data: on stderr
 
 
 def test_an_interrupted_demo_keeps_its_finished_questions(tiny_model_dir, tmp_path, monkeypatch, capsys):
     args = ["demo", "--model", str(tiny_model_dir), "--n", "3", "-J", "2", "-N", "3", "--emd-questions", "0",
             "--reasoning-questions", "0"]
     assert main([*args, "--out", str(tmp_path / "whole")]) == 0
-    run_methods, calls = demo.run_methods, []
+    run_methods, calls = methods.run_methods, []
 
     def interrupt_at_the_second(lm, question, *rest):  # Ctrl-C while the second question runs
         calls.append(question.id)
@@ -32,7 +32,7 @@ def test_an_interrupted_demo_keeps_its_finished_questions(tiny_model_dir, tmp_pa
             raise KeyboardInterrupt
         return run_methods(lm, question, *rest)
 
-    monkeypatch.setattr(demo, "run_methods", interrupt_at_the_second)
+    monkeypatch.setattr(methods, "run_methods", interrupt_at_the_second)
     out = tmp_path / "resumed"
     assert main([*args, "--out", str(out)]) == 130
     assert "4 question × method results stored" in capsys.readouterr().err

@@ -157,7 +157,7 @@ def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_p
     assert main(emd_args) == 0  # resumes: nothing recomputed
     with RunStore.open(out / STORE_FILE, create=False) as store:
         assert [store.records(q, m) for q, m in store.record_units()] == before
-    assert "(2 done)" in capsys.readouterr().out
+    assert "(2 done)" in capsys.readouterr().err
     assert main([*emd_args, "--horizon", "4"]) == 2  # different settings in the same directory
 
     assert main(["drift", *common, "--plot-questions", "0", "--out", str(tmp_path / "drift")]) == 0

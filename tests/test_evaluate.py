@@ -184,14 +184,14 @@ def evaluate_config(*argv: str) -> EvalConfig:
     return resolve_methods(settings_from(args, EvalConfig), given="methods" in args.given)
 
 
-def test_config_layers_and_adapter_methods(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_config_layers_and_adapter_methods(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert evaluate_config() == resolve_methods(EvalConfig())
     assert canonical_methods(["direct,ppr-seed5", "ppr", "PPR"]) == ("ppr", "ppr-seed5", "direct")
     preset = tmp_path / "preset.yaml"
     preset.write_text("paths: 16\nsteps: 50\nmethods: [direct, am-ppr-seed1, ppr]\nn: 10\n")
     config = evaluate_config("--config", str(preset), "-N", "7")
     assert (config.paths, config.steps, config.n, config.methods) == (16, 7, 10, ["ppr", "direct"])
-    assert "skipping am-ppr-seed1: no --adapter" in capsys.readouterr().err
+    assert "skipping am-ppr-seed1: no --adapter" in caplog.text
     assert evaluate_config("--config", str(preset), "--adapter", "lora").methods == ["ppr", "am-ppr-seed1", "direct"]
     with pytest.raises(ValueError, match="am-ppr-seed1 need --adapter"):
         evaluate_config("--methods", "am-ppr-seed1")

@@ -6,14 +6,9 @@ import pytest
 import torch
 
 from beliefdrift.backend import loading
-from beliefdrift.backend.loading import (
-    DEFAULT_MODEL,
-    REGISTRY,
-    RegistryEntry,
-    locate_registry_gguf,
-    model_source,
-    resolve_dtype,
-)
+from beliefdrift.backend.loading import locate_registry_gguf, model_source, resolve_dtype
+from beliefdrift.config import parse_model_args
+from beliefdrift.registry import DEFAULT_MODEL, REGISTRY, RegistryEntry
 
 
 def test_auto_dtype_follows_fast_bf16(monkeypatch):
@@ -61,13 +56,13 @@ def test_default_model_conversion_is_cached(default_lm, monkeypatch):
 
 
 def test_model_args_are_read_as_lm_eval_reads_them():
-    assert loading.parse_model_args(None) == {}
-    assert loading.parse_model_args("low_cpu_mem_usage=True, subfolder=main,max_memory=8,scale=0.5,name=") == {
+    assert parse_model_args(None) == {}
+    assert parse_model_args("low_cpu_mem_usage=True, subfolder=main,max_memory=8,scale=0.5,name=") == {
         "low_cpu_mem_usage": True, "subfolder": "main", "max_memory": 8, "scale": 0.5, "name": ""}
     with pytest.raises(ValueError, match="--model-args oops: 'oops' is not key=value"):
-        loading.parse_model_args("oops")
+        parse_model_args("oops")
     with pytest.raises(ValueError, match="set revision with --revision"):
-        loading.parse_model_args("revision=v2")
+        parse_model_args("revision=v2")
 
 
 def test_revision_trust_remote_code_and_model_args_reach_from_pretrained(tiny_model_dir, monkeypatch):

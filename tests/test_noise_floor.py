@@ -146,8 +146,9 @@ def test_emd_command_prints_and_stores_the_floor(tiny_model_dir, short_template,
     assert main([*args, "--noise-floor-replicates", "0"]) == 0
     off, before = capsys.readouterr().out, json.loads(summary.read_text())
     assert main([*args, "--noise-floor-replicates", "20"]) == 0  # from the stored records: nothing recomputed
-    on, after = capsys.readouterr().out, json.loads(summary.read_text())
-    assert "urn floor" not in off and "(2 done)" in on and on.count("urn floor [95%]") == 6
+    printed = capsys.readouterr()
+    on, after = printed.out, json.loads(summary.read_text())
+    assert "urn floor" not in off and "(2 done)" in printed.err and on.count("urn floor [95%]") == 6
     assert on.count("> urn floor (p)") == 2 and off.count("drift Û") == 4  # 3 columns and the footnote
     for method in ("ppr", "ppr-seed1"):
         for distance in ("l1", "kl"):

@@ -11,10 +11,13 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
 - models and data: `load_model`, `load_adapter`, `load_dataset`, `MCQuestion`;
 - methods and paths: `parse_method`, `run_methods`, `run_methods_many`, `QuestionRunner`, `make_generator`;
 - estimators: `martingale_posterior_mean` (q*), `rao_blackwell_mean` (q*_RB), `first_step_estimate` (θ̂_1);
-- diagnostics: `marginal_drift`, `EMDConfig`, `question_emd` (one question), `emd_summary` (several);
+- diagnostics: `marginal_drift`, `marginal_shift`, `EMDConfig`, `question_emd` (one question's EMD),
+  `emd_summary` and `aggregate_emd` (over questions), `question_floor` and `method_floors` (the noise floor);
 - metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier`,
-  `bootstrap_ci`;
-- evaluation runs: `EvalConfig`, `evaluate` (a resumable run store), `score_rows`, `QualityControl`;
+  `bootstrap_ci`; paired tests `paired_summary`, `paired_mean_bootstrap`, `paired_scores` (of stored rows);
+- runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `open_run` (any run directory,
+  finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
+  `score_rows`, `QualityControl`;
 - SC fine-tuning (AM-PPR): `TrainConfig`, `SCTrainer`;
 - settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
 """
@@ -22,56 +25,58 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __version__ = "0.2.0"
 
-#: Each public name and the module that defines it.
+
+def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Callable[[str], Any],
+                                                                             Callable[[], list[str]]]:
+    """`__getattr__` and `__dir__` for `package` (PEP 562): each name of `exports` (module → names) is imported
+    from its module on first access and then kept in the package's namespace."""
+    namespace = sys.modules[package].__dict__
+    where = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *where})
+
+    return __getattr__, __dir__
+
+
+#: Each module and the public names it defines.
 _EXPORTS = {
-    "load_model": "beliefdrift.backend.loading",
-    "load_adapter": "beliefdrift.adapters",
-    "load_dataset": "beliefdrift.data.registry",
-    "MCQuestion": "beliefdrift.data.question",
-    "parse_method": "beliefdrift.methods",
-    "run_methods": "beliefdrift.methods",
-    "run_methods_many": "beliefdrift.methods",
-    "QuestionRunner": "beliefdrift.resampling",
-    "make_generator": "beliefdrift.resampling",
-    "martingale_posterior_mean": "beliefdrift.estimators",
-    "rao_blackwell_mean": "beliefdrift.estimators",
-    "first_step_estimate": "beliefdrift.estimators",
-    "marginal_drift": "beliefdrift.diagnostics.marginal",
-    "EMDConfig": "beliefdrift.diagnostics.emd",
-    "question_emd": "beliefdrift.diagnostics.emd",
-    "emd_summary": "beliefdrift.diagnostics.emd",
-    "summarize": "beliefdrift.metrics",
-    "accuracy": "beliefdrift.metrics",
-    "auroc": "beliefdrift.metrics",
-    "ece": "beliefdrift.metrics",
-    "nll": "beliefdrift.metrics",
-    "brier": "beliefdrift.metrics",
-    "bootstrap_ci": "beliefdrift.metrics",
-    "EvalConfig": "beliefdrift.evaluation_config",
-    "evaluate": "beliefdrift.evaluation",
-    "score_rows": "beliefdrift.scoring",
-    "QualityControl": "beliefdrift.scoring",
-    "TrainConfig": "beliefdrift.amortize.trainer",
-    "SCTrainer": "beliefdrift.amortize.trainer",
-    "load_settings": "beliefdrift.config",
-    "run_identity": "beliefdrift.identity",
+    "beliefdrift.backend.loading": ("load_model",),
+    "beliefdrift.adapters": ("load_adapter",),
+    "beliefdrift.data.registry": ("load_dataset",),
+    "beliefdrift.data.question": ("MCQuestion",),
+    "beliefdrift.methods": ("parse_method", "run_methods", "run_methods_many"),
+    "beliefdrift.resampling": ("QuestionRunner", "make_generator"),
+    "beliefdrift.estimators": ("martingale_posterior_mean", "rao_blackwell_mean", "first_step_estimate"),
+    "beliefdrift.diagnostics.marginal": ("marginal_drift", "marginal_shift"),
+    "beliefdrift.diagnostics.settings": ("EMDConfig",),
+    "beliefdrift.diagnostics.emd": ("question_emd", "emd_summary", "aggregate_emd"),
+    "beliefdrift.diagnostics.noise_floor": ("question_floor", "method_floors"),
+    "beliefdrift.metrics": ("summarize", "accuracy", "auroc", "ece", "nll", "brier", "bootstrap_ci", "paired_summary",
+                            "paired_mean_bootstrap"),
+    "beliefdrift.report.paired": ("paired_scores",),
+    "beliefdrift.evaluation_config": ("EvalConfig",),
+    "beliefdrift.results": ("evaluate", "open_run", "Run", "write_export"),
+    "beliefdrift.scoring": ("score_rows",),
+    "beliefdrift.config": ("QualityControl", "load_settings"),
+    "beliefdrift.amortize.settings": ("TrainConfig",),
+    "beliefdrift.amortize.trainer": ("SCTrainer",),
+    "beliefdrift.identity": ("run_identity",),
 }
 
-__all__ = ["__version__", *_EXPORTS]
-
-def __getattr__(name: str) -> Any:
-    """Import a public name from its module on first access (PEP 562), then keep it in the package namespace."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'beliefdrift' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__all__ = ["__version__", *(name for names in _EXPORTS.values() for name in names)]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

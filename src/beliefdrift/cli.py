@@ -1,24 +1,30 @@
-"""`beliefdrift <command>`: each command lives in `beliefdrift.commands.<name>`.
+"""`beliefdrift <command>`: each command lives in `beliefdrift.commands.<name>`, whose module imports no torch, so
+that `--help` answers at once; a command imports the library when it runs.
 
 A user error (a bad flag, config key, file or setting) is one line on stderr and exit status 2, with a traceback
-only under `--debug`; Ctrl-C is one line saying how much is stored and exit status 130.
+only under `--debug`; Ctrl-C is one line saying how much is stored and exit status 130. Progress and notes go
+through `logging` to stderr (`--quiet`: warnings only, `--verbose`: debug messages too); a command's data (tables,
+summaries) go to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import json
+import logging
 import sys
 import traceback
 from pathlib import Path
 
-import torch
-
+from beliefdrift import __version__
 from beliefdrift.config import CommandParser
-from beliefdrift.store import STORE_FILE, RunStore, StoreError
 
-COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "reasoning", "train", "paper"]
+DESCRIPTION = ("Measure and repair belief drift in language models answering multiple-choice questions: prompted "
+               "predictive resampling (PPR), answer seeding, and SC fine-tuning (AM-PPR).")
+
+COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "export", "reasoning", "train", "paper"]
 RESUMABLE = {"demo", "drift", "emd", "evaluate", "reasoning", "train"}
 #: What to lower when a command runs out of GPU memory.
 MEMORY_SETTINGS = {
@@ -31,14 +37,59 @@ MEMORY_SETTINGS = {
 
 
 def build_parser() -> CommandParser:
-    parser = CommandParser(prog="beliefdrift", description=__doc__.split("\n")[0])
-    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
+    """The `beliefdrift` parser with every command's (imports no torch, transformers or peft)."""
+    parser = CommandParser(prog="beliefdrift", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    add_output_options(parser, argparse.SUPPRESS)
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"beliefdrift.commands.{name}").add_parser(subparsers)
-        subparsers.choices[name].add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                                              help="show the full traceback of an error")
+        add_output_options(subparsers.choices[name], argparse.SUPPRESS)
+    parser.set_defaults(debug=False, verbosity=0)
     return parser
+
+
+def add_output_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """--debug, --quiet and --verbose, accepted before the command and after it."""
+    group = parser.add_argument_group("output")
+    group.add_argument("--debug", action="store_true", default=default, help="show the full traceback of an error")
+    loudness = group.add_mutually_exclusive_group()
+    loudness.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=default,
+                          help="print warnings and errors only (no progress messages)")
+    loudness.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=default,
+                          help="print debug messages too")
+
+
+def version() -> str:
+    """The installed distribution's version (the package's own when it runs from a source tree)."""
+    try:
+        return importlib.metadata.version("beliefdrift")
+    except importlib.metadata.PackageNotFoundError:
+        return __version__
+
+
+def configure_logging(verbosity: int) -> None:
+    """The package's messages to stderr, one line each: warnings only (-1), progress (0) or debug messages too (1)."""
+    logger = logging.getLogger("beliefdrift")
+    logger.handlers.clear()  # one handler, however often `main` runs in a process
+    handler = StderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}[verbosity])
+
+
+class StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a message is emitted (tests and notebooks replace it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def memory_errors() -> tuple[type[BaseException], ...]:
+    """torch's out-of-memory error once torch is loaded (a command that never loaded it cannot raise it)."""
+    torch = sys.modules.get("torch")
+    return (torch.OutOfMemoryError,) if torch is not None else ()
 
 
 def interrupted(args: argparse.Namespace) -> str:
@@ -51,6 +102,8 @@ def interrupted(args: argparse.Namespace) -> str:
 
 def stored_units(out: Path) -> str:
     """How many units the run store in `out` holds ("" when it cannot tell)."""
+    from beliefdrift.store import STORE_FILE, RunStore, StoreError
+
     path = out / STORE_FILE
     if path.is_file():
         try:
@@ -87,16 +140,17 @@ def main(argv: list[str] | None = None) -> int:
     args = argparse.Namespace(command=next((word for word in given if word in COMMANDS), None), debug=False)
     try:
         args = parser.parse_args(argv)
+        configure_logging(args.verbosity)
         return args.func(args) or 0
     except KeyboardInterrupt:
         if args.debug:
             raise
         print(f"\nbeliefdrift {args.command}: {interrupted(args)}", file=sys.stderr)
         return 130
-    except (OSError, ValueError, torch.OutOfMemoryError) as err:  # the user can fix these: say what
+    except (OSError, ValueError, *memory_errors()) as err:  # the user can fix these: say what
         if args.debug:
             traceback.print_exc()
-        message = out_of_memory(args.command) if isinstance(err, torch.OutOfMemoryError) else str(err)
+        message = out_of_memory(args.command) if isinstance(err, memory_errors()) else str(err)
         one_line = "; ".join(line.strip() for line in message.splitlines() if line.strip())
         print(f"beliefdrift{f' {args.command}' if args.command else ''}: error: {one_line}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """One config system for every command: a frozen dataclass of settings per command, assembled from shared option
-groups, read from a `--config file.yaml` and then from flags (flags win) by transformers' `HfArgumentParser`.
+groups, read from a `--config file.yaml` and then from flags (flags win). Plain data: importing it loads no torch.
 
 Every setting is a dataclass field made with `option(default, help, *aliases)`; its flag is `--name` (also
 `--name-with-dashes`), its YAML key `name`. One spelling per concept across commands: `--paths/-J`, `--steps/-N`,
@@ -11,7 +11,6 @@ device placement): it is left out of the run identity (`identity.run_identity`).
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import sys
 import types
@@ -20,22 +19,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-import torch
 import yaml
-from transformers import HfArgumentParser
 
-from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
-from beliefdrift.backend.loading import ATTN_IMPLEMENTATIONS, parse_model_args
-from beliefdrift.backend.path_cache import compile_forward
-from beliefdrift.errors import UserError, check_device, check_model
-from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
-from beliefdrift.scoring import QualityControl
+from beliefdrift.errors import UserError
+from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
+from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL
 
 Config = TypeVar("Config")
 #: YAML presets shipped with the package (`configs/` in a source checkout links here).
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
+#: `beliefdrift paper --preset` names and their bundled files.
+PAPER_PRESETS = {"cpu": "paper-cpu.yaml", "paper": "paper-full.yaml"}
+#: Formats a figure can be written in.
+FIGURE_FORMATS = ("png", "pdf")
 #: Field metadata that is ours, not an `add_argument` keyword.
 OWN_METADATA = ("operational", "minimum", "when_set")
+#: from_pretrained keywords that have their own flag, so --model-args may not set them.
+OWN_FLAGS = {"dtype": "--dtype", "torch_dtype": "--dtype", "device_map": "--device-map",
+             "attn_implementation": "--attn-implementation", "revision": "--revision",
+             "trust_remote_code": "--trust-remote-code"}
 
 
 def option(default: Any, help: str, *aliases: str, operational: bool = False, choices: Sequence[Any] | None = None,
@@ -85,6 +87,23 @@ class Settings:
                 raise UserError(f"{flag_name(field)} must be at least {meta['minimum']}, got {value}")
 
 
+def parse_model_args(spec: str | None) -> dict[str, Any]:
+    """`key=value,…` as from_pretrained keywords, each value read as YAML reads a scalar (`True`, `8`, `0.5`, text),
+    as lm-eval reads its --model_args; a key with its own flag, or a pair without `=`, is a ValueError."""
+    if not spec:
+        return {}
+    values: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key:
+            raise ValueError(f"--model-args {spec}: {item!r} is not key=value")
+        if key in OWN_FLAGS:
+            raise ValueError(f"--model-args {spec}: set {key} with {OWN_FLAGS[key]}")
+        parsed = yaml.safe_load(value) if value else ""
+        values[key] = parsed if isinstance(parsed, (str, int, float, bool)) or parsed is None else value
+    return values
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelOptions(Settings):
     _argument_group_name = "model"
@@ -108,15 +127,6 @@ class ModelOptions(Settings):
     model_args: str | None = option(None, "more from_pretrained keywords as key=value,… (like lm-eval's "
                                           "--model_args), e.g. low_cpu_mem_usage=True,subfolder=main",
                                     metavar="KEY=VALUE,…", when_set=True)
-
-    def load_model(self) -> LanguageModel:
-        """The model these options name (device, dtype, attention, device map and from_pretrained keywords as set),
-        after checking that the device exists and the model can be found, so that either is a one-line error."""
-        check_device(self.device)
-        check_model(self.model)
-        return load_model(self.model, device=self.device, dtype=self.dtype,
-                          attn_implementation=self.attn_implementation, device_map=self.device_map,
-                          **self.pretrained_kwargs())
 
     def pretrained_kwargs(self) -> dict[str, Any]:
         """`revision`, `trust_remote_code` and `model_args` as `load_model`'s keywords."""
@@ -160,18 +170,20 @@ class BatchingOptions(Settings):
                                       "(static caches; prefills stay eager; needs a CUDA device): for a GPU, where a "
                                       "step is bound by launching kernels", operational=True)
 
-    def questions_per_batch(self, device: torch.device) -> int:
-        """`batch_questions`, or when 0: 16 on a GPU (many paths per forward pass keep it busy), 1 on the CPU
-        (where one question's paths already fill the cores)."""
-        return self.batch_questions or (16 if device.type == "cuda" else 1)
 
-    def prepared(self, lm: LanguageModel) -> LanguageModel:
-        """`lm` with its forward pass compiled when `compile` or `cuda_graphs` is set (`compile_forward`)."""
-        if self.cuda_graphs and lm.device.type != "cuda":
-            raise UserError(f"--cuda-graphs: the model is on {lm.device}; CUDA graphs need --device cuda")
-        if self.compile or self.cuda_graphs:
-            compile_forward(lm.model, cuda_graphs=self.cuda_graphs)
-        return lm
+@dataclasses.dataclass(frozen=True)
+class QualityControl:
+    """Exclude a question from a method's metrics when more than `max_fraction` of its paths have mean
+    valid_mass below `path_mass` (the paper's ">50% of paths off-format" rule; direct query = one path); with
+    `common`, from every method's when any method's rule excludes it (one question set for a whole table)."""
+
+    path_mass: float = 0.5
+    max_fraction: float = 0.5
+    common: bool = False
+
+    def excludes(self, row: Any) -> bool:
+        """Whether the stored result `row` (a `store.ResultRow`) fails the rule."""
+        return float((row.path_valid_mass < self.path_mass).mean()) > self.max_fraction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,18 +210,42 @@ def out_option(default: str) -> Any:
 # ---------------------------------------------------------------------------------------------- parsing
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The description as written, and every option's default after its help."""
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description as written, and an option's default after its help unless the help already says what
+    unset means (a default of None, or the word "default" in the help)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS or (
+                "default" in text or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
-class CommandParser(HfArgumentParser):
+def parse_bool(value: str | bool) -> bool:
+    """yes/no, true/false, t/f, y/n, 1/0 (any case) as a bool."""
+    if isinstance(value, bool):
+        return value
+    if value.lower() in ("yes", "true", "t", "y", "1"):
+        return True
+    if value.lower() in ("no", "false", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false (yes/no, 1/0), got {value!r}")
+
+
+class CommandParser(argparse.ArgumentParser):
     """A command's parser: the fields of its settings dataclasses as flags (grouped by option group), plus
     `--config FILE` whose YAML mapping becomes the defaults the flags override. Errors are one line."""
 
-    def __init__(self, dataclass_types: Iterable[type] | None = None, **kwargs: Any):
+    def __init__(self, dataclass_types: type | Iterable[type] | None = None, **kwargs: Any):
         kwargs.setdefault("formatter_class", HelpFormatter)
         kwargs.setdefault("allow_abbrev", False)
-        super().__init__(dataclass_types, **kwargs)
+        super().__init__(**kwargs)
+        if dataclasses.is_dataclass(dataclass_types):
+            dataclass_types = [dataclass_types]
+        self.dataclass_types = list(dataclass_types or [])
+        for dtype in self.dataclass_types:
+            self._add_dataclass_arguments(dtype)
         if self.dataclass_types:
             self.add_argument("--config", metavar="FILE.yaml",
                               help="YAML mapping of settings (the flags' names with underscores), or the name of a "
@@ -225,11 +261,7 @@ class CommandParser(HfArgumentParser):
         for field in dataclasses.fields(dtype):
             owner = next(cls for cls in reversed(dtype.__mro__) if field.name in getattr(cls, "__dataclass_fields__",
                                                                                         {}))
-            group = groups[owner._argument_group_name]
-            spec = copy.copy(field)
-            spec.type = hints[field.name]
-            spec.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k not in OWN_METADATA})
-            self._parse_dataclass_field(group, spec)
+            add_field_argument(groups[owner._argument_group_name], field, hints[field.name])
 
     def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (see {self.prog} --help)")
@@ -247,6 +279,27 @@ class CommandParser(HfArgumentParser):
         """The settings named by a flag in `args` (rather than by the YAML file or a default)."""
         actions = self._option_string_actions
         return {actions[token.split("=")[0]].dest for token in args if token.split("=")[0] in actions}
+
+
+def add_field_argument(group: argparse._ArgumentGroup, field: dataclasses.Field, hint: Any) -> None:
+    """The flags of one setting: `--name` and `--name-with-dashes` (and its short aliases); lists take several
+    words, a bool flag alone means true (`--no-name` too when it defaults to true), `X | None` reads an X."""
+    names = [f"--{field.name}", *([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])]
+    kwargs = {k: v for k, v in field.metadata.items() if k not in (*OWN_METADATA, "aliases")}
+    aliases = list(field.metadata.get("aliases", ()))
+    if _is_union(hint):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+    if hint is bool:
+        kwargs.update(type=parse_bool, nargs="?", const=True)
+    elif typing.get_origin(hint) is list:
+        kwargs.update(type=typing.get_args(hint)[0], nargs="+")
+    else:
+        kwargs["type"] = hint
+    group.add_argument(*names, *aliases, default=default, **kwargs)
+    if hint is bool and default is True:
+        group.add_argument(f"--no_{field.name}", f"--no-{field.name.replace('_', '-')}", action="store_false",
+                           dest=field.name, help=kwargs.get("help"))
 
 
 def _config_path(args: Sequence[str]) -> Path | None:

@@ -7,7 +7,7 @@ sharded over ranks (`distributed.Ranks`). Settings live in `evaluation_config`, 
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -18,15 +18,21 @@ from tqdm import tqdm
 
 from beliefdrift.adapters import base_model, load_adapter
 from beliefdrift.backend import LanguageModel
+from beliefdrift.backend.loading import model_from
+from beliefdrift.backend.path_cache import prepared, questions_per_batch
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.distributed import Ranks, process_group
 from beliefdrift.errors import UserError
 from beliefdrift.evaluation_config import EvalConfig
+from beliefdrift.identity import run_identity
 from beliefdrift.methods import Method, parse_method, run_methods_many
+from beliefdrift.prompts import load_template
 from beliefdrift.resampling import direct_tokens, ppr_tokens
 from beliefdrift.scoring import result_row
 from beliefdrift.store import STORE_FILE, ResultRow, RunStore, StoreError
+
+log = logging.getLogger(__name__)
 
 
 def question_rows(
@@ -129,8 +135,10 @@ def open_run_store(path: Path, identity: Mapping[str, Any], ranks: Ranks) -> Run
     return RunStore.open(path, create=False)
 
 
-def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: Ranks | None = None) -> Path:
-    """Run every (question, method) of `config` not yet stored in `<out>/run.sqlite`; return the store path.
+def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: Ranks | None = None,
+             lm: LanguageModel | None = None) -> Path:
+    """Run every (question, method) of `config` not yet stored in `<out>/run.sqlite`; return the store path. `lm`:
+    the model `config` names, already loaded (else it is loaded here).
 
     Resumable: a question's methods are committed together, so a killed run leaves whole questions and the
     re-run computes the others exactly as an uninterrupted run would. Shardable: under torchrun each rank
@@ -142,20 +150,23 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
     questions = load_questions(config)
     methods = config.method_list
     # The store is written only once model and data have loaded, so a failed start leaves no run behind.
-    lm = config.prepared(config.load_model())
+    lm = prepared(lm or model_from(config), config.compile, config.cuda_graphs)
     adapter_lm = load_adapter(lm, config.adapter) if config.adapter else None
     questions, skipped = split_long_prompts(lm, questions, methods, config.steps, config.template,
                                             config.template_ending, config.skip_long_prompts)
     if skipped and ranks.rank == 0:
-        print(f"skipping {len(skipped)} of {len(questions) + len(skipped)} questions whose prompt is longer than the "
-              f"model's context: {', '.join(q.id for q in skipped)}", file=sys.stderr)
-    with process_group(ranks), open_run_store(path, config.identity(questions, skipped), ranks) as store:
+        log.warning("skipping %d of %d questions whose prompt is longer than the model's context: %s", len(skipped),
+                    len(questions) + len(skipped), ", ".join(q.id for q in skipped))
+    # the settings that determine the results, the questions run and skipped: resuming with any changed is refused
+    identity = run_identity("evaluate", config, questions, skipped, load_template(config.template,
+                                                                                  config.template_ending))
+    with process_group(ranks), open_run_store(path, identity, ranks) as store:
         done = store.done()
         mine = [(i, q) for i, q in enumerate(questions) if ranks.owns(i)]
         todo = [(i, q) for i, q in mine if any((q.id, m.name) not in done for m in methods)]
         with tqdm(total=len(mine), initial=len(mine) - len(todo), unit="question", desc=config.dataset,
                   disable=not progress or ranks.rank != 0, dynamic_ncols=True) as bar:
-            size = config.questions_per_batch(lm.device)
+            size = questions_per_batch(config.batch_questions, lm.device)
             for chunk in (todo[i : i + size] for i in range(0, len(todo), size)):
                 done = store.done()  # another process on this directory may have stored some meanwhile
                 pending: dict[tuple[str, ...], list[tuple[int, MCQuestion]]] = {}

@@ -4,11 +4,9 @@ how AM-PPR methods without an adapter are resolved."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from collections.abc import Sequence
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from beliefdrift.config import (
     BatchingOptions,
@@ -19,19 +17,18 @@ from beliefdrift.config import (
     option,
     out_option,
 )
-from beliefdrift.data.question import MCQuestion
 from beliefdrift.errors import UserError
-from beliefdrift.identity import run_identity
-from beliefdrift.methods import Method, parse_method
-from beliefdrift.prompts import load_template
-from beliefdrift.scoring import canonical_methods
+from beliefdrift.registry import Method, canonical_methods, parse_method
+
+log = logging.getLogger(__name__)
 
 METHODS = ("ppr", "ppr-seed1", "ppr-seed5", "direct")
 
 
 @dataclass(frozen=True)
 class EvalConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOptions, ReportOptions):
-    """Everything an evaluation run needs; `identity()` is the part that determines the results."""
+    """Everything an evaluation run needs; its run identity (`identity.run_identity`) is the part that determines
+    the results."""
 
     _argument_group_name = "evaluation"
 
@@ -45,11 +42,6 @@ class EvalConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOptions, Re
     def method_list(self) -> list[Method]:
         return [parse_method(name) for name in self.methods]
 
-    def identity(self, questions: Sequence[MCQuestion], skipped: Sequence[MCQuestion] = ()) -> dict[str, Any]:
-        """The settings stored with a run, with the content of its `questions` and the ones `skipped` (prompt
-        longer than the model's context); resuming with any of them changed is refused."""
-        return run_identity("evaluate", self, questions, skipped, load_template(self.template, self.template_ending))
-
 
 def resolve_methods(config: EvalConfig, given: bool = True) -> EvalConfig:
     """`config` with its methods canonical (parsed, de-duplicated, in table order). AM-PPR methods need an adapter:
@@ -61,7 +53,7 @@ def resolve_methods(config: EvalConfig, given: bool = True) -> EvalConfig:
         if given:
             raise UserError(f"methods {', '.join(tuned)} need --adapter (a LoRA adapter directory)")
         methods = tuple(name for name in methods if name not in tuned)
-        print(f"note: skipping {', '.join(tuned)}: no --adapter given", file=sys.stderr)
+        log.warning("note: skipping %s: no --adapter given", ", ".join(tuned))
         if not methods:
             raise UserError("no methods left to run without --adapter")
     return dataclasses.replace(config, methods=list(methods))

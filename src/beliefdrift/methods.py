@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,41 +12,10 @@ from beliefdrift.backend import LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.estimators import first_step_estimate, martingale_posterior_mean, rao_blackwell_mean
 from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
+from beliefdrift.registry import Method, parse_method
 from beliefdrift.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator, sample_many
 
-_METHOD = re.compile(r"^(?P<kind>direct|ppr|am-ppr)(?:-seed(?P<m>\d+))?$")
-
-
-@dataclass(frozen=True)
-class Method:
-    """A way to turn a model and a question into a distribution over the answer labels."""
-
-    name: str
-    kind: str  # "direct" | "ppr" | "am-ppr"
-    num_seeds: int = 0
-
-    @property
-    def resamples(self) -> bool:
-        return self.kind != "direct"
-
-    @property
-    def needs_adapter(self) -> bool:
-        return self.kind == "am-ppr"
-
-    @property
-    def title(self) -> str:
-        """The row label used in the paper's tables, e.g. "PPR + SEED_5"."""
-        if self.kind == "direct":
-            return "Direct-Query"
-        return f"{self.kind.upper()} + " + (f"SEED_{self.num_seeds}" if self.num_seeds else "NoSEED")
-
-
-def parse_method(name: str) -> Method:
-    """`direct`, `ppr`, `ppr-seed5`, `am-ppr-seed1`, … → `Method`; anything else is a ValueError."""
-    match = _METHOD.match(name.strip().lower())
-    if not match or (match["kind"] == "direct" and match["m"]):
-        raise ValueError(f"unknown method {name!r}; expected direct, ppr, ppr-seed<m>, am-ppr or am-ppr-seed<m>")
-    return Method(name=match.group(0), kind=match["kind"], num_seeds=int(match["m"] or 0))
+__all__ = ["Method", "MethodResult", "parse_method", "run_methods", "run_methods_many"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +36,7 @@ class MethodResult:
 def _result(method: Method, traj: Trajectories) -> MethodResult:
     """The method's estimate from its trajectories: θ̂_1 for AM-PPR, q* (and q*_RB, θ̂_1) for PPR."""
     valid_mass = float(traj.valid_mass.mean())
-    if method.kind == "am-ppr":
+    if method.spec.estimator == "theta_1":
         return MethodResult(method, first_step_estimate(traj), valid_mass, {}, traj)
     alternatives = {"q_star_rb": rao_blackwell_mean(traj), "theta_1": first_step_estimate(traj)}
     return MethodResult(method, martingale_posterior_mean(traj), valid_mass, alternatives, traj)
@@ -76,7 +44,7 @@ def _result(method: Method, traj: Trajectories) -> MethodResult:
 
 def _request(method: Method, num_paths: int, num_steps: int, generator: torch.Generator) -> PPRRequest:
     """AM-PPR only needs θ_0 of each (seeded) path: no answers are generated."""
-    return PPRRequest(num_paths, 0 if method.kind == "am-ppr" else num_steps, generator, method.num_seeds)
+    return PPRRequest(num_paths, num_steps if method.spec.generates else 0, generator, method.num_seeds)
 
 
 def run_methods(

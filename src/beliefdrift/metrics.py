@@ -29,7 +29,9 @@ import torch
 from scipy.stats import permutation_test
 
 __all__ = [
+    "METRICS",
     "METRIC_NAMES",
+    "MetricSpec",
     "SUM_TOLERANCE",
     "Interval",
     "MetricWarning",
@@ -52,9 +54,6 @@ __all__ = [
     "resample_indices",
     "summarize",
 ]
-
-#: Names of the metrics as they appear in report tables, in table order.
-METRIC_NAMES: tuple[str, ...] = ("ACC", "AUC", "ECE", "NLL", "BS")
 
 #: Equal-width confidence bins of the debiased calibration error CE₂ (fewer than ECE's 15: U_b needs n_b ≥ 2).
 CE2_BINS = 10
@@ -448,14 +447,32 @@ def resample_indices(n: int, n_resamples: int, generator: np.random.Generator | 
     return generator.integers(0, n, size=(n_resamples, n))
 
 
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric of the report: its table name, function and vectorised core, which way is better, the report
+    table it is in, whether it is shown in percent, and the options of `summarize` it takes (`n_bins`, `eps`)."""
+
+    name: str
+    function: Callable[..., Any]
+    core: Callable[..., np.ndarray]
+    higher_is_better: bool
+    table: int
+    percent: bool = False
+    options: tuple[str, ...] = ()
+
+
+#: Every metric of the report, in table order: adding one is one entry here (and its test in test_metrics.py).
+METRICS = {spec.name: spec for spec in (
+    MetricSpec("ACC", accuracy, _accuracy_core, higher_is_better=True, table=1, percent=True),
+    MetricSpec("AUC", auroc, _auroc_core, higher_is_better=True, table=1, percent=True),
+    MetricSpec("ECE", ece, _ece_core, higher_is_better=False, table=2, options=("n_bins",)),
+    MetricSpec("NLL", nll, _nll_core, higher_is_better=False, table=2, options=("eps",)),
+    MetricSpec("BS", brier, _brier_core, higher_is_better=False, table=2),
+)}
+#: Names of the metrics as they appear in report tables, in table order.
+METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
 #: The vectorised core of each metric of this module.
-_CORES: dict[Callable[..., Any], Callable[..., np.ndarray]] = {
-    accuracy: _accuracy_core,
-    auroc: _auroc_core,
-    ece: _ece_core,
-    nll: _nll_core,
-    brier: _brier_core,
-}
+_CORES: dict[Callable[..., Any], Callable[..., np.ndarray]] = {spec.function: spec.core for spec in METRICS.values()}
 
 
 def _core_of(metric_fn: Callable[..., Any]) -> _Core:
@@ -523,8 +540,9 @@ def bootstrap_ci(
 
 def _metric_fns(n_bins: int, eps: float) -> dict[str, Callable[..., Any]]:
     """The metric of each report-table name, with the ECE bins and the NLL clip."""
-    return {"ACC": accuracy, "AUC": auroc, "ECE": partial(ece, n_bins=n_bins), "NLL": partial(nll, eps=eps),
-            "BS": brier}
+    options = {"n_bins": n_bins, "eps": eps}
+    return {name: partial(spec.function, **{o: options[o] for o in spec.options}) if spec.options else spec.function
+            for name, spec in METRICS.items()}
 
 
 def summarize(

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from beliefdrift.config import ReportOptions, preset_file
+from beliefdrift.config import PAPER_PRESETS, ReportOptions, preset_file
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
@@ -29,8 +29,9 @@ from beliefdrift.report.explorer import write_explorer
 from beliefdrift.report.html import environment, write_html
 from beliefdrift.store import STORE_FILE
 
+log = logging.getLogger(__name__)
+
 #: Preset names and their files under the source tree's configs/.
-PRESETS = {"cpu": "paper-cpu.yaml", "paper": "paper-full.yaml"}
 #: The commands a stage may run, and the settings (preset `settings`, --model, …) every model command takes.
 STAGE_COMMANDS = ("train", "evaluate", "drift", "emd", "reasoning", "report")
 COMMON = ("model", "device", "dtype", "seed", "data_dir")
@@ -62,9 +63,10 @@ class Preset:
 
 def preset_path(spec: str) -> Path:
     """The bundled preset a name (`cpu`, `paper`) stands for, or `spec` as a preset name or YAML path."""
-    path = preset_file(PRESETS.get(spec, spec))
+    path = preset_file(PAPER_PRESETS.get(spec, spec))
     if not path.is_file():
-        raise FileNotFoundError(f"--preset {spec}: {path} not found (expected {', '.join(PRESETS)} or a YAML file)")
+        raise FileNotFoundError(f"--preset {spec}: {path} not found (expected {', '.join(PAPER_PRESETS)} or a YAML "
+                                "file)")
     return path
 
 
@@ -198,17 +200,17 @@ def run_stages(
         previous = record["stages"].get(stage.name, {})
         if (previous.get("status") == "done" and previous.get("argv") == argv and (out / stage.name).is_dir()
                 and not (ran and stage.command == "report")):
-            print(f"== {stage.name}: done earlier ({previous['seconds']:.0f} s), skipped", file=sys.stderr)
+            log.info("== %s: done earlier (%.0f s), skipped", stage.name, previous["seconds"])
             continue
         entry: dict[str, Any] = {"command": stage.command, "about": stage.about, "argv": argv,
                                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         why = missing_requirement(stage, settings, out, preset.stages)
         if why:
-            print(f"== {stage.name}: skipped, {why}", file=sys.stderr)
+            log.warning("== %s: skipped, %s", stage.name, why)
             record["stages"][stage.name] = {**entry, "status": "skipped", "reason": why, "seconds": 0.0}
             save_record(out, record)
             continue
-        print(f"== {stage.name}: beliefdrift {shlex.join(argv)}", file=sys.stderr, flush=True)
+        log.info("== %s: beliefdrift %s", stage.name, shlex.join(argv))
         # an interrupted or failed attempt with the same command line counts towards the stage's wall time
         earlier = previous.get("seconds", 0.0) if previous.get("argv") == argv and previous.get("status") in (
             "interrupted", "failed") else 0.0
@@ -221,12 +223,12 @@ def run_stages(
         if code:
             advice = ("run the same command again to resume" if code == 130 else
                       "fix what the error above names, then run the same command again (finished stages are skipped)")
-            print(f"beliefdrift paper: stage {stage.name} {status} (exit {code}); {advice}", file=sys.stderr)
+            log.error("beliefdrift paper: stage %s %s (exit %d); %s", stage.name, status, code, advice)
             return code
     for stage in stages:  # also when the report stage was done earlier (`--stages report` alone)
         if stage.command == "report" and record["stages"].get(stage.name, {}).get("status") == "done":
-            print(f"wrote {write_html(out, record, preset.stages)}")
-            print(f"wrote {paper_explorer(out, record, preset.stages, stage)}")
+            log.info("wrote %s", write_html(out, record, preset.stages))
+            log.info("wrote %s", paper_explorer(out, record, preset.stages, stage))
     return 0
 
 

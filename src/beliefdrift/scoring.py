@@ -16,43 +16,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from beliefdrift.config import QualityControl
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.methods import Method, MethodResult, parse_method
+from beliefdrift.methods import Method, MethodResult
 from beliefdrift.metrics import MetricWarning, summarize
+from beliefdrift.registry import canonical_methods, parse_method
 from beliefdrift.store import ResultRow, StoreError
 
+#: How an alternative estimator is named in a row title, e.g. "PPR + NoSEED (RB)".
 ESTIMATOR_TITLES = {"q_star_rb": "RB", "theta_1": "θ̂_1"}
-#: The estimator behind each method's own estimate: PPR's q*, AM-PPR's θ̂_1, the direct query's θ.
-METHOD_ESTIMATOR = {"ppr": "q_star", "am-ppr": "theta_1", "direct": "direct"}
-
-
-def table_order(method: Method) -> tuple[int, int]:
-    """The paper's row order: PPR (NoSEED, SEED_1, …), then AM-PPR, then Direct-Query."""
-    return ({"ppr": 0, "am-ppr": 1, "direct": 2}[method.kind], method.num_seeds)
-
-
-def canonical_methods(names: str | Sequence[str]) -> tuple[str, ...]:
-    """Method names parsed, de-duplicated and put in table order ("ppr,direct" and "direct ppr" agree)."""
-    if isinstance(names, str):
-        names = [names]
-    methods = {m.name: m for m in (parse_method(part) for name in names for part in name.split(",") if part.strip())}
-    if not methods:
-        raise ValueError("no methods given")
-    return tuple(name for name, method in sorted(methods.items(), key=lambda item: table_order(item[1])))
-
-
-@dataclass(frozen=True)
-class QualityControl:
-    """Exclude a question from a method's metrics when more than `max_fraction` of its paths have mean
-    valid_mass below `path_mass` (the paper's ">50% of paths off-format" rule; direct query = one path); with
-    `common`, from every method's when any method's rule excludes it (one question set for a whole table)."""
-
-    path_mass: float = 0.5
-    max_fraction: float = 0.5
-    common: bool = False
-
-    def excludes(self, row: ResultRow) -> bool:
-        return float(np.mean(row.path_valid_mass < self.path_mass)) > self.max_fraction
 
 
 def result_row(position: int, question: MCQuestion, result: MethodResult, seconds: float) -> ResultRow:
@@ -102,7 +74,7 @@ class MethodScore:
 
     @property
     def estimator_name(self) -> str:
-        return self.estimator or METHOD_ESTIMATOR[self.method.kind]
+        return self.estimator or self.method.spec.estimator
 
     @property
     def n(self) -> int:

@@ -3,28 +3,22 @@
 The trained adapter loads with `beliefdrift.adapters.load_adapter(lm, path)` (and `--adapter` on the CLI).
 """
 
-from beliefdrift.amortize.backward import backward_sc_loss
-from beliefdrift.amortize.forward import PrefixState, conditionals, encode_prefix, rollout_conditionals
-from beliefdrift.amortize.loss import (
-    SCLossOutput,
-    SelfConsistencyLoss,
-    draw_horizons,
-    expected_sc_loss,
-    horizon_pairs,
-    log_predictive,
-)
-from beliefdrift.amortize.rollouts import (
-    RolloutGroup,
-    generate_group,
-    generate_rollouts,
-    group_id,
-    load_rollouts,
-    sample_prefix,
-    sample_rollouts,
-    save_rollouts,
-)
-from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, plan_updates
+from beliefdrift import lazy_exports
 
+#: Each module and the public names it defines (imported on first use).
+_EXPORTS = {
+    "beliefdrift.amortize.backward": ("backward_sc_loss",),
+    "beliefdrift.amortize.forward": ("PrefixState", "conditionals", "encode_prefix", "rollout_conditionals"),
+    "beliefdrift.amortize.loss": (
+        "SCLossOutput", "SelfConsistencyLoss", "draw_horizons", "expected_sc_loss", "horizon_pairs", "log_predictive",
+    ),
+    "beliefdrift.amortize.rollouts": (
+        "RolloutGroup", "generate_group", "generate_rollouts", "group_id", "load_rollouts", "sample_prefix",
+        "sample_rollouts", "save_rollouts",
+    ),
+    "beliefdrift.amortize.settings": ("TrainConfig",),
+    "beliefdrift.amortize.trainer": ("SCTrainer", "plan_updates"),
+}
 __all__ = [
     "PrefixState",
     "RolloutGroup",
@@ -49,3 +43,4 @@ __all__ = [
     "sample_rollouts",
     "save_rollouts",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

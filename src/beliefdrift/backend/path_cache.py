@@ -26,6 +26,7 @@ from beliefdrift.backend.shared_prefix import (
     reserve_room,
     static_cache,
 )
+from beliefdrift.errors import UserError
 
 
 class PathCache(Protocol):
@@ -87,6 +88,22 @@ def compile_forward(model: torch.nn.Module, cuda_graphs: bool = False) -> None:
         return (graphed if static else eager)(*args, **kwargs)
 
     base.forward = forward
+
+
+def prepared(lm: Any, compile: bool = False, cuda_graphs: bool = False) -> Any:
+    """`lm` (a `LanguageModel`) with its forward pass compiled when `compile` or `cuda_graphs` is set
+    (`compile_forward`)."""
+    if cuda_graphs and lm.device.type != "cuda":
+        raise UserError(f"--cuda-graphs: the model is on {lm.device}; CUDA graphs need --device cuda")
+    if compile or cuda_graphs:
+        compile_forward(lm.model, cuda_graphs=cuda_graphs)
+    return lm
+
+
+def questions_per_batch(batch_questions: int, device: torch.device) -> int:
+    """`batch_questions`, or when 0: 16 on a GPU (many paths per forward pass keep it busy), 1 on the CPU
+    (where one question's paths already fill the cores)."""
+    return batch_questions or (16 if device.type == "cuda" else 1)
 
 
 def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: Any) -> tuple[PathCache, Any]:

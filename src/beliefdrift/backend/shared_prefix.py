@@ -19,6 +19,7 @@ chunked attention layers, attention sinks, KV sharing between layers) are report
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from beliefdrift.backend.loading import cache_argument
+
+log = logging.getLogger(__name__)
 
 SHARED_PREFIX_ATTENTION = "beliefdrift_shared_prefix"
 # Attention implementations the dispatcher can wrap, by the short tag of its registered name (the tag keeps
@@ -516,8 +519,8 @@ def fused_attention_works(device: torch.device, dtype: torch.dtype, head_dim: in
     except (RuntimeError, NotImplementedError) as err:
         works, reason = False, str(err).splitlines()[0]
     if not works:
-        print(f"beliefdrift: no fused attention kernel on {device} for {dtype} ({reason}); stacked prompts write "
-              "their attention scores out (correct, more memory traffic)", file=sys.stderr)
+        log.warning("beliefdrift: no fused attention kernel on %s for %s (%s); stacked prompts write their attention "
+                    "scores out (correct, more memory traffic)", device, dtype, reason)
     return works
 
 
@@ -619,11 +622,8 @@ def enable_shared_prefix(model: PreTrainedModel) -> bool:
     if reason is not None:
         if model.config._attn_implementation != base:
             model.set_attn_implementation(base)
-        print(
-            f"beliefdrift: {type(model).__name__} cannot share one prompt cache between paths ({reason}); "
-            "using a full cache per path (correct, slower)",
-            file=sys.stderr,
-        )
+        log.warning("beliefdrift: %s cannot share one prompt cache between paths (%s); using a full cache per path "
+                    "(correct, slower)", type(model).__name__, reason)
     model._beliefdrift_shared_prefix = reason is None
     return reason is None
 
@@ -642,5 +642,5 @@ def capped_attention(model: PreTrainedModel) -> None:
     if not getattr(config, "attn_logit_softcapping", None) or base_implementation(model) != "sdpa":
         return
     model.set_attn_implementation("eager")
-    print(f"beliefdrift: {type(model).__name__} soft-caps its attention scores, which SDPA cannot; using eager "
-          "attention", file=sys.stderr)
+    log.warning("beliefdrift: %s soft-caps its attention scores, which SDPA cannot; using eager attention",
+                type(model).__name__)

@@ -10,14 +10,12 @@ finishes, so an interrupted demo resumes where it stopped (with the same setting
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
-from tqdm import tqdm
-
-from beliefdrift.backend import LanguageModel
 from beliefdrift.config import (
     DataOptions,
     ModelOptions,
@@ -28,19 +26,18 @@ from beliefdrift.config import (
     retuned,
     settings_from,
 )
-from beliefdrift.data import MCQuestion
 from beliefdrift.data.registry import load_dataset
-from beliefdrift.diagnostics.emd import EMDConfig, emd_summary
-from beliefdrift.diagnostics.marginal import marginal_drift
-from beliefdrift.identity import run_identity
-from beliefdrift.methods import Method, MethodResult, parse_method, run_methods
-from beliefdrift.reasoning import demo_section as reasoning_section
-from beliefdrift.report.plots import plot_marginal_drift
-from beliefdrift.report.tables import metric_table
+from beliefdrift.diagnostics.settings import EMDConfig
+from beliefdrift.registry import parse_method
 from beliefdrift.report.text import markdown_table, plus_minus
-from beliefdrift.resampling import Trajectories
-from beliefdrift.scoring import result_row
-from beliefdrift.store import STORE_FILE, ResultRow, RunStore
+
+if TYPE_CHECKING:
+    from beliefdrift.backend import LanguageModel
+    from beliefdrift.data import MCQuestion
+    from beliefdrift.methods import Method, MethodResult
+    from beliefdrift.store import ResultRow
+
+log = logging.getLogger(__name__)
 
 DEMO_METHODS = ("direct", "ppr", "ppr-seed1", "ppr-seed5")
 #: The settings that change the stored results (a resumed demo must match them).
@@ -59,7 +56,7 @@ class DemoConfig(ModelOptions, SamplingOptions):
     n: int | None = retuned(DataOptions, "n", 20, "number of demo questions (0: all 52)")
     emd_questions: int = option(2, "questions in the EMD section (0: skip)", minimum=0)
     reasoning_questions: int = option(3, "questions in the chain-of-thought section (0: skip)", minimum=0)
-    plot_question: str | None = option(None, "question id for the drift figure (default: the first)")
+    plot_question: str | None = option(None, "question id for the drift figure (unset: the first)")
     out: Path = out_option("beliefdrift-out/demo")
 
 
@@ -68,8 +65,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def summary_rows(results: dict[str, list[MethodResult]], targets: list[int]) -> list[tuple[str, float, float, float]]:
-    """(method, accuracy, mean confidence, mean valid_mass) per method."""
+def summary_rows(results: dict[str, list[Any]], targets: list[int]) -> list[tuple[str, float, float, float]]:
+    """(method, accuracy, mean confidence, mean valid_mass) per method (`results`: each method's `MethodResult`s)."""
+    import torch
+
     rows = []
     for per_question in results.values():
         probs = torch.stack([r.probs for r in per_question])
@@ -82,6 +81,11 @@ def summary_rows(results: dict[str, list[MethodResult]], targets: list[int]) -> 
 
 def stored_result(row: ResultRow) -> MethodResult:
     """A stored result as `run_methods` returned it (the arrays are stored bit-exact)."""
+    import torch
+
+    from beliefdrift.methods import MethodResult
+    from beliefdrift.resampling import Trajectories
+
     trajectories = None if row.thetas is None else Trajectories(
         torch.from_numpy(row.answers), torch.from_numpy(row.thetas), torch.from_numpy(row.valid_mass),
         torch.from_numpy(row.seeds))
@@ -93,6 +97,13 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
                  config: DemoConfig) -> dict[str, list[MethodResult]]:
     """Every method's result on every question, each question's stored in `out/run.sqlite` as it finishes: an
     interrupted demo resumes with the questions it had finished."""
+    from tqdm import tqdm
+
+    from beliefdrift.identity import run_identity
+    from beliefdrift.methods import run_methods
+    from beliefdrift.scoring import result_row
+    from beliefdrift.store import STORE_FILE, RunStore
+
     identity = run_identity("demo", config, questions, only=IDENTITY_SETTINGS)
     with RunStore.open(config.out / STORE_FILE) as store:
         store.ensure_config(identity)
@@ -113,13 +124,19 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
 
 
 def run(args: argparse.Namespace) -> int:
+    from beliefdrift.backend.loading import model_from
+    from beliefdrift.diagnostics.marginal import marginal_drift
+    from beliefdrift.reasoning.experiment import demo_section as reasoning_section
+    from beliefdrift.report.plots import plot_marginal_drift
+    from beliefdrift.report.tables import metric_table
+
     config = settings_from(args, DemoConfig)
     questions = load_dataset("demo", n=config.n or None, seed=config.seed)
     methods = [parse_method(name) for name in DEMO_METHODS]
-    print(f"loading {config.model} ...", flush=True)
-    lm = config.load_model()
-    print(f"{len(questions)} questions × {len(methods)} methods, J={config.paths} paths, N={config.steps} answers "
-          f"({lm.dtype}, {lm.device})", flush=True)
+    log.info("loading %s ...", config.model)
+    lm = model_from(config)
+    log.info("%d questions × %d methods, J=%d paths, N=%d answers (%s, %s)", len(questions), len(methods),
+             config.paths, config.steps, lm.dtype, lm.device)
     results = demo_results(lm, questions, methods, config)
 
     rows = summary_rows(results, [q.answer_index for q in questions])
@@ -142,18 +159,21 @@ def run(args: argparse.Namespace) -> int:
         sections.append(emd_section(lm, questions[: config.emd_questions], config))
         print(sections[-1])
     if config.reasoning_questions:
-        print(f"chain-of-thought drift on {config.reasoning_questions} questions ...", flush=True)
+        log.info("chain-of-thought drift on %d questions ...", config.reasoning_questions)
         sections.append(reasoning_section(lm, config.out / "reasoning", config.seed, config.reasoning_questions))
         print(sections[-1])
     (config.out / "summary.md").write_text("\n\n".join(sections) + "\n")
-    print(f"wrote {config.out / 'summary.md'} and {', '.join(str(p) for p in written)}")
+    log.info("wrote %s and %s", config.out / "summary.md", ", ".join(str(p) for p in written))
     return 0
 
 
-def emd_section(lm, questions, config: DemoConfig) -> str:
-    """EMD‾ (L1, k = 2 … K) and EMD_k(b) of PPR with and without seeds on a few questions."""
-    print(f"EMD on {len(questions)} questions (K={DEMO_EMD.horizon}, prefixes n ∈ {DEMO_EMD.prefix_lengths}) ...",
-          flush=True)
+def emd_section(lm: Any, questions: list[Any], config: DemoConfig) -> str:
+    """EMD‾ (L1, k = 2 … K) and EMD_k(b) of PPR with and without seeds on a few questions (`lm`: a
+    `LanguageModel`)."""
+    from beliefdrift.diagnostics.emd import emd_summary
+
+    log.info("EMD on %d questions (K=%d, prefixes n ∈ %s) ...", len(questions), DEMO_EMD.horizon,
+             DEMO_EMD.prefix_lengths)
     rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], DEMO_EMD, config.seed, config.template,
                        ending=config.template_ending)
     return "Expected martingale drift (L1)\n\n" + markdown_table(

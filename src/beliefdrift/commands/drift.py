@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from beliefdrift.config import SamplingOptions, add_command, option, out_option, retuned, settings_from
-from beliefdrift.diagnostics.runner import DiagnosticsConfig, for_each_unit
-from beliefdrift.diagnostics.trajectory import trajectory_quantities_many
+from beliefdrift.diagnostics.settings import DiagnosticsConfig
 from beliefdrift.files import write_atomic
-from beliefdrift.report.diagnostics import drift_report
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from beliefdrift.diagnostics.runner import for_each_unit
+    from beliefdrift.diagnostics.trajectory import trajectory_quantities_many
+    from beliefdrift.report.diagnostics import drift_report
+
     config = settings_from(args, DriftConfig)
     writer, questions, methods = for_each_unit(
         "drift", config, lambda units: trajectory_quantities_many(units, config.paths, config.steps, config.seed),
@@ -48,5 +53,5 @@ def run(args: argparse.Namespace) -> int:
     print(report.table)
     write_atomic(config.out / "summary.md", report.table + "\n")
     write_atomic(config.out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
-    print(f"wrote {config.out}/summary.md, records.csv and {len(report.figures)} figure files")
+    log.info("wrote %s/summary.md, records.csv and %d figure files", config.out, len(report.figures))
     return 0

@@ -4,25 +4,30 @@ For each question × method: EMD‾ (d(p^(k)_n, p^(1)_n) averaged over k = 2 …
 length n ∈ 𝒩), EMD_k(b) at sampled burn-in prefixes b = 0 … B, and the c.i.d. check on J × N PPR paths. Stores
 each question × method's records in the run store (resumable); writes records.csv, summary.md/json, EMD‾ bars and
 EMD_k(b) curves. Beside every EMD figure: its noise floor, the EMD the same estimator gives for Pólya-urn
-martingales matched to each record (`diagnostics.noise_floor`), computed from the stored records with its own
+martingales matched to each record, computed from the stored records with its own
 generators (the measured numbers do not depend on it; stores from before it show no floor). After the table: each
-method's paired Δ EMD‾ against PPR over the same questions (`report.paired`).
+method's paired Δ EMD‾ against PPR over the same questions.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from beliefdrift.config import SamplingOptions, add_command, option, out_option, retuned, settings_from
-from beliefdrift.diagnostics.emd import DISTANCES, EMDConfig
-from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET
-from beliefdrift.diagnostics.noise_floor import method_floors, missing_fields
-from beliefdrift.diagnostics.runner import DiagnosticsConfig, emd_quantities, for_each_unit
+from beliefdrift.diagnostics.settings import (
+    BATCH_BUDGET,
+    DISTANCE_NAMES,
+    EXACT_BUDGET,
+    DiagnosticsConfig,
+    EMDConfig,
+)
 from beliefdrift.files import write_atomic
-from beliefdrift.report.diagnostics import emd_report
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class EMDCommandConfig(DiagnosticsConfig):
     lookahead: int = option(10, "the horizon k of EMD_k(b)", "-k", minimum=2)
     burn_in_paths: int = option(1, "sampled burn-in prefixes per question", minimum=1)
     distance: list[str] = option(["l1", "kl"], "distances: l1, kl and tv (total variation = ½ L1)",
-                                 choices=DISTANCES)
+                                 choices=DISTANCE_NAMES)
     exact_budget: int = option(EXACT_BUDGET, "enumerate p^(k) exactly when |options|^(k-1) ≤ this, else Monte Carlo")
     batch_budget: int = option(BATCH_BUDGET, "most paths per forward pass", operational=True, minimum=1)
     noise_floor_replicates: int = option(100, "EMD of R matched Pólya-urn martingales per question: the floor printed "
@@ -65,6 +70,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from beliefdrift.diagnostics.noise_floor import method_floors, missing_fields
+    from beliefdrift.diagnostics.runner import emd_quantities, for_each_unit
+    from beliefdrift.report.diagnostics import emd_report
+
     settings = settings_from(args, EMDCommandConfig)
     config = settings.emd
     answers = max(settings.steps, max(config.prefix_lengths, default=0) + config.horizon, config.burn_in + config.k)
@@ -78,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
 
     missing = missing_fields([r for m in methods for r in records[m.name]])
     if settings.noise_floor_replicates and missing:
-        print(f"no noise floor: records stored before it existed lack {', '.join(missing)} (new --out for one)")
+        log.warning("no noise floor: records stored before it existed lack %s (new --out for one)",
+                    ", ".join(missing))
     floors = method_floors(questions, methods, records, settings.seed, config, settings.noise_floor_replicates,
                            settings.distance) if settings.noise_floor_replicates and not missing else {}
     report = emd_report(questions, methods, records, floors, settings.distance, settings.horizon,
@@ -86,5 +96,5 @@ def run(args: argparse.Namespace) -> int:
     print(report.table)
     write_atomic(settings.out / "summary.md", report.table + "\n")
     write_atomic(settings.out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
-    print(f"wrote {settings.out}/summary.md, records.csv, emd_bar_*.png/pdf and emd_k_b_*.png/pdf")
+    log.info("wrote %s/summary.md, records.csv, emd_bar_*.png/pdf and emd_k_b_*.png/pdf", settings.out)
     return 0

@@ -11,13 +11,12 @@ its own options).
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 
 from beliefdrift.config import add_command, settings_from
-from beliefdrift.distributed import Ranks
-from beliefdrift.evaluation import evaluate
 from beliefdrift.evaluation_config import EvalConfig, resolve_methods
-from beliefdrift.report.runs import write_report
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -27,18 +26,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from beliefdrift.distributed import Ranks
+    from beliefdrift.evaluation import evaluate
+    from beliefdrift.report.runs import write_report
+
     config = resolve_methods(settings_from(args, EvalConfig), given="methods" in args.given)
     ranks = Ranks.from_env()
     if ranks.rank == 0:
-        print(f"{config.dataset}: methods {', '.join(config.methods)}; J={config.paths} paths, "
-              f"N={config.steps} answers; model {config.model}"
-              + (f" + adapter {config.adapter}" if config.adapter else "")
-              + (f"; {ranks.world_size} ranks" if ranks.world_size > 1 else ""), file=sys.stderr, flush=True)
+        log.info("%s: methods %s; J=%d paths, N=%d answers; model %s%s%s", config.dataset, ", ".join(config.methods),
+                 config.paths, config.steps, config.model, f" + adapter {config.adapter}" if config.adapter else "",
+                 f"; {ranks.world_size} ranks" if ranks.world_size > 1 else "")
     store = evaluate(config, config.out, ranks=ranks)
     if ranks.rank != 0:
         return 0
     markdown, files = write_report([config.out], config.out, config.quality_control, config.bootstrap)
     print(markdown)
-    print(f"results in {store}; wrote {len(files)} report files (tables.md, tables.tex, metrics.csv, "
-          f"reliability diagrams) to {config.out}")
+    log.info("results in %s; wrote %d report files (tables.md, tables.tex, metrics.csv, reliability diagrams) to "
+             "%s", store, len(files), config.out)
     return 0

@@ -1,12 +1,12 @@
 """`beliefdrift paper --preset {cpu,paper} --out DIR`: the whole paper, one stage per existing command, resumable.
 
-A preset (configs/paper-cpu.yaml, configs/paper-full.yaml, or a YAML path) lists the stages in order: train (AM-PPR on
-the CSQA train split), evaluate-* (the method tables), drift (Figure 1), emd-* (EMD‾, EMD_k(b)), reasoning-* (the
-chain-of-thought appendix) and report. Each stage is the argument list of its command, run in-process through
-`beliefdrift.cli.main` into DIR/<stage>/, so its output is what that command alone writes (`--list-stages` prints the
-command lines). DIR/stages.json records each stage's command line, status and wall time: a stage done with the same
-command line is skipped on a re-run, any other continues its own directory (which refuses changed settings). The
-report stage writes DIR/report/ (tables.md, tables.tex, metrics.csv) and DIR/report.html (self-contained).
+A preset (configs/paper-cpu.yaml, configs/paper-full.yaml, or a YAML path) lists the stages in order: train (AM-PPR
+on the CSQA train split), evaluate-* (the method tables), drift (Figure 1), emd-* (EMD‾, EMD_k(b)), reasoning-* (the
+chain-of-thought appendix) and report. Each stage is the argument list of its command, run in this process into
+DIR/<stage>/, so its output is what that command alone writes (`--list-stages` prints the command lines).
+DIR/stages.json records each stage's command line, status and wall time: a stage done with the same command line is
+skipped on a re-run, any other continues its own directory (which refuses changed settings). The report stage writes
+DIR/report/ (tables.md, tables.tex, metrics.csv) and DIR/report.html (self-contained).
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from beliefdrift.cli import main
-from beliefdrift.config import Settings, add_command, option, out_option, settings_from
+from beliefdrift.config import PAPER_PRESETS, Settings, add_command, option, out_option, settings_from
 from beliefdrift.data.registry import DATA_ENV
-from beliefdrift.pipeline import PRESETS, check_dependencies, list_stages, load_paper_preset, run_stages, select
 
 
 @dataclass(frozen=True)
@@ -28,8 +26,8 @@ class PaperConfig(Settings):
 
     _argument_group_name = "paper"
 
-    preset: str = option("cpu", f"{' or '.join(PRESETS)} (configs/{', configs/'.join(PRESETS.values())}) or a YAML "
-                                "path")
+    preset: str = option("cpu", f"{' or '.join(PAPER_PRESETS)} (configs/{', configs/'.join(PAPER_PRESETS.values())}) "
+                                "or a YAML path")
     model: str | None = option(None, "override the preset's model in every stage")
     device: str | None = option(None, "override the preset's device in every stage (cpu, cuda, auto)")
     data_dir: str | None = option(None, f"benchmark data directory (${DATA_ENV}) for every stage")
@@ -45,6 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(parsed: argparse.Namespace) -> int:
+    from beliefdrift.cli import main
+    from beliefdrift.pipeline import check_dependencies, list_stages, load_paper_preset, run_stages, select
+
     args = settings_from(parsed, PaperConfig)
     preset = load_paper_preset(args.preset)
     overrides = {"model": args.model, "device": args.device,

@@ -11,10 +11,9 @@ file with {num_lines} and {question}; default per dataset: reasoning-gsm8k, reas
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-
-from tqdm import tqdm
 
 from beliefdrift.config import (
     DataOptions,
@@ -28,13 +27,11 @@ from beliefdrift.config import (
 )
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.errors import UserError
-from beliefdrift.identity import run_identity
-from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
-from beliefdrift.reasoning.embeddings import EMBEDDINGS
-from beliefdrift.reasoning.experiment import ReasoningConfig, run_experiment, summary_markdown
+from beliefdrift.prompts.render import DEFAULT_TEMPLATE_ENDING
+from beliefdrift.reasoning.settings import EMBEDDINGS, ReasoningConfig
 from beliefdrift.reasoning.task import ReasoningTask, pairs_template
-from beliefdrift.store import STORE_FILE
 
+log = logging.getLogger(__name__)
 DEFAULTS = ReasoningConfig()
 
 
@@ -87,19 +84,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from beliefdrift.backend.loading import model_from
+    from beliefdrift.identity import run_identity
+    from beliefdrift.reasoning.experiment import run_experiment, summary_markdown
+    from beliefdrift.store import STORE_FILE
+
     settings = settings_from(args, ReasoningCommandConfig)
     config = settings.experiment
     items = load_dataset(settings.dataset, split=settings.split, data_dir=settings.data_dir, n=settings.n,
                          seed=settings.seed, fields=settings.fields)
     template = settings.template or pairs_template(settings.dataset)
     tasks = [ReasoningTask.from_item(item, template) for item in items]
-    print(f"loading {settings.model} ...", flush=True)
-    lm = settings.load_model()
-    print(f"{len(tasks)} {settings.dataset} questions, J={config.rollouts}, N={config.pairs}, m={config.seeds}, "
-          f"τ={config.tau}, {settings.format} format ({lm.dtype}, {lm.device})", flush=True)
+    log.info("loading %s ...", settings.model)
+    lm = model_from(settings)
+    log.info("%d %s questions, J=%d, N=%d, m=%d, τ=%d, %s format (%s, %s)", len(tasks), settings.dataset,
+             config.rollouts, config.pairs, config.seeds, config.tau, settings.format, lm.dtype, lm.device)
     identity = run_identity("reasoning", settings, items, template=template)
     summary = run_experiment(lm, tasks, config, settings.out, identity,
                              progress=lambda xs: tqdm(xs, desc="reasoning", unit="question"))
     print(summary_markdown(summary))
-    print(f"wrote {settings.out / STORE_FILE}, {settings.out / 'summary.json'}, {', '.join(summary['figure'])}")
+    log.info("wrote %s, %s, %s", settings.out / STORE_FILE, settings.out / "summary.json", ", ".join(summary["figure"]))
     return 0

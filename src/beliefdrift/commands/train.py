@@ -13,12 +13,13 @@ single process on the CPU unless MPI is configured).
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 
-from beliefdrift.amortize.trainer import SCTrainer, TrainConfig
+from beliefdrift.amortize.settings import TrainConfig
 from beliefdrift.config import add_command, settings_from
-from beliefdrift.distributed import leave_run
 from beliefdrift.errors import check_device, check_model
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -28,15 +29,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from beliefdrift.amortize.trainer import SCTrainer
+    from beliefdrift.distributed import leave_run
+
     config = settings_from(args, TrainConfig)
     check_device(config.device)
     check_model(config.model)
     trainer = SCTrainer(config, config.out)
     if trainer.is_main:
-        print(f"training {config.model}: {len(trainer.groups)} groups, {len(trainer.updates)} updates per process, "
-              f"{config.paths_per_update} paths per update ({config.micro_batch} per forward pass), "
-              f"{config.mode} rollouts", file=sys.stderr, flush=True)
+        log.info("training %s: %d groups, %d updates per process, %d paths per update (%d per forward pass), %s "
+                 "rollouts", config.model, len(trainer.groups), len(trainer.updates), config.paths_per_update,
+                 config.micro_batch, config.mode)
     adapter = trainer.train()
     if trainer.is_main:
-        print(f"adapter in {adapter}; log in {config.out / 'log.csv'}")
+        log.info("adapter in %s; log in %s", adapter, config.out / "log.csv")
     return leave_run(trainer.accelerator)

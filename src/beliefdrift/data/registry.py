@@ -34,6 +34,7 @@ from beliefdrift.data.loaders import (
 )
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.errors import first_line
+from beliefdrift.registry import did_you_mean
 
 DATASETS = ("demo", "csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k")
 FORMATS = ("csqa", "arc", "arc-hub", "tinymmlu", "mmlu", "gpqa", "gsm8k")
@@ -124,7 +125,7 @@ def load_dataset(
     else:
         known = ", ".join(DATASETS)
         raise DataError(f"unknown dataset {name!r}: expected one of {known}, an existing file, lm-eval:TASK, a task "
-                        "file (.yaml) or hf:OWNER/NAME[:CONFIG]")
+                        "file (.yaml) or hf:OWNER/NAME[:CONFIG]" + did_you_mean(name, DATASETS))
     return subsample(items, n, seed)
 
 

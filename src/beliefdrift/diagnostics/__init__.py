@@ -1,29 +1,20 @@
 """Martingale diagnostics: marginal drift, k-step predictives, expected martingale drift (EMD), c.i.d. check."""
 
-from beliefdrift.diagnostics.cid import CIDCheck, cid_check, half_differences
-from beliefdrift.diagnostics.emd import (
-    DISTANCES,
-    EMDConfig,
-    EMDRow,
-    QuestionEMD,
-    aggregate_emd,
-    emd_summary,
-    kl_divergence,
-    kstep_drift,
-    l1_distance,
-    question_emd,
-)
-from beliefdrift.diagnostics.kstep import (
-    AnswerProcess,
-    KStep,
-    enumerate_continuations,
-    kstep_exact,
-    kstep_monte_carlo,
-    kstep_predictives,
-)
-from beliefdrift.diagnostics.marginal import MarginalDrift, average_drift, marginal_drift, marginal_shift
-from beliefdrift.diagnostics.prefixes import Prefix, TopPrefixes, burn_in_prefixes, pick_prefix, top_prefixes
+from beliefdrift import lazy_exports
 
+#: Each module and the public names it defines (imported on first use).
+_EXPORTS = {
+    "beliefdrift.diagnostics.cid": ("CIDCheck", "cid_check", "half_differences"),
+    "beliefdrift.diagnostics.emd": (
+        "DISTANCES", "EMDConfig", "EMDRow", "QuestionEMD", "aggregate_emd", "emd_summary", "kl_divergence",
+        "kstep_drift", "l1_distance", "question_emd",
+    ),
+    "beliefdrift.diagnostics.kstep": (
+        "AnswerProcess", "KStep", "enumerate_continuations", "kstep_exact", "kstep_monte_carlo", "kstep_predictives",
+    ),
+    "beliefdrift.diagnostics.marginal": ("MarginalDrift", "average_drift", "marginal_drift", "marginal_shift"),
+    "beliefdrift.diagnostics.prefixes": ("Prefix", "TopPrefixes", "burn_in_prefixes", "pick_prefix", "top_prefixes"),
+}
 __all__ = [
     "DISTANCES",
     "AnswerProcess",
@@ -54,3 +45,4 @@ __all__ = [
     "question_emd",
     "top_prefixes",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

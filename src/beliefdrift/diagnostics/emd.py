@@ -25,8 +25,9 @@ import torch
 from beliefdrift.backend import LanguageModel, PathBatch
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.drift_test import DriftTest, drift_test
-from beliefdrift.diagnostics.kstep import BATCH_BUDGET, EXACT_BUDGET, AnswerProcess, KStep, kstep_predictives
+from beliefdrift.diagnostics.kstep import AnswerProcess, KStep, kstep_predictives
 from beliefdrift.diagnostics.prefixes import burn_in_prefixes, pick_prefix, top_prefixes
+from beliefdrift.diagnostics.settings import EMDConfig
 from beliefdrift.methods import Method
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 from beliefdrift.resampling import QuestionRunner, draw_seeds, make_generator
@@ -61,29 +62,6 @@ DISTANCES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 def kstep_drift(probs: torch.Tensor, distance: str) -> torch.Tensor:
     """d(p^(k), p^(1)) for k = 2 … K from predictives probs [..., K, |𝒜|] (p^(k) at index k − 1): [..., K − 1]."""
     return DISTANCES[distance](probs[..., 1:, :], probs[..., :1, :])
-
-
-@dataclass(frozen=True)
-class EMDConfig:
-    """Settings of one EMD evaluation. 𝒩 = {0,2,4,6,8}, top-5 and k = 10 are the paper's (§5.1, Appendix E); the
-    paper gives no K for EMD‾: K = 10 is our choice (the same horizon as EMD_k(b)'s k)."""
-
-    horizon: int = 10  # K: EMD‾ averages k = 2 … K
-    prefix_lengths: tuple[int, ...] = (0, 2, 4, 6, 8)  # 𝒩
-    top_k: int = 5  # prefixes considered per length
-    num_rollouts: int = 32  # J continuations per Monte Carlo estimate
-    burn_in: int = 10  # EMD_k(b) for b = 0 … burn_in
-    k: int = 10  # horizon of EMD_k(b)
-    burn_in_paths: int = 1  # sampled burn-in prefixes per question (EMD_k(b) averages them)
-    exact_budget: int = EXACT_BUDGET  # exact enumeration when |𝒜|^{K−1} ≤ this
-    batch_budget: int = BATCH_BUDGET  # most paths per forward pass
-    max_expansions: int = 256  # search budget for proving the top-K prefixes exact
-
-    def __post_init__(self) -> None:
-        if self.horizon < 2 or self.k < 2:
-            raise ValueError(f"EMD needs horizons ≥ 2 (got K={self.horizon}, k={self.k})")
-        if min(self.prefix_lengths, default=0) < 0 or self.burn_in < 0 or min(self.num_rollouts, self.top_k) < 1:
-            raise ValueError(f"invalid EMD settings: {self}")
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,8 @@ from typing import Protocol
 import torch
 
 from beliefdrift.backend import AnswerDist
+from beliefdrift.diagnostics.settings import BATCH_BUDGET, EXACT_BUDGET
 from beliefdrift.resampling import sample_answers
-
-EXACT_BUDGET = 4096  # largest number of deepest-level nodes (per prefix) enumerated exactly
-BATCH_BUDGET = 1024  # most paths advanced in one forward pass
 
 
 class AnswerProcess(Protocol):

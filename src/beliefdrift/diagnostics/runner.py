@@ -8,31 +8,30 @@ name, so they do not depend on which units share a batch: `--batch-questions` ch
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from tqdm import tqdm
 
 from beliefdrift.adapters import base_model, load_adapter
 from beliefdrift.backend import LanguageModel
-from beliefdrift.config import BatchingOptions, DataOptions, ModelOptions, SamplingOptions, option
+from beliefdrift.backend.loading import model_from
+from beliefdrift.backend.path_cache import prepared, questions_per_batch
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.emd import EMDConfig, emd_generator, question_emd
 from beliefdrift.diagnostics.noise_floor import floor_generator, spread_fields
+from beliefdrift.diagnostics.settings import DiagnosticsConfig
 from beliefdrift.diagnostics.trajectory import trajectory_quantities_many, unit_trajectories
-from beliefdrift.errors import UserError
 from beliefdrift.evaluation import split_long_prompts
 from beliefdrift.identity import run_identity
-from beliefdrift.methods import Method, parse_method
+from beliefdrift.methods import Method
 from beliefdrift.prompts import load_template
 from beliefdrift.records import RecordWriter
 from beliefdrift.resampling import QuestionRunner
 
-BASE_METHODS = ("ppr", "ppr-seed5")
-ADAPTER_METHODS = ("am-ppr", "am-ppr-seed5")
+log = logging.getLogger(__name__)
 
 #: (the runner of the unit's question on the unit's model, the method)
 Unit = tuple[QuestionRunner, Method]
@@ -40,44 +39,13 @@ Unit = tuple[QuestionRunner, Method]
 Compute = Callable[[Sequence[Unit]], list[dict[str, Any]]]
 
 
-@dataclass(frozen=True)
-class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOptions):
-    """Model, questions, methods and sampling of `drift` and `emd` (each adds its own settings)."""
-
-    _argument_group_name = "methods"
-
-    methods: list[str] | None = option(None, f"PPR-type methods (default {' '.join(BASE_METHODS)}, plus "
-                                             f"{' '.join(ADAPTER_METHODS)} with --adapter)")
-    adapter: str | None = option(None, "peft LoRA directory of the SC-tuned model (AM-PPR)")
-    skip_long_prompts: bool = option(False, "skip (and count) questions whose prompt and answers exceed the model's "
-                                            "context")
-
-    @property
-    def method_list(self) -> list[Method]:
-        names = self.methods or [*BASE_METHODS, *(ADAPTER_METHODS if self.adapter else ())]
-        methods = [parse_method(name) for name in names]
-        for method in methods:
-            if not method.resamples:
-                raise UserError(f"{method.name}: drift diagnostics need a resampling method (ppr…, am-ppr…)")
-            if method.needs_adapter and self.adapter is None:
-                raise UserError(f"{method.name} needs --adapter (a LoRA directory of the SC-tuned model)")
-        return methods
-
-    def questions(self) -> list[MCQuestion]:
-        questions = load_dataset(self.dataset, split=self.split, data_dir=self.data_dir, n=self.n, seed=self.seed,
-                                 fields=self.fields)
-        if not questions or not isinstance(questions[0], MCQuestion):
-            raise UserError(f"{self.dataset}: drift diagnostics need multiple-choice questions")
-        return questions
-
-
 class Models:
     """The base model and, with an adapter, the tuned one; `use(tuned)` gives the model in the state a method of
     that kind runs on."""
 
     def __init__(self, config: DiagnosticsConfig):
-        print(f"loading {config.model} ...", flush=True)
-        self.base = config.prepared(config.load_model())
+        log.info("loading %s ...", config.model)
+        self.base = prepared(model_from(config), config.compile, config.cuda_graphs)
         self.tuned = load_adapter(self.base, config.adapter) if config.adapter else None
 
     @contextmanager
@@ -113,7 +81,7 @@ def compute_batch(
 def for_each_unit(
     command: str, config: DiagnosticsConfig, compute: Compute, answers: int
 ) -> tuple[RecordWriter, list[MCQuestion], list[Method]]:
-    """Store `compute(units)` for every question × method not stored yet, `config.questions_per_batch` questions per
+    """Store `compute(units)` for every question × method not stored yet, `questions_per_batch` questions per
     call, in the run store of `config.out` pinned to the run identity (opened once model and questions have
     loaded). `answers` is the most answers a path holds after its seeds (for the check against the context)."""
     questions, methods = config.questions(), config.method_list
@@ -121,13 +89,13 @@ def for_each_unit(
     questions, skipped = split_long_prompts(models.base, questions, methods, answers, config.template,
                                             config.template_ending, config.skip_long_prompts)
     if config.skip_long_prompts:
-        print(f"skipped {len(skipped)} questions longer than the model's context", flush=True)
+        log.warning("skipped %d questions longer than the model's context", len(skipped))
     template = load_template(config.template, config.template_ending)
     writer = RecordWriter(config.out, run_identity(command, config, questions, skipped, template))
     stored = {(q.id, m.name) for q in questions for m in methods if writer.done(q.id, m.name)}
     todo = [q for q in questions if any((q.id, m.name) not in stored for m in methods)]
-    print(f"{len(questions)} questions × {len(methods)} methods ({len(stored)} done)", flush=True)
-    size = config.questions_per_batch(models.base.device)
+    log.info("%d questions × %d methods (%d done)", len(questions), len(methods), len(stored))
+    size = questions_per_batch(config.batch_questions, models.base.device)
     with tqdm(total=len(questions) * len(methods), initial=len(stored), desc=command, unit="question×method") as bar:
         for start in range(0, len(todo), size):
             chunk = todo[start : start + size]

@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from beliefdrift.data.question import MCQuestion
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 DIRECT_TEMPLATE = "direct"
 PPR_TEMPLATES = ("ppr-llama", "ppr-olmo")

@@ -1,20 +1,22 @@
 """Chain-of-thought extension: sequences of thought–answer pairs, their embeddings and centroid drift."""
 
-from beliefdrift.reasoning.answers import answer_view, majority, majority_accuracy
-from beliefdrift.reasoning.drift import CurveStats, centroid_cosine_curve, centroids, cosine_matrix, curve_stats
-from beliefdrift.reasoning.embeddings import EMBEDDINGS, SentenceEmbedder, hidden_embeddings, pair_embeddings
-from beliefdrift.reasoning.experiment import (
-    DEMO_CONFIG,
-    ReasoningConfig,
-    demo_section,
-    run_experiment,
-    run_question,
-    summary_markdown,
-)
-from beliefdrift.reasoning.generation import DecodeConfig, PromptCache, Rollout, generate_rollouts, nucleus_sampler
-from beliefdrift.reasoning.parser import Pair, PairParser, ParseResult, parse_pairs, render_pair
-from beliefdrift.reasoning.task import ReasoningTask
+from beliefdrift import lazy_exports
 
+#: Each module and the public names it defines (imported on first use).
+_EXPORTS = {
+    "beliefdrift.reasoning.answers": ("answer_view", "majority", "majority_accuracy"),
+    "beliefdrift.reasoning.drift": ("CurveStats", "centroid_cosine_curve", "centroids", "cosine_matrix", "curve_stats"),
+    "beliefdrift.reasoning.settings": ("EMBEDDINGS", "ReasoningConfig"),
+    "beliefdrift.reasoning.embeddings": ("SentenceEmbedder", "hidden_embeddings", "pair_embeddings"),
+    "beliefdrift.reasoning.experiment": (
+        "DEMO_CONFIG", "demo_section", "run_experiment", "run_question", "summary_markdown",
+    ),
+    "beliefdrift.reasoning.generation": (
+        "DecodeConfig", "PromptCache", "Rollout", "generate_rollouts", "nucleus_sampler",
+    ),
+    "beliefdrift.reasoning.parser": ("Pair", "PairParser", "ParseResult", "parse_pairs", "render_pair"),
+    "beliefdrift.reasoning.task": ("ReasoningTask",),
+}
 __all__ = [
     "DEMO_CONFIG",
     "EMBEDDINGS",
@@ -46,3 +48,4 @@ __all__ = [
     "run_question",
     "summary_markdown",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

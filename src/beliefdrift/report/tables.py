@@ -16,16 +16,17 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from beliefdrift.data.lm_eval import is_task_spec, task_label
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.methods import Method, MethodResult
-from beliefdrift.metrics import METRIC_NAMES
-from beliefdrift.scoring import MethodScore, QualityControl, score_results, table_order
+from beliefdrift.metrics import METRIC_NAMES, METRICS
+from beliefdrift.registry import table_order
+from beliefdrift.scoring import MethodScore, QualityControl, score_results
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
                   "gpqa": "GPQA"}
-PERCENT = ("ACC", "AUC")
 #: (name, metrics, caption, with the questions-scored column)
 TABLES = (
     ("Table 1", ("ACC", "AUC"), "Accuracy and AUC (%)", True),
@@ -62,7 +63,8 @@ def format_value(metric: str, value: float) -> str:
     """ACC/AUC in percent with one decimal, the others with four (as in the paper)."""
     if math.isnan(value):
         return "n/a"
-    return f"{100 * value:.1f}" if metric in PERCENT else f"{value:.4f}"
+    percent = metric in METRICS and METRICS[metric].percent  # other names (EMD‾ in the paired tables): as numbers
+    return f"{100 * value:.1f}" if percent else f"{value:.4f}"
 
 
 def format_cell(score: MethodScore | None, metric: str, latex: bool = False) -> str:
@@ -115,10 +117,10 @@ def latex_escape(text: str) -> str:
 
 def latex_method(method: Method) -> str:
     """The paper's row label, e.g. `PPR + $\\texttt{SEED}_5$`."""
-    if method.kind == "direct":
-        return r"\texttt{Direct-Query}"
+    if not method.resamples:
+        return rf"\texttt{{{method.spec.title}}}"
     seeds = rf"$\texttt{{SEED}}_{{{method.num_seeds}}}$" if method.num_seeds else r"\texttt{NoSEED}"
-    return f"{method.kind.upper()} + {seeds}"
+    return f"{method.spec.title} + {seeds}"
 
 
 def latex_tables(runs: Sequence[RunScores]) -> str:
@@ -168,24 +170,31 @@ CSV_COLUMNS = ["dataset", "model", "method", "estimator", "title", "n", "exclude
                "label_mass", "confidence", "predicted"]
 
 
+def score_fields(score: MethodScore) -> dict[str, Any]:
+    """One method's (or estimator's) scores as plain values: counts, each metric (a fraction) with its interval
+    bounds, the mean label mass, the mean confidence and the argmax counts per option."""
+    fields: dict[str, Any] = {"method": score.method.name, "estimator": score.estimator_name, "title": score.title,
+                              "n": score.n, "excluded": score.excluded, "total": score.total,
+                              "label_mass": score.label_mass, "confidence": score.confidence,
+                              "predicted": score.predicted}
+    if score.summary is not None:
+        fields["nll_clipped"] = score.summary["nll_clipped"]
+        for metric in (*METRIC_NAMES, "CE2"):
+            for suffix, value in zip(("", "_low", "_high"), score.summary[metric], strict=True):
+                fields[metric + suffix] = float(value)
+    return fields
+
+
 def csv_table(runs: Sequence[RunScores]) -> str:
-    """Every method and estimator of every run: metrics (as fractions) with interval bounds and counts, the mean
-    label mass (format following), the mean confidence and the argmax counts per option."""
+    """Every method and estimator of every run (`score_fields`, floats written exactly)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for run in runs:
         for score in run.scores:
-            row = {"dataset": run.label, "model": run.model, "method": score.method.name,
-                   "estimator": score.estimator_name, "title": score.title, "n": score.n,
-                   "excluded": score.excluded, "total": score.total, "label_mass": repr(score.label_mass),
-                   "confidence": repr(score.confidence), "predicted": score.predicted}
-            if score.summary is not None:
-                row["nll_clipped"] = score.summary["nll_clipped"]
-                for metric in (*METRIC_NAMES, "CE2"):
-                    for suffix, value in zip(("", "_low", "_high"), score.summary[metric], strict=True):
-                        row[metric + suffix] = repr(float(value))
-            writer.writerow(row)
+            fields = {key: repr(value) if isinstance(value, float) else value
+                      for key, value in score_fields(score).items()}
+            writer.writerow({"dataset": run.label, "model": run.model, **fields})
     return buffer.getvalue()
 
 

@@ -1,0 +1,95 @@
+"""The command line as a newcomer meets it: `--help` without torch, `--version`, help texts, message levels."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from beliefdrift import __version__
+from beliefdrift.cli import COMMANDS, build_parser, main
+from beliefdrift.registry import parse_method
+
+HEAVY = ("torch", "transformers", "peft", "matplotlib")
+
+
+def test_help_imports_no_torch_transformers_or_peft() -> None:
+    """`beliefdrift --help` and every `beliefdrift CMD --help` in a fresh process: none of the heavy libraries
+    is imported (they load in seconds, the help must not wait for them)."""
+    code = f"""
+import contextlib, io, json, sys
+from beliefdrift.cli import main
+for argv in [["--help"], *[[name, "--help"] for name in {list(COMMANDS)!r}]]:
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}})))
+"""
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                       check=True).stdout)
+    assert not set(HEAVY) & set(loaded)
+
+
+def test_version(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip().startswith("beliefdrift ")
+    assert __version__ == "0.2.0"  # part of every run identity: a new version refuses to resume old stores
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_says_each_default_once_and_no_module_paths(command: str) -> None:
+    parser = build_parser()._subparsers._group_actions[0].choices[command]
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        assert formatter._get_help_string(action).count("(default:") <= 1, action.dest
+    text = parser.format_help()
+    assert "(default: None)" not in text
+    assert "beliefdrift." not in text and ".py" not in text
+
+
+def test_flags_spelled_with_dashes_or_underscores() -> None:
+    parser = build_parser()
+    for flag in ("--batch-questions", "--batch_questions"):
+        assert parser.parse_args(["evaluate", flag, "3"]).batch_questions == 3
+    assert parser.parse_args(["train", "--no-gradient-caching"]).gradient_caching is False
+    assert parser.parse_args(["evaluate", "--skip-long-prompts"]).skip_long_prompts is True
+    assert parser.parse_args(["evaluate", "--skip-long-prompts", "false"]).skip_long_prompts is False
+
+
+@pytest.mark.parametrize(("argv", "level"), [([], logging.INFO), (["--quiet"], logging.WARNING),
+                                             (["-v"], logging.DEBUG)])
+def test_quiet_and_verbose_set_the_message_level(tmp_path, argv: list[str], level: int) -> None:
+    """Before the command or after it; `report` on a directory without a store fails, after logging is set up."""
+    for where in (argv + ["report", str(tmp_path)], ["report", str(tmp_path), *argv]):
+        assert main(where) == 2
+        assert logging.getLogger("beliefdrift").level == level
+
+
+def test_unknown_method_suggests_the_closest() -> None:
+    with pytest.raises(ValueError, match="did you mean 'ppr-seed5'"):
+        parse_method("ppr-sed5")
+
+
+def test_unknown_dataset_suggests_the_closest() -> None:
+    from beliefdrift.data.registry import load_dataset
+
+    with pytest.raises(ValueError, match="did you mean 'tinymmlu'"):
+        load_dataset("tinymmlux")
+
+
+def test_each_metric_is_one_entry_of_the_registry() -> None:
+    """The report's tables, the bootstrap summary and the paired tests all read `metrics.METRICS`."""
+    from beliefdrift.metrics import METRICS, summarize
+    from beliefdrift.report.tables import TABLES
+
+    assert [name for _, names, _, _ in TABLES for name in names] == list(METRICS)
+    summary = summarize([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]], [0, 1, 1], n_resamples=10)
+    assert all(name in summary for name in METRICS)
+    assert [spec.higher_is_better for spec in METRICS.values()] == [True, True, False, False, False]
