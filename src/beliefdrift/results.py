@@ -1,8 +1,10 @@
 """Results you can hold: a run directory (finished or partial) as plain Python objects, and its export.
 
->>> run = bd.evaluate(bd.EvalConfig(n=2, paths=4, steps=5, methods=["direct", "ppr"]))
->>> run.scores()[0]["ACC"], len(run.records()), run.path
->>> bd.open_run("beliefdrift-out/emd").records()[0]["emd_bar_l1"]  # any command's store: drift, emd, reasoning
+```python
+run = bd.evaluate(bd.EvalConfig(n=2, paths=4, steps=5, methods=["direct", "ppr"]))
+run.scores()[0]["ACC"], len(run.records()), run.path
+bd.open_run("beliefdrift-out/emd").records()[0]["emd_bar_l1"]  # any command's store: drift, emd, reasoning
+```
 
 One row per question × method: `records()` (what `beliefdrift export` writes), `trajectories()` (the paths'
 answers, seeds and θ_n as numpy arrays); `scores()` is one row per method and estimator, quality control and
