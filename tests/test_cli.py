@@ -86,7 +86,7 @@ def test_unknown_dataset_suggests_the_closest() -> None:
 
 def test_each_metric_is_one_entry_of_the_registry() -> None:
     """The report's tables, the bootstrap summary and the paired tests all read `metrics.METRICS`; CE2 stands beside
-    them in Table 2 (its interval is bias-centred, not the registry's percentile bootstrap, and it has no paired test)."""
+    them in Table 2 (its interval is bias-centred, not the percentile bootstrap, and it has no paired test)."""
     from beliefdrift.metrics import METRICS, summarize
     from beliefdrift.report.tables import TABLES
 
