@@ -15,11 +15,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from beliefdrift.adapters import base_model, load_adapter
+from beliefdrift.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend import LanguageModel
 from beliefdrift.config import BatchingOptions, DataOptions, ModelOptions, SamplingOptions, option
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import load_dataset
+from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.diagnostics.emd import EMDConfig, emd_generator, question_emd
 from beliefdrift.diagnostics.noise_floor import floor_generator, spread_fields
 from beliefdrift.diagnostics.trajectory import trajectory_quantities_many, unit_trajectories
@@ -63,11 +63,9 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
                 raise UserError(f"{method.name} needs --adapter (a LoRA directory of the SC-tuned model)")
         return methods
 
-    def questions(self) -> list[MCQuestion]:
+    def questions(self, command: str = "drift diagnostics") -> list[MCQuestion]:
         questions = load_dataset(self.dataset, split=self.split, data_dir=self.data_dir, n=self.n, seed=self.seed)
-        if not questions or not isinstance(questions[0], MCQuestion):
-            raise UserError(f"{self.dataset}: drift diagnostics need multiple-choice questions")
-        return questions
+        return require_kind(questions, self.dataset, command)
 
 
 class Models:
@@ -75,6 +73,8 @@ class Models:
     that kind runs on."""
 
     def __init__(self, config: DiagnosticsConfig):
+        if config.adapter:
+            check_adapter(config.adapter)  # before the model loads
         print(f"loading {config.model} ...", flush=True)
         self.base = config.prepared(config.load_model())
         self.tuned = load_adapter(self.base, config.adapter) if config.adapter else None
@@ -115,7 +115,7 @@ def for_each_unit(
     """Store `compute(units)` for every question × method not stored yet, `config.questions_per_batch` questions per
     call, in the run store of `config.out` pinned to the run identity (opened once model and questions have
     loaded). `answers` is the most answers a path holds after its seeds (for the check against the context)."""
-    questions, methods = config.questions(), config.method_list
+    questions, methods = config.questions(command), config.method_list
     models = Models(config)
     questions, skipped = split_long_prompts(models.base, questions, methods, answers, config.template,
                                             config.template_ending, config.skip_long_prompts)

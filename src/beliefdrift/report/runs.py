@@ -42,9 +42,9 @@ def write_report(
     qc = qc or QualityControl()
     loaded = [load_run(run_dir, qc, n_resamples) for run_dir in run_dirs]
     runs, notes = [run for run, _ in loaded], [note for _, run_notes in loaded for note in run_notes]
-    labels = [run.label for run in runs]
-    runs = [run if labels.count(run.label) == 1 else RunScores(f"{run.label} ({Path(run_dir).name})", run.scores,
-                                                               run.model)
+    labels = [run.label.lower() for run in runs]  # case-insensitively: the figures' file names are lowercase
+    runs = [run if labels.count(run.label.lower()) == 1
+            else RunScores(f"{run.label} ({Path(run_dir).name})", run.scores, run.model)
             for run, run_dir in zip(runs, run_dirs, strict=True)]
     paired, paired_files = write_paired([(run.label, d) for run, d in zip(runs, run_dirs, strict=True)], out, qc,
                                         n_resamples)
