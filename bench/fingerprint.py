@@ -193,6 +193,9 @@ class Fingerprint:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         self.note("run.sqlite table `config` (the run's identity and settings) not hashed: the settings are pinned "
                   "by the command lines")
+        if "checksums" in tables:
+            self.note("run.sqlite table `checksums` (digests of the rows and records hashed here, for the store's own "
+                      "corruption check) not hashed: they follow from the hashed values")
         if "results" in tables:
             self.note("run.sqlite results: column `seconds` (wall time) excluded; every other column hashed per "
                       "method (.npy blobs as dtype+shape+raw bytes)")

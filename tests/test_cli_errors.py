@@ -1,15 +1,22 @@
 """Faults and bad input through the CLI (`main(argv)` in this process): every user error is one line on stderr and
-exit status 2 without a traceback; Ctrl-C is one line and 130; read-only, partial, corrupt and mismatched runs."""
+exit status 2 without a traceback; Ctrl-C is one line and 130; read-only, partial, corrupt and mismatched runs;
+malformed adapters and datasets of the wrong kind refused before the model loads; every numeric option's range;
+question ids that would escape the output directory; a flipped bit in a stored number."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+import typing
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +25,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from beliefdrift.cli import main
-from beliefdrift.store import RunStore, to_blob
+from beliefdrift.cli import build_parser, main
+from beliefdrift.config import Range, flag_name
+from beliefdrift.files import safe_name
+from beliefdrift.store import RunStore, StoreError, from_blob
 
 FAST = ["-J", "2", "-N", "2"]
+#: Only guards a hang: a real process on a loaded machine takes what it takes (the tests assert outcomes, not speeds).
+HANG_S = 1800
 
 
 def csqa_line(qid: str, stem: str = "Which is a fruit?", options: int = 3) -> str:
@@ -37,6 +48,23 @@ def write(path: Path, text: str) -> str:
 def write_parquet(path: Path, rows: list[dict]) -> str:
     pq.write_table(pa.Table.from_pylist(rows), path)
     return str(path)
+
+
+GSM8K_FILE = str(Path(__file__).resolve().parent / "fixtures" / "data" / "gsm8k_ok.jsonl")
+LORA = {"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["q_proj"], "task_type": "CAUSAL_LM"}
+
+
+def adapter(directory: Path, config: str, weights: bool = True) -> str:
+    """An adapter directory whose adapter_config.json is `config` (as written), with LoRA weights unless not
+    `weights` (of a shape the tiny model's q_proj does not have, which only loading it notices)."""
+    from safetensors.numpy import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "adapter_config.json").write_text(config)
+    if weights:
+        save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.zeros((2, 7), np.float32)},
+                  str(directory / "adapter_model.safetensors"))
+    return str(directory)
 
 
 def garbage_store(directory: Path) -> Path:
@@ -126,7 +154,64 @@ BAD_INPUTS = {
     "reasoning with a template ending": (lambda m, t: ["reasoning", "--model", str(m), "--dataset", "demo",
                                                        "--template-ending", "paper", "--out", str(t)],
                                          "--template-ending: the pairs prompt has no question fence"),
+    # malformed adapters: one line naming the directory, before the model loads (MODEL_NOT_LOADED)
+    "adapter config without peft_type": (
+        lambda m, t: evaluate(m, t, "--methods", "am-ppr", "--adapter", adapter(t / "a", '{"r": 2}')),
+        "adapter_config.json names no peft_type"),
+    "adapter config without peft_type in drift": (
+        lambda m, t: ["drift", "--model", str(m), "--adapter", adapter(t / "a", '{"r": 2}'), "--out", str(t / "o")],
+        "adapter_config.json names no peft_type"),
+    "adapter config without peft_type in emd": (
+        lambda m, t: ["emd", "--model", str(m), "--adapter", adapter(t / "a", '{"r": 2}'), "--out", str(t / "o")],
+        "adapter_config.json names no peft_type"),
+    "adapter config of bad JSON": (
+        lambda m, t: ["emd", "--model", str(m), "--adapter", adapter(t / "a", '{"peft_type": '), "--out", str(t / "o")],
+        "adapter_config.json is not readable JSON"),
+    "adapter config not a mapping": (
+        lambda m, t: ["drift", "--model", str(m), "--adapter", adapter(t / "a", '["LORA"]'), "--out", str(t / "o")],
+        "adapter_config.json holds a list, not a mapping of settings"),
+    "adapter config of an unknown peft_type": (
+        lambda m, t: evaluate(m, t, "--methods", "am-ppr", "--adapter", adapter(t / "a", '{"peft_type": "NOPE"}')),
+        "adapter_config.json names an unknown peft_type 'NOPE'"),
+    "adapter without weights": (
+        lambda m, t: evaluate(m, t, "--methods", "am-ppr", "--adapter", adapter(t / "a", json.dumps(LORA), False)),
+        "no adapter weights (adapter_model.safetensors or adapter_model.bin)"),
+    "adapter of another model": (
+        lambda m, t: ["drift", "--model", str(m), *FAST, "--adapter", adapter(t / "a", json.dumps(LORA)),
+                      "--out", str(t / "o")],
+        "cannot load the adapter onto"),
+    # a dataset of another kind: one line naming the file and what the command needs, before the model loads
+    "math problems to evaluate": (lambda m, t: evaluate(m, t, "--dataset", GSM8K_FILE),
+                                  f"--dataset {GSM8K_FILE}: evaluate needs multiple-choice questions"),
+    "math problems to drift": (lambda m, t: ["drift", "--model", str(m), "--dataset", GSM8K_FILE, "--out", str(t)],
+                               f"--dataset {GSM8K_FILE}: drift needs multiple-choice questions"),
+    "math problems to emd": (lambda m, t: ["emd", "--model", str(m), "--dataset", GSM8K_FILE, "--out", str(t)],
+                             f"--dataset {GSM8K_FILE}: emd needs multiple-choice questions"),
+    "math problems to train on": (
+        lambda m, t: ["train", "--model", str(m), "--dataset", GSM8K_FILE, "--out", str(t / "o")],
+        f"--dataset {GSM8K_FILE}: train needs multiple-choice questions (a stem, two or more options, the correct "
+        "option's label), but it holds math problems (GSM8K layout"),
+    "math problems to validate on": (
+        lambda m, t: ["train", "--model", str(m), "--dataset", "demo", "--eval-dataset", GSM8K_FILE, "--out",
+                      str(t / "o")],
+        f"--eval-dataset {GSM8K_FILE}: train's validation needs multiple-choice questions"),
+    # numeric ranges (every option's: test_every_numeric_option_refuses_values_outside_its_range)
+    "report mass threshold below 0": (lambda m, t: ["report", str(t), "--qc-path-mass", "-1"],
+                                      "--qc-path-mass must be in [0, 1], got -1.0"),
+    "report mass threshold nan": (lambda m, t: ["report", str(t), "--qc-path-mass", "nan"],
+                                  "--qc-path-mass must be in [0, 1], got nan"),
+    "yaml fraction above 1": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "qc_max_fraction: 2\n"),
+                                            "--out", str(t)], "--qc-max-fraction must be in [0, 1], got 2.0"),
+    "nucleus mass of 0": (lambda m, t: ["reasoning", "--model", str(m), "--top-p", "0", "--out", str(t)],
+                          "--top-p must be in (0, 1], got 0.0"),
+    # a preset's stage names its directory: one that would leave DIR is refused
+    "paper stage outside its directory": (
+        lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages:\n  ../escaped:\n    command: report\n"),
+                      "--out", str(t / "o")],
+        "stage '../escaped': a stage's name names its directory"),
 }
+#: Cases refused before any model loads (the test makes loading one fail).
+MODEL_NOT_LOADED = {case for case in BAD_INPUTS if case.startswith(("adapter config", "adapter without", "math "))}
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
@@ -135,6 +220,12 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tiny_model_dir: Path, tmp_p
     if case == "cuda without a GPU" and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if case in MODEL_NOT_LOADED:
+        def no_model(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the model was loaded")
+
+        monkeypatch.setattr("beliefdrift.config.load_model", no_model)
+        monkeypatch.setattr("beliefdrift.amortize.trainer.load_model", no_model)
     argv, fragment = BAD_INPUTS[case]
     assert main(argv(tiny_model_dir, tmp_path)) == 2
     line = error_line(capsys)
@@ -191,9 +282,10 @@ def finished_run(tiny_model_dir: Path, tmp_path: Path) -> Path:
 
 
 def test_partial_run_is_marked_in_every_table_and_on_stdout(finished_run: Path, capsys: pytest.CaptureFixture):
-    with sqlite3.connect(finished_run / "run.sqlite") as db:
-        db.execute("DELETE FROM alternatives WHERE method = 'ppr'")
-        db.execute("DELETE FROM results WHERE rowid = (SELECT max(rowid) FROM results WHERE method = 'ppr')")
+    with sqlite3.connect(finished_run / "run.sqlite") as db:  # the last ppr unit, as if never stored
+        qid = db.execute("SELECT question_id FROM results WHERE method = 'ppr' ORDER BY rowid DESC").fetchone()[0]
+        for table in ("alternatives", "results", "checksums"):
+            db.execute(f"DELETE FROM {table} WHERE question_id = ? AND method = 'ppr'", (qid,))
     capsys.readouterr()
     assert main(["report", str(finished_run), "--bootstrap", "10"]) == 0
     out = capsys.readouterr().out
@@ -203,10 +295,15 @@ def test_partial_run_is_marked_in_every_table_and_on_stdout(finished_run: Path, 
 
 
 def test_corrupt_number_names_question_and_method(finished_run: Path, capsys: pytest.CaptureFixture) -> None:
+    """A number written wrong (its checksum matches: the store holds what was written), caught by the scoring."""
+    with RunStore.open(finished_run / "run.sqlite") as store:
+        row = next(row for row in store.rows() if row.method == "direct")
+    qid = row.question_id
     with sqlite3.connect(finished_run / "run.sqlite") as db:
-        qid = db.execute("SELECT question_id FROM results WHERE method = 'direct' ORDER BY position").fetchone()[0]
-        db.execute("UPDATE results SET probs = ? WHERE question_id = ? AND method = 'direct'",
-                   (to_blob(np.array([np.nan, 0.5, 0.5, 0.0])), qid))
+        for table in ("results", "checksums"):
+            db.execute(f"DELETE FROM {table} WHERE question_id = ? AND method = 'direct'", (qid,))
+    with RunStore.open(finished_run / "run.sqlite") as store:
+        store.add([dataclasses.replace(row, probs=np.array([np.nan, 0.5, 0.5, 0.0]))])
     capsys.readouterr()
     assert main(["report", str(finished_run), "--bootstrap", "10", "--qc-path-mass", "0"]) == 2
     assert f"question {qid!r}, method direct is not a probability vector" in error_line(capsys)
@@ -254,13 +351,13 @@ def test_sigint_in_a_real_process_exits_130_and_resumes(tiny_model_dir: Path, tm
     slow = ("-n", "30", "--methods", "ppr", "-N", "20")
     command = [sys.executable, "-m", "beliefdrift", *evaluate(tiny_model_dir, out, *slow)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + HANG_S
     try:
         while not _stored(out / "run.sqlite"):
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=120)
+        _, err = process.communicate(timeout=HANG_S)
     finally:
         process.kill()
     assert process.returncode == 130, err[-2000:]
@@ -286,3 +383,194 @@ def test_cuda_out_of_memory_names_the_setting_to_lower(tiny_model_dir: Path, tmp
     monkeypatch.setattr("beliefdrift.evaluation.question_rows", out_of_memory)
     assert main(evaluate(tiny_model_dir, tmp_path)) == 2
     assert "out of GPU memory; lower --batch-questions or -J/--paths" in error_line(capsys)
+
+
+# ---------------------------------------------------------------------------------------- numeric ranges
+
+
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    return next(action for action in build_parser()._actions if action.dest == "command").choices
+
+
+def is_float(field: dataclasses.Field) -> bool:
+    return "float" in str(field.type)  # the annotation, as written: "float", "float | None"
+
+
+def numeric_options() -> list[tuple[str, dataclasses.Field]]:
+    """(command, field) of every numeric setting of every command."""
+    found = []
+    for command, subparser in command_parsers().items():
+        for cls in subparser.dataclass_types:
+            hints = typing.get_type_hints(cls)
+            for field in dataclasses.fields(cls):
+                kinds = typing.get_args(hints[field.name]) or (hints[field.name],)
+                kinds = [typing.get_args(k)[0] if typing.get_origin(k) is list else k for k in kinds]
+                if int in kinds or float in kinds:
+                    found.append((command, field))
+    return found
+
+
+def outside(bounds: Range, decimals: bool) -> list[str]:
+    """Values just outside `bounds` (the open end itself), plus nan and ±inf for a setting with `decimals`."""
+    values = []
+    if bounds.low is not None:
+        values.append(bounds.low if bounds.low_open else bounds.low - (0.5 if decimals else 1))
+    if bounds.high is not None:
+        values.append(bounds.high if bounds.high_open else bounds.high + (0.5 if decimals else 1))
+    return [str(v) for v in values] + (["nan", "inf", "-inf"] if decimals else [])
+
+
+def test_every_numeric_option_declares_its_range() -> None:
+    options = numeric_options()
+    assert len(options) > 40 and {command for command, _ in options} >= {"demo", "drift", "emd", "evaluate", "report",
+                                                                          "reasoning", "train"}
+    undeclared = [f"{command} {flag_name(field)}" for command, field in options if field.metadata["range"] is None]
+    assert undeclared == []
+    for command, field in options:  # every default lies in its range
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        assert all(v in field.metadata["range"] for v in (default if isinstance(default, list) else [default])
+                   if v is not None), (command, field.name)
+
+
+@pytest.mark.parametrize("command,field", numeric_options(), ids=lambda x: x if isinstance(x, str) else x.name)
+def test_every_numeric_option_refuses_values_outside_its_range(command: str, field: dataclasses.Field,
+                                                               tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bounds: Range = field.metadata["range"]
+    flag = f"--{field.name.replace('_', '-')}"
+    runs = [str(tmp_path)] if command == "report" else []
+    for value in outside(bounds, is_float(field)):
+        capsys.readouterr()
+        assert main([command, *runs, f"{flag}={value}", "--out", str(tmp_path / "o")]) == 2, value
+        line = error_line(capsys)
+        assert f"{flag_name(field)} must be {bounds}, got " in line, line
+        assert not (tmp_path / "o").exists()
+
+
+def test_help_shows_each_range(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "below this (in [0, 1]) (default: 0.5)" in text and "(at least 1) (default: 1000)" in text
+
+
+# ---------------------------------------------------------------------------------------- question ids as file names
+
+#: Question ids that would leave the output directory, or fail, as parts of a file name; "Q1" and "q1" differ only by
+#: case (one file on macOS's and Windows' file systems).
+HOSTILE_IDS = ("x/../../escaped-by-id", "..", "../..", "/tmp/beliefdrift-escaped-absolute", "nul\x00in-id",
+               "q" * 400, "back\\..\\slash", "Q1", "q1", "é/ü")
+
+
+def hostile_dataset(path: Path) -> str:
+    return write(path, "".join(csqa_line(qid) + "\n" for qid in HOSTILE_IDS))
+
+
+def test_safe_names_stay_in_their_directory_and_stay_distinct() -> None:
+    texts = [*HOSTILE_IDS, "", ".", "-rf", "a.b", "a b", "a-b", "a/b", "CON", "demo-001", "x" * 100_000]
+    names = [safe_name(text) for text in texts]
+    assert len(set(names)) == len(texts)  # distinct, all lowercase: distinct on case-insensitive file systems too
+    for name in names:
+        assert re.fullmatch(r"[a-z0-9_][a-z0-9_-]{0,50}", name), name
+    assert safe_name("demo-001") == "demo-001" and safe_name("1afa02df02c908a558b4036e80242fac").startswith("1afa")
+    assert safe_name("x/../../Escaped").startswith("x-escaped-")
+
+
+COMMANDS_ON_HOSTILE_IDS = {
+    "drift": lambda m, data: ["drift", "--model", str(m), "--dataset", data, *FAST,
+                              "--plot-questions", str(len(HOSTILE_IDS))],
+    "emd": lambda m, data: ["emd", "--model", str(m), "--dataset", data, *FAST, "-K", "3", "--prefix-lengths", "0",
+                            "--top-k", "2", "--burn-in", "1", "-k", "2", "--distance", "l1",
+                            "--noise-floor-replicates", "2"],
+    "evaluate": lambda m, data: ["evaluate", "--model", str(m), "--dataset", data, *FAST, "--methods", "direct",
+                                 "ppr", "--bootstrap", "10", "--qc-path-mass", "0"],
+    "reasoning": lambda m, data: ["reasoning", "--model", str(m), "--dataset", data, "-J", "1", "-N", "1", "-m", "0",
+                                  "--max-new-tokens", "12", "--max-solution-tokens", "4"],
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS_ON_HOSTILE_IDS))
+def test_question_ids_never_leave_the_output_directory(command: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """drift names a figure after each question; the others name none, and must not start to."""
+    data = hostile_dataset(tmp_path / "hostile.jsonl")
+    out = tmp_path / "a" / "b" / "out"
+    assert main([*COMMANDS_ON_HOSTILE_IDS[command](tiny_model_dir, data), "--out", str(out)]) == 0
+    if command == "evaluate":
+        assert main(["report", str(out), "--bootstrap", "10", "--qc-path-mass", "0", "--figure-formats", "png",
+                     "pdf", "--out", str(out / "report")]) == 0
+    written = [path for path in tmp_path.rglob("*") if path.is_file() and path != tmp_path / "hostile.jsonl"]
+    outside = [path for path in written if path.parent not in (out, out / "report")]
+    assert written and outside == []  # none above OUT, none in a directory a question id made
+    assert not Path("/tmp/beliefdrift-escaped-absolute.png").exists()
+    if command == "drift":  # one figure per question, each named after its own id
+        figures = {path.name for path in written if path.name.startswith("marginal_drift_") and path.suffix == ".png"}
+        assert figures == {f"marginal_drift_{safe_name(qid)}.png" for qid in HOSTILE_IDS}
+        assert len(figures) == len(HOSTILE_IDS)
+
+
+def test_a_preset_stage_named_outside_its_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    for name in ("../escaped", "/tmp/beliefdrift-escaped", "a/b", "..", "Train"):
+        preset = write(tmp_path / "p.yaml", f"stages:\n  {json.dumps(name)}:\n    command: report\n")
+        assert main(["paper", "--preset", preset, "--out", str(tmp_path / "o")]) == 2
+        assert f"stage {name!r}: a stage's name names its directory" in error_line(capsys)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "escaped").exists()
+
+
+# ---------------------------------------------------------------------------------------- a flipped bit in a store
+
+
+def flip_mantissa_bit(blob: bytes, index: int = 0) -> bytes:
+    """The .npy `blob` with the lowest mantissa bit but three of its `index`-th number flipped: still a valid number,
+    a little off (nothing but a checksum can tell)."""
+    array = from_blob(blob)
+    raw = bytearray(blob)
+    raw[len(blob) - array.nbytes + index * array.itemsize] ^= 0b1000  # little-endian: the mantissa's lowest byte
+    flipped = from_blob(bytes(raw))
+    assert np.isfinite(flipped).all() and flipped.flat[index] != array.flat[index]
+    return bytes(raw)
+
+
+def flip_stored(run: Path, table: str, column: str, method: str, index: int = 0) -> str:
+    """Flip a mantissa bit of `column` in the stored row of `method`'s second question; that question's id."""
+    with sqlite3.connect(run / "run.sqlite") as db:
+        qid, blob = db.execute(f"SELECT question_id, {column} FROM {table} WHERE method = ? ORDER BY question_id "
+                               "LIMIT 1 OFFSET 1", (method,)).fetchone()
+        db.execute(f"UPDATE {table} SET {column} = ? WHERE question_id = ? AND method = ?",
+                   (flip_mantissa_bit(blob, index), qid, method))
+    return qid
+
+
+def test_a_flipped_bit_in_a_stored_probability_is_refused(finished_run: Path, capsys: pytest.CaptureFixture) -> None:
+    qid = flip_stored(finished_run, "results", "probs", "ppr", index=1)
+    capsys.readouterr()
+    assert main(["report", str(finished_run), "--bootstrap", "10"]) == 2
+    line = error_line(capsys)
+    assert f"question {qid!r}, method ppr does not match its checksum (probs changed since it was written" in line
+
+
+def test_a_flipped_bit_in_stored_thetas_or_alternatives_is_refused(finished_run: Path) -> None:
+    qid = flip_stored(finished_run, "results", "thetas", "ppr", index=7)
+    with RunStore.open(finished_run / "run.sqlite", read_only=True) as store:
+        store.rows(trajectories=False)  # θ_n not read: not checked
+        with pytest.raises(StoreError, match=rf"question {qid!r}, method ppr does not match its checksum "
+                                             r"\(thetas changed"):
+            store.rows()
+    qid = flip_stored(finished_run, "alternatives", "probs", "ppr")
+    with RunStore.open(finished_run / "run.sqlite", read_only=True) as store, pytest.raises(
+            StoreError, match=rf"question {qid!r}, method ppr does not match its checksum \(alternatives changed"):
+        store.rows(trajectories=False)
+
+
+def test_the_reliability_page_counts_the_cases(tmp_path: Path) -> None:
+    """docs/reliability.md's table: the bad inputs and the numeric options (values) of each command, as tested here."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    rows = {cells[0]: cells[1:3] for line in page.splitlines() if line.startswith("| ") and not line.startswith(
+        "| command") for cells in [[cell.strip(" *") for cell in line.strip().strip("|").split("|")]]}
+    bad = Counter(argv(tmp_path / "model", tmp_path)[0] for argv, _ in BAD_INPUTS.values())
+    options, values = Counter(), Counter()
+    for command, field in numeric_options():
+        options[command] += 1
+        values[command] += len(outside(field.metadata["range"], is_float(field)))
+    expected = {command: [str(bad[command]), f"{options[command]} ({values[command]})"]
+                for command in command_parsers()}
+    expected["all"] = [str(bad.total()), f"{options.total()} ({values.total()})"]
+    assert rows == expected

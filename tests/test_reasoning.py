@@ -396,3 +396,15 @@ def test_default_model_writes_guided_pairs(default_lm, question):
         logits[banned] = float("-inf")
         torch.testing.assert_close(torch.softmax(recorded[k][row], -1), torch.softmax(logits, -1), atol=1e-4, rtol=0)
         torch.testing.assert_close(rollout.hidden[:k], states[len(context):], atol=1e-3, rtol=0)
+
+
+def test_a_data_file_gets_the_pairs_prompt_of_its_kind(question) -> None:
+    """A registered dataset has its own prompt; a data file the one of what it holds (before, a file of math problems
+    got the multiple-choice prompt, which asks for a letter among no options)."""
+    from beliefdrift.reasoning.task import pairs_template
+
+    problem = MathProblem("gsm8k-1", "What is 2 + 2?", "2 + 2 = 4\n#### 4", 4)
+    assert pairs_template("gsm8k") == "reasoning-gsm8k" and pairs_template("gpqa") == "reasoning-gpqa"
+    assert pairs_template("csqa") == "reasoning-mcqa"
+    assert pairs_template("data/my-gsm8k.jsonl", [problem]) == "reasoning-gsm8k"
+    assert pairs_template("data/my-arc.jsonl", [question]) == "reasoning-mcqa"

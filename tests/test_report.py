@@ -17,6 +17,7 @@ from beliefdrift.cli import main
 from beliefdrift.data import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
+from beliefdrift.files import safe_name
 from beliefdrift.methods import parse_method, run_methods
 from beliefdrift.report.marginal import average_panels, plot_average_drift
 from beliefdrift.report.tables import RunScores, csv_table, latex_tables, markdown_tables, metric_table
@@ -164,7 +165,7 @@ def test_several_runs_side_by_side(tmp_path: Path) -> None:
     assert r"\begin{tabular}{l ccc ccc ccc}" in latex
     header = (out / "tables.md").read_text().splitlines()[2]
     assert header.startswith("| Method | TinyMMLU ACC | TinyMMLU AUC | TinyMMLU n (excl.) | AI2-ARC (b) ACC")
-    assert (out / "reliability-ai2-arc--c--direct.png").exists()
+    assert (out / f"reliability-{safe_name('ai2-arc (c)')}-direct.png").exists()
 
 
 def test_evaluate_and_report_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -2,25 +2,71 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from beliefdrift.backend import LanguageModel
+from beliefdrift.errors import UserError, first_line
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+def check_adapter(path: str | Path) -> Path:
+    """`path` as a PEFT adapter directory whose config peft can read and that holds weights, checked before any model
+    loads: a missing or malformed `adapter_config.json` (not JSON, not a mapping, no or an unknown `peft_type`,
+    settings peft rejects) or missing weights is one error naming the directory."""
+    from peft import PeftConfig
+    from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
+
+    path = Path(path)
+    where = f"--adapter {path}"
+    config_file = path / CONFIG_FILE
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{where}: not a PEFT adapter directory (no {CONFIG_FILE})")
+    try:
+        values = json.loads(config_file.read_bytes())
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
+        raise UserError(f"{where}: {CONFIG_FILE} is not readable JSON ({first_line(err)})") from None
+    expected = "a directory written by `beliefdrift train` (OUT/adapter) or peft's save_pretrained"
+    if not isinstance(values, dict):
+        raise UserError(f"{where}: {CONFIG_FILE} holds a {type(values).__name__}, not a mapping of settings; "
+                        f"expected {expected}")
+    peft_type = values.get("peft_type")
+    if peft_type not in PEFT_TYPE_TO_CONFIG_MAPPING:
+        what = "names no peft_type" if peft_type is None else f"names an unknown peft_type {peft_type!r}"
+        raise UserError(f"{where}: {CONFIG_FILE} {what} (a LoRA adapter's is \"LORA\"); expected {expected}")
+    try:
+        PeftConfig.from_pretrained(str(path))
+    except Exception as err:  # peft's config classes reject bad settings in many ways (TypeError, ValueError, …)
+        raise UserError(f"{where}: peft cannot read {CONFIG_FILE} ({type(err).__name__}: {first_line(err)}); "
+                        f"expected {expected}") from err
+    if not any((path / name).is_file() for name in WEIGHT_FILES):
+        raise UserError(f"{where}: no adapter weights ({' or '.join(WEIGHT_FILES)}); expected {expected}")
+    return path
 
 
 def load_adapter(lm: LanguageModel, path: str | Path) -> LanguageModel:
     """The SC-tuned model: `lm` with the LoRA adapter at `path` (a second LanguageModel, same tokenizer).
 
     PEFT injects the LoRA layers into `lm.model` in place, so from now on run the base model inside
-    `base_model(adapter_lm)`.
+    `base_model(adapter_lm)`. An adapter that does not fit the model (another base model's, damaged weights) is
+    one error naming the directory.
     """
+    import torch
     from peft import PeftModel
 
-    path = Path(path)
-    if not (path / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"--adapter {path}: not a PEFT adapter directory (no adapter_config.json)")
-    tuned = PeftModel.from_pretrained(lm.model, str(path))
+    path = check_adapter(path)
+    try:
+        tuned = PeftModel.from_pretrained(lm.model, str(path))
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as err:  # shapes of another model, unreadable weights, modules the model lacks, …
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()][:2]  # torch's heading, then what
+        raise UserError(f"--adapter {path}: cannot load the adapter onto {lm.name} ({type(err).__name__}: "
+                        f"{' '.join(lines) or first_line(err)}); was it trained on this --model?") from err
     tuned.eval()
     return LanguageModel(model=tuned, tokenizer=lm.tokenizer, name=f"{lm.name}+{path.name}")
 

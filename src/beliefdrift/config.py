@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import types
 import typing
@@ -33,19 +34,58 @@ PAPER_PRESETS = {"cpu": "paper-cpu.yaml", "paper": "paper-full.yaml"}
 #: Formats a figure can be written in.
 FIGURE_FORMATS = ("png", "pdf")
 #: Field metadata that is ours, not an `add_argument` keyword.
-OWN_METADATA = ("operational", "minimum", "when_set")
+OWN_METADATA = ("operational", "range", "when_set")
 #: from_pretrained keywords that have their own flag, so --model-args may not set them.
 OWN_FLAGS = {"dtype": "--dtype", "torch_dtype": "--dtype", "device_map": "--device-map",
              "attn_implementation": "--attn-implementation", "revision": "--revision",
              "trust_remote_code": "--trust-remote-code"}
+#: The largest seed: every seeded generator (torch, numpy, random) takes 0 … 2^63 − 1.
+MAX_SEED = 2**63 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The numbers a numeric setting allows: `low` … `high` (None: unbounded), each end closed unless `*_open`.
+    Every number must be finite as well (no nan or inf)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):  # (an int is finite, and may exceed any float)
+            return False
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def __str__(self) -> str:
+        """"at least 1", "greater than 0", "in [0, 1]", "in (0, 1]", "in [0, 1)", …"""
+        low, high = _number(self.low), _number(self.high)
+        if self.high is None:
+            return f"{'greater than' if self.low_open else 'at least'} {low}"
+        if self.low is None:
+            return f"{'less than' if self.high_open else 'at most'} {high}"
+        return f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+
+
+def _number(value: float | None) -> str:
+    return str(value) if isinstance(value, int) or value is None else f"{value:g}"
 
 
 def option(default: Any, help: str, *aliases: str, operational: bool = False, choices: Sequence[Any] | None = None,
-           minimum: int | None = None, metavar: str | None = None, when_set: bool = False) -> Any:
-    """A setting: its default, help line, short flags, allowed values (`choices`, or numbers ≥ `minimum`), and
-    whether results depend on it. A `when_set` setting enters the run identity only when it differs from its default
-    (settings added after runs were stored: those runs' identities stay as they were, so they still resume)."""
-    metadata: dict[str, Any] = {"help": help, "operational": operational, "minimum": minimum, "when_set": when_set}
+           minimum: float | None = None, maximum: float | None = None, above: float | None = None,
+           below: float | None = None, metavar: str | None = None, when_set: bool = False) -> Any:
+    """A setting: its default, help line, short flags, allowed values (`choices`; for a number its range: at least
+    `minimum` or greater than `above`, at most `maximum` or less than `below`), and whether results depend on it.
+    The range is declared here only: the parser's help shows it and `Settings` checks it (flags, YAML and code).
+    A `when_set` setting enters the run identity only when it differs from its default (settings added after runs
+    were stored: those runs' identities stay as they were, so they still resume)."""
+    bounds = Range(above if above is not None else minimum, below if below is not None else maximum,
+                   above is not None, below is not None)
+    metadata: dict[str, Any] = {"help": help, "operational": operational,
+                                "range": bounds if bounds != Range() else None, "when_set": when_set}
     if aliases:
         metadata["aliases"] = list(aliases)
     if choices is not None:
@@ -60,7 +100,9 @@ def option(default: Any, help: str, *aliases: str, operational: bool = False, ch
 def retuned(group: type, name: str, default: Any, help: str | None = None) -> Any:
     """Option `name` of `group` with a command's own default (and help line), the same flags otherwise."""
     meta = dict(group.__dataclass_fields__[name].metadata)
-    return option(default, help or meta.pop("help"), *meta.pop("aliases", ()),
+    bounds = meta.pop("range") or Range()
+    low, high = ("above" if bounds.low_open else "minimum"), ("below" if bounds.high_open else "maximum")
+    return option(default, help or meta.pop("help"), *meta.pop("aliases", ()), **{low: bounds.low, high: bounds.high},
                   **{k: v for k, v in meta.items() if k != "help"})
 
 
@@ -73,8 +115,8 @@ def is_operational(field: dataclasses.Field) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The base of every settings dataclass: a value outside its option's `choices` or below its `minimum` is an
-    error naming the flag."""
+    """The base of every settings dataclass: a value outside its option's `choices` or `Range` (or a number that is
+    nan or infinite) is an error naming the flag."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -83,8 +125,11 @@ class Settings:
             if meta.get("choices") is not None and any(v not in meta["choices"] for v in values):
                 raise UserError(f"{flag_name(field)}: expected {' or '.join(map(str, meta['choices']))}, got "
                                 f"{value!r}")
-            if meta.get("minimum") is not None and any(v is not None and v < meta["minimum"] for v in values):
-                raise UserError(f"{flag_name(field)} must be at least {meta['minimum']}, got {value}")
+            numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            bounds = meta.get("range") or Range()
+            if any(v not in bounds for v in numbers):
+                raise UserError(f"{flag_name(field)} must be {bounds if bounds != Range() else 'a finite number'}, "
+                                f"got {value}")
 
 
 def parse_model_args(spec: str | None) -> dict[str, Any]:
@@ -154,7 +199,8 @@ class SamplingOptions(Settings):
 
     paths: int = option(8, "paths per question (J)", "-J", minimum=1)
     steps: int = option(20, "answers generated per path (N)", "-N", minimum=1)
-    seed: int = option(0, "run seed (each question × method derives its own random stream)")
+    seed: int = option(0, "run seed (each question × method derives its own random stream)", minimum=0,
+                       maximum=MAX_SEED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,9 +237,10 @@ class ReportOptions(Settings):
     _argument_group_name = "report"
 
     qc_path_mass: float = option(QualityControl.path_mass, "a path is off-format when its mean valid_mass is below "
-                                                           "this", operational=True)
+                                                           "this", operational=True, minimum=0, maximum=1)
     qc_max_fraction: float = option(QualityControl.max_fraction, "exclude a question when more than this fraction of "
-                                                                 "its paths is off-format", operational=True)
+                                                                 "its paths is off-format", operational=True,
+                                    minimum=0, maximum=1)
     qc_common: bool = option(False, "score every method on the questions that all methods keep (default: each "
                                     "method on its own kept questions)", operational=True)
     bootstrap: int = option(1000, "bootstrap resamples for the 95%% intervals", operational=True, minimum=1)
@@ -286,6 +333,8 @@ def add_field_argument(group: argparse._ArgumentGroup, field: dataclasses.Field,
     words, a bool flag alone means true (`--no-name` too when it defaults to true), `X | None` reads an X."""
     names = [f"--{field.name}", *([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])]
     kwargs = {k: v for k, v in field.metadata.items() if k not in (*OWN_METADATA, "aliases")}
+    if field.metadata.get("range"):  # the allowed numbers, declared once in `option`
+        kwargs["help"] = f"{kwargs['help']} ({field.metadata['range']})"
     aliases = list(field.metadata.get("aliases", ()))
     if _is_union(hint):
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))

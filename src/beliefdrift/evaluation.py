@@ -16,12 +16,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from beliefdrift.adapters import base_model, load_adapter
+from beliefdrift.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.loading import model_from
 from beliefdrift.backend.path_cache import prepared, questions_per_batch
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import load_dataset
+from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.distributed import Ranks, process_group
 from beliefdrift.errors import UserError
 from beliefdrift.evaluation_config import EvalConfig
@@ -74,9 +74,7 @@ def load_questions(config: EvalConfig) -> list[MCQuestion]:
     """The run's multiple-choice questions (`dataset`, `split`, `n`, `seed`); a dataset of other tasks is an error."""
     questions = load_dataset(config.dataset, split=config.split, data_dir=config.data_dir, n=config.n,
                              seed=config.seed, fields=config.fields)
-    if not questions or not isinstance(questions[0], MCQuestion):
-        raise ValueError(f"dataset {config.dataset!r} has no multiple-choice questions to evaluate")
-    return questions  # type: ignore[return-value]
+    return require_kind(questions, config.dataset, "evaluate")
 
 
 def prompt_positions(lm: LanguageModel, question: MCQuestion, methods: Sequence[Method], steps: int, template: str,
@@ -149,6 +147,8 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
     path = Path(out) / STORE_FILE
     questions = load_questions(config)
     methods = config.method_list
+    if config.adapter:
+        check_adapter(config.adapter)  # before the model loads
     # The store is written only once model and data have loaded, so a failed start leaves no run behind.
     lm = prepared(lm or model_from(config), config.compile, config.cuda_graphs)
     adapter_lm = load_adapter(lm, config.adapter) if config.adapter else None

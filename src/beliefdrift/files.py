@@ -1,9 +1,12 @@
-"""Output files: written atomically (readers see the old file or the complete new one, never a partial one), and
-a lock for commands whose output directory one process at a time may write."""
+"""Output files: written atomically (readers see the old file or the complete new one, never a partial one), named
+safely after text from data or config files (`safe_name`), and a lock for commands whose output directory one
+process at a time may write."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import TextIO
@@ -31,6 +34,25 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+#: A name `safe_name` keeps as it is: short, lowercase ASCII letters, digits, `-` and `_`, not starting with `-`.
+PLAIN_NAME = re.compile(r"[a-z0-9_][a-z0-9_-]{0,47}")
+#: Characters kept in the readable part of any other name (every other run of characters becomes one `-`).
+_UNSAFE = re.compile(r"[^a-z0-9_]+")
+
+
+def safe_name(text: str) -> str:
+    """`text` (a question id, a run's label: anything read from a data, task or config file) as one component of a
+    file name that stays in its directory on every file system: a plain name (`PLAIN_NAME`) as it is, any other as a
+    lowercase slug of at most 40 characters and 10 hex digits of the sha256 of `text` ("x/../../Esc" →
+    "x-esc-1b5e…"), so distinct texts get distinct names, case-insensitive file systems included. Never empty,
+    never `.` or `..`, no separator, NUL or dot (so `Path.with_suffix` adds to it), at most 51 characters."""
+    if PLAIN_NAME.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    slug = _UNSAFE.sub("-", text.lower())[:40].strip("-")
+    return f"{slug}-{digest}" if slug else digest
 
 
 LOCK_FILE = ".beliefdrift.lock"

@@ -24,7 +24,7 @@ import yaml
 from beliefdrift.config import PAPER_PRESETS, ReportOptions, preset_file
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError
-from beliefdrift.files import write_atomic
+from beliefdrift.files import safe_name, write_atomic
 from beliefdrift.report.explorer import write_explorer
 from beliefdrift.report.html import environment, write_html
 from beliefdrift.store import STORE_FILE
@@ -84,6 +84,9 @@ def load_paper_preset(spec: str) -> Preset:
                         "(put the others under a stage's args)")
     stages = []
     for name, entry in values["stages"].items():
+        if safe_name(str(name)) != name:  # DIR/<stage> must stay a directory of DIR
+            raise UserError(f"--preset {path}: stage {name!r}: a stage's name names its directory; use lowercase "
+                            "letters, digits, - and _ (at most 48, not starting with -)")
         if not isinstance(entry, dict) or entry.get("command") not in STAGE_COMMANDS or set(entry) - STAGE_KEYS:
             raise UserError(f"--preset {path}: stage {name}: expected a mapping with a command among "
                             f"{', '.join(STAGE_COMMANDS)} and keys among {', '.join(sorted(STAGE_KEYS))}")

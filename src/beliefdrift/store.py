@@ -8,17 +8,24 @@ transaction, so a run killed at any moment loses at most the question in flight;
 different ones. WAL journaling plus a busy timeout let several ranks (or two runs of one command) write to one
 file; a (question, method) another process stored first is kept and the duplicate dropped. Readers (`report`)
 open the file read-only, so archived read-only runs can be reported.
+
+SQLite checks no page contents, so a flipped bit in a stored number would be read back as another valid number:
+every results row (with its alternatives) and every question × method's records carry checksums (table
+`checksums`, written in the same transaction), and reading one that does not match is a StoreError naming the
+question and method. A store from before the checksums (schema version 1 or 2) gains them, computed from its rows,
+the first time it is opened for writing; opened read-only it is read unchecked.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +35,7 @@ import numpy as np
 
 STORE_FILE = "run.sqlite"
 APPLICATION_ID = 0x62646674  # "bdft": marks a SQLite file as a beliefdrift run store
-SCHEMA_VERSION = 2  # 2 added the `records` table (version-1 stores gain it on open)
+SCHEMA_VERSION = 3  # 2 added the `records` table, 3 the `checksums` table (older stores gain them on open)
 BUSY_TIMEOUT_S = 120.0
 T = TypeVar("T")
 
@@ -39,6 +46,18 @@ CREATE TABLE IF NOT EXISTS records (
     quantity    TEXT NOT NULL,         -- e.g. "emd_bar_l1", "marginal_mean"
     value       TEXT NOT NULL,         -- JSON
     PRIMARY KEY (question_id, method, quantity)
+);
+"""
+
+CHECKSUMS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS checksums (
+    kind        TEXT NOT NULL,         -- "results" (a results row and its alternatives) or "records"
+    question_id TEXT NOT NULL,
+    method      TEXT NOT NULL,
+    digest      TEXT NOT NULL,         -- of the parts every reader reads: `group_digests`
+    paths       TEXT,                  -- of a results row's per-path arrays (NULL for records)
+    parts       TEXT NOT NULL,         -- JSON {part: digest}, to name what changed when a digest does not match
+    PRIMARY KEY (kind, question_id, method)
 );
 """
 
@@ -71,7 +90,7 @@ CREATE TABLE alternatives (
     PRIMARY KEY (question_id, method, estimator),
     FOREIGN KEY (question_id, method) REFERENCES results (question_id, method)
 );
-""" + RECORDS_SCHEMA
+""" + RECORDS_SCHEMA + CHECKSUMS_SCHEMA
 
 
 #: What a differing identity key means, where its name does not say it.
@@ -138,6 +157,56 @@ def from_blob(blob: bytes | None) -> np.ndarray | None:
     dtype, shape, order = npy_header(blob[:start])
     flat = np.frombuffer(blob, dtype, count=math.prod(shape), offset=start)
     return flat.reshape(shape, order=order).copy(order="K")  # writable, like np.load's
+
+
+#: The blob columns of `results`; the scalar columns, checksummed together as the part "row".
+BLOB_COLUMNS = ("probs", "valid_mass", "answers", "seeds", "thetas")
+SCALAR_COLUMNS = ("position", "target", "num_labels", "valid_mass_mean", "seconds")
+#: The parts of a results row that only a full read (`rows()` with the trajectories) reads: a digest of their own.
+PATH_PARTS = ("answers", "seeds", "thetas")
+
+
+def digest(data: bytes) -> str:
+    """16 hex digits of the sha256 of `data`."""
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def framed(values: Iterable[bytes | None]) -> bytes:
+    """`values` joined so that no other sequence joins to the same bytes (each after its length; NULL as -1)."""
+    return b"".join(b"-1\0" if v is None else b"%d\0" % len(v) + v for v in values)
+
+
+def result_parts(scalars: Sequence[Any], blobs: Mapping[str, bytes | None],
+                 alternatives: Iterable[tuple[str, bytes]]) -> dict[str, bytes | None]:
+    """A results row's checksummed parts, as stored: its `SCALAR_COLUMNS` ("row"), each blob column read
+    (`blobs`), its alternatives together ((estimator, blob) pairs)."""
+    position, target, num_labels, valid_mass_mean, seconds = scalars
+    row = repr((int(position), int(target), int(num_labels), float(valid_mass_mean), float(seconds))).encode()
+    pairs = framed(item for name, blob in sorted(alternatives) for item in (name.encode(), blob))
+    return {"row": row, **blobs, "alternatives": pairs}
+
+
+def records_parts(texts: Iterable[tuple[str, str]]) -> dict[str, bytes | None]:
+    """One question × method's records as one part: its (quantity, JSON text) pairs in quantity order."""
+    return {"records": framed(item.encode() for pair in sorted(texts) for item in pair)}
+
+
+def group_digests(parts: Mapping[str, bytes | None]) -> tuple[str, str | None]:
+    """(digest of the parts outside `PATH_PARTS`, digest of those in it or None when there are none), each over
+    the parts in name order: what a read compares with the stored checksum."""
+    names = sorted(parts)
+    paths = [name for name in names if name in PATH_PARTS]
+    main = digest(framed(parts[name] for name in names if name not in PATH_PARTS))
+    return main, digest(framed(parts[name] for name in paths)) if paths else None
+
+
+def checksum_row(parts: Mapping[str, bytes | None]) -> tuple[str, str | None, str]:
+    """(digest, paths, parts) of the `checksums` table for a unit's complete `parts`."""
+    return (*group_digests(parts), json.dumps({name: None if v is None else digest(v) for name, v in parts.items()}))
+
+
+CHECKSUM_INSERT = ("INSERT OR REPLACE INTO checksums (kind, question_id, method, digest, paths, parts) "
+                   "VALUES (?, ?, ?, ?, ?, ?)")
 
 
 def config_differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -212,6 +281,7 @@ class RunStore:
     def __init__(self, path: Path, connection: sqlite3.Connection):
         self.path = path
         self._db = connection
+        self._checked = False  # whether the store has checksums (schema version 3 on)
 
     @classmethod
     def open(cls, path: str | Path, create: bool = True, read_only: bool = False) -> RunStore:
@@ -248,7 +318,7 @@ class RunStore:
     def _initialise(self, create: bool, read_only: bool) -> None:
         self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if read_only:
-            self._schema_version()
+            self._checked = self._schema_version() >= 3  # older stores have no checksums to check
             return
         with self._transaction():
             app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
@@ -259,9 +329,12 @@ class RunStore:
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            if self._schema_version() == 1:
-                self._db.execute(RECORDS_SCHEMA)
+            if self._schema_version() < SCHEMA_VERSION:
+                self._db.execute(RECORDS_SCHEMA)  # version 1 lacks it
+                self._db.execute(CHECKSUMS_SCHEMA)
+                self._add_missing_checksums()
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._checked = True
         if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self._db.execute("PRAGMA journal_mode = WAL")  # persistent: set once, by the creating process
 
@@ -271,7 +344,7 @@ class RunStore:
             raise StoreError(f"{self.path} is a SQLite file but not a beliefdrift run store; "
                              "move it away or choose another --out directory")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (1, SCHEMA_VERSION):  # 1 lacks the records table
+        if version not in range(1, SCHEMA_VERSION + 1):  # 1 lacks the records table, 1 and 2 the checksums
             raise StoreError(f"{self.path}: run store schema version {version}, this beliefdrift reads "
                              f"version {SCHEMA_VERSION}")
         return version
@@ -330,19 +403,26 @@ class RunStore:
             with self._transaction():
                 stored = self.done()
                 rows = [r for r in rows if (r.question_id, r.method) not in stored]
+                blobs = [{name: to_blob(getattr(r, name)) for name in BLOB_COLUMNS} for r in rows]
+                alternatives = [[(name, to_blob(probs)) for name, probs in sorted(r.alternatives.items())]
+                                for r in rows]
                 self._db.executemany(
                     "INSERT INTO results (question_id, method, position, target, num_labels, probs, "
                     "valid_mass_mean, valid_mass, answers, seeds, thetas, seconds) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(r.question_id, r.method, r.position, r.target, r.num_labels, to_blob(r.probs),
-                      r.valid_mass_mean, to_blob(r.valid_mass), to_blob(r.answers), to_blob(r.seeds),
-                      to_blob(r.thetas), r.seconds) for r in rows],
+                    [(r.question_id, r.method, r.position, r.target, r.num_labels, b["probs"], r.valid_mass_mean,
+                      b["valid_mass"], b["answers"], b["seeds"], b["thetas"], r.seconds)
+                     for r, b in zip(rows, blobs, strict=True)],
                 )
                 self._db.executemany(
                     "INSERT INTO alternatives (question_id, method, estimator, probs) VALUES (?, ?, ?, ?)",
-                    [(r.question_id, r.method, name, to_blob(probs))
-                     for r in rows for name, probs in sorted(r.alternatives.items())],
+                    [(r.question_id, r.method, name, blob)
+                     for r, pairs in zip(rows, alternatives, strict=True) for name, blob in pairs],
                 )
+                self._db.executemany(CHECKSUM_INSERT, [
+                    ("results", r.question_id, r.method, *checksum_row(result_parts(
+                        (r.position, r.target, r.num_labels, r.valid_mass_mean, r.seconds), b, pairs)))
+                    for r, b, pairs in zip(rows, blobs, alternatives, strict=True)])
         except sqlite3.IntegrityError as err:
             keys = ", ".join(f"{r.question_id}/{r.method}" for r in rows)
             raise StoreError(f"{self.path}: a result given twice ({keys}): {err}") from err
@@ -365,24 +445,58 @@ class RunStore:
     def rows(self, trajectories: bool = True) -> list[ResultRow]:
         """Every stored row with its alternatives, ordered by question position, then method name. Without
         `trajectories` the paths' answers, seeds and θ_n are not read (None): what scoring reads, faster."""
-        alternatives: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+        alternatives: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
         for qid, method, name, blob in self._db.execute(
             "SELECT question_id, method, estimator, probs FROM alternatives ORDER BY estimator"
         ):
-            alternatives.setdefault((qid, method), {})[name] = from_blob(blob)
-        arrays = ", ".join(["probs", "valid_mass", *(["answers", "seeds", "thetas"] if trajectories else [])])
-        query = (f"SELECT question_id, method, position, target, num_labels, seconds, {arrays} FROM results "
+            alternatives.setdefault((qid, method), []).append((name, blob))
+        checksums = self._checksums("results")
+        columns = BLOB_COLUMNS if trajectories else BLOB_COLUMNS[:2]
+        query = (f"SELECT question_id, method, {', '.join(SCALAR_COLUMNS)}, {', '.join(columns)} FROM results "
                  "ORDER BY position, method")
         rows = []
-        for qid, method, position, target, num_labels, seconds, *blobs in self._db.execute(query):
+        for qid, method, *values in self._db.execute(query):
+            scalars, blobs = values[: len(SCALAR_COLUMNS)], dict(zip(columns, values[len(SCALAR_COLUMNS) :],
+                                                                     strict=True))
+            pairs = alternatives.get((qid, method), [])
+            if (qid, method) in checksums:
+                self._verify("result", qid, method, checksums[(qid, method)], result_parts(scalars, blobs, pairs))
             try:
-                arrays = [from_blob(blob) for blob in blobs]
+                arrays = {name: from_blob(blob) for name, blob in blobs.items()}
+                extra = {name: from_blob(blob) for name, blob in pairs}
             except ValueError as err:
                 raise StoreError(f"{self.path}: the stored result of question {qid!r}, method {method} is corrupt "
                                  f"({err})") from err
-            rows.append(ResultRow(qid, method, position, target, num_labels, *arrays, seconds=seconds,
-                                  alternatives=alternatives.get((qid, method), {})))
+            position, target, num_labels, _, seconds = scalars
+            rows.append(ResultRow(qid, method, position, target, num_labels, **arrays, seconds=seconds,
+                                  alternatives=extra))
         return rows
+
+    def _checksums(self, kind: str, question_id: str | None = None, method: str | None = None
+                   ) -> dict[tuple[str, str], tuple[str, str | None, str]]:
+        """{(question_id, method): (digest, paths, parts)} of `kind` (of one unit when given); {} in a store from
+        before the checksums, opened read-only."""
+        if not self._checked:
+            return {}
+        query, args = "SELECT question_id, method, digest, paths, parts FROM checksums WHERE kind = ?", [kind]
+        if question_id is not None:
+            query, args = query + " AND question_id = ? AND method = ?", [kind, question_id, method]
+        return {(qid, m): tuple(stored) for qid, m, *stored in self._db.execute(query, args)}
+
+    def _verify(self, what: str, question_id: str, method: str, stored: tuple[str, str | None, str],
+                parts: Mapping[str, bytes | None]) -> None:
+        """Nothing when the `parts` read have their `stored` checksum, else a StoreError naming the question ×
+        method and the parts that changed (the paths' digest is compared only when their parts were read)."""
+        main, paths = group_digests(parts)
+        if main == stored[0] and (paths is None or paths == stored[1]):
+            return
+        written = json.loads(stored[2])
+        changed = [name for name, value in parts.items() if written.get(name) != (None if value is None else
+                                                                                 digest(value))]
+        raise StoreError(f"{self.path}: the stored {what} of question {question_id!r}, method {method} does not "
+                         f"match its checksum ({', '.join(changed) or 'its checksum'} changed since it was written: "
+                         "the file is damaged); restore the run store from a copy, or choose another --out "
+                         "directory")
 
     # ---------------------------------------------------------------------------------------- records
 
@@ -392,9 +506,11 @@ class RunStore:
         many methods were new: a (question, method) already stored (by another process) keeps its records."""
         with self._transaction():
             new = [method for method in units if not self.has_records(question_id, method)]
+            texts = {method: [(name, json.dumps(value)) for name, value in units[method].items()] for method in new}
             self._db.executemany("INSERT INTO records (question_id, method, quantity, value) VALUES (?, ?, ?, ?)",
-                                 [(question_id, method, name, json.dumps(value))
-                                  for method in new for name, value in units[method].items()])
+                                 [(question_id, method, name, text) for method in new for name, text in texts[method]])
+            self._db.executemany(CHECKSUM_INSERT, [("records", question_id, method,
+                                                    *checksum_row(records_parts(texts[method]))) for method in new])
         return len(new)
 
     @checked
@@ -412,4 +528,33 @@ class RunStore:
     def records(self, question_id: str, method: str) -> dict[str, Any]:
         """{quantity: value} of one question × method, in the order written ({} when none are stored)."""
         query = "SELECT quantity, value FROM records WHERE question_id = ? AND method = ? ORDER BY rowid"
-        return {name: json.loads(value) for name, value in self._db.execute(query, (question_id, method))}
+        texts = self._db.execute(query, (question_id, method)).fetchall()
+        stored = self._checksums("records", question_id, method).get((question_id, method))
+        if stored is not None:
+            self._verify("records", question_id, method, stored, records_parts(texts))
+        try:
+            return {name: json.loads(text) for name, text in texts}
+        except ValueError as err:
+            raise StoreError(f"{self.path}: the stored records of question {question_id!r}, method {method} are "
+                             f"corrupt ({err})") from err
+
+    def _add_missing_checksums(self) -> None:
+        """Checksums of the rows and records that have none: those of a store from before them (on migration)."""
+        have = {(kind, qid, m) for kind, qid, m in self._db.execute("SELECT kind, question_id, method FROM checksums")}
+        alternatives: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+        for qid, method, name, blob in self._db.execute("SELECT question_id, method, estimator, probs FROM "
+                                                        "alternatives"):
+            alternatives.setdefault((qid, method), []).append((name, blob))
+        query = f"SELECT question_id, method, {', '.join(SCALAR_COLUMNS)}, {', '.join(BLOB_COLUMNS)} FROM results"
+        checksums = []
+        for qid, method, *values in self._db.execute(query).fetchall():
+            if ("results", qid, method) not in have:
+                blobs = dict(zip(BLOB_COLUMNS, values[len(SCALAR_COLUMNS) :], strict=True))
+                parts = result_parts(values[: len(SCALAR_COLUMNS)], blobs, alternatives.get((qid, method), []))
+                checksums.append(("results", qid, method, *checksum_row(parts)))
+        records: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for qid, method, name, text in self._db.execute("SELECT question_id, method, quantity, value FROM records"):
+            records.setdefault((qid, method), []).append((name, text))
+        checksums += [("records", qid, method, *checksum_row(records_parts(texts)))
+                      for (qid, method), texts in records.items() if ("records", qid, method) not in have]
+        self._db.executemany(CHECKSUM_INSERT, checksums)

@@ -38,8 +38,8 @@ class TrainConfig(ModelOptions, DataOptions):
                                   "every update", choices=MODES)
     rollout_dir: str | None = option(None, "an existing rollout dataset (unset: generated into OUT/rollouts)")
     # loss
-    beta: float = option(0.01, "weight β of the policy-gradient correction")
-    clip: float = option(5.0, "advantage clamp")
+    beta: float = option(0.01, "weight β of the policy-gradient correction", minimum=0)
+    clip: float = option(5.0, "advantage clamp", above=0)
     anchor: float = option(0.0, "λ of KL(base K-step forecast ‖ θ_0), a term beyond the paper's loss (0: the "
                                 "paper's loss)", minimum=0)
     format_weight: float = option(0.0, "γ of −log label mass, a term beyond the paper's loss (0: the paper's loss)",
@@ -48,12 +48,12 @@ class TrainConfig(ModelOptions, DataOptions):
                                              "micro-batch", choices=PREDICTIVE_SCOPES)
     # LoRA
     lora_r: int = option(16, "LoRA rank", minimum=1)
-    lora_alpha: int = option(8, "LoRA alpha")
-    lora_dropout: float = option(0.05, "LoRA dropout")
+    lora_alpha: int = option(8, "LoRA alpha", minimum=1)
+    lora_dropout: float = option(0.05, "LoRA dropout", minimum=0, below=1)
     target_modules: list[str] = option(["all-linear"], "modules given LoRA adapters (peft's names)")
     # optimization
-    learning_rate: float = option(1e-4, "AdamW learning rate")
-    weight_decay: float = option(0.01, "AdamW weight decay")
+    learning_rate: float = option(1e-4, "AdamW learning rate", above=0)
+    weight_decay: float = option(0.01, "AdamW weight decay", minimum=0)
     warmup_steps: int = option(5, "linear warm-up updates of the cosine schedule", minimum=0)
     max_grad_norm: float | None = option(1.0, "clip each update's gradient norm to this (0 or null: no clipping)",
                                          minimum=0)

@@ -47,7 +47,7 @@ from beliefdrift.backend import AnswerTokens, LanguageModel, load_model
 from beliefdrift.backend.shared_prefix import enable_shared_prefix
 from beliefdrift.config import as_mapping
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import load_dataset
+from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.diagnostics.emd import EMDConfig, question_emd
 from beliefdrift.errors import UserError, first_line
 from beliefdrift.files import lock_directory, write_atomic
@@ -117,6 +117,8 @@ class SCTrainer:
             cpu=config.device == "cpu", mixed_precision=config.mixed_precision, step_scheduler_with_optimizer=False
         )
         self.is_main = self.accelerator.is_main_process
+        self._training: list[MCQuestion] | None = None
+        self._check_data()  # before anything is written or loaded
         self._lock = self._hold_directory()
         base = lm or load_model(config.model, device=str(self.accelerator.device), dtype=config.dtype,
                                 attn_implementation=config.attn_implementation, **config.pretrained_kwargs())
@@ -197,6 +199,15 @@ class SCTrainer:
                              f"{config.horizon}; generate rollouts of depth {config.horizon - 1}")
         return groups
 
+    def _check_data(self) -> None:
+        """Before the model loads: the datasets this run will read hold multiple-choice questions (the training
+        questions unless the rollouts exist, the validation questions when `eval_n` is set)."""
+        c = self.config
+        if not c.rollout_dir and not (self.out / "rollouts").exists():
+            self.training_questions()
+        if c.eval_n:
+            self._validation_pool(c.eval_n)
+
     def rollout_settings(self) -> dict[str, Any]:
         """The identity of a generated rollout dataset (stored in its meta.json)."""
         c = self.config
@@ -205,9 +216,19 @@ class SCTrainer:
                             only=ROLLOUT_SETTINGS)
 
     def training_questions(self) -> list[MCQuestion]:
+        """The `n` training questions (read once); a dataset of other items (math problems) is a DataError."""
+        if self._training is None:
+            c = self.config
+            self._training = require_kind(load_dataset(c.dataset, c.split, c.data_dir, n=c.n, seed=c.seed,
+                                                       fields=c.fields), c.dataset, "train")
+        return self._training
+
+    def _validation_pool(self, n: int) -> list[MCQuestion]:
         c = self.config
-        return load_dataset(c.dataset, c.split, c.data_dir, n=c.n, seed=c.seed,  # type: ignore[return-value]
-                            fields=c.fields)
+        dataset = c.eval_dataset or c.dataset
+        return require_kind(load_dataset(dataset, c.eval_split or c.split, c.data_dir, n=n, seed=c.seed + 1,
+                                         fields=c.fields), dataset,
+                            "train's validation", flag="--eval-dataset" if c.eval_dataset else "--dataset")
 
     def validation_questions(self) -> list[MCQuestion]:
         """`eval_n` questions not trained on (default: from the training dataset and split, another seed)."""
@@ -215,9 +236,7 @@ class SCTrainer:
         if not c.eval_n:
             return []
         trained = {g.question.id for g in self.groups}
-        pool = load_dataset(c.eval_dataset or c.dataset, c.eval_split or c.split, c.data_dir,
-                            n=c.eval_n + len(trained), seed=c.seed + 1, fields=c.fields)
-        return [q for q in pool if q.id not in trained][: c.eval_n]  # type: ignore[misc]
+        return [q for q in self._validation_pool(c.eval_n + len(trained)) if q.id not in trained][: c.eval_n]
 
     @property
     def peft_model(self) -> Any:

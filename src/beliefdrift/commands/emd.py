@@ -48,7 +48,8 @@ class EMDCommandConfig(DiagnosticsConfig):
     burn_in_paths: int = option(1, "sampled burn-in prefixes per question", minimum=1)
     distance: list[str] = option(["l1", "kl"], "distances: l1, kl and tv (total variation = ½ L1)",
                                  choices=DISTANCE_NAMES)
-    exact_budget: int = option(EXACT_BUDGET, "enumerate p^(k) exactly when |options|^(k-1) ≤ this, else Monte Carlo")
+    exact_budget: int = option(EXACT_BUDGET, "enumerate p^(k) exactly when |options|^(k-1) ≤ this, else Monte Carlo",
+                                minimum=0)
     batch_budget: int = option(BATCH_BUDGET, "most paths per forward pass", operational=True, minimum=1)
     noise_floor_replicates: int = option(100, "EMD of R matched Pólya-urn martingales per question: the floor printed "
                                               "beside every EMD figure, with its 95%% interval and whether EMD lies "

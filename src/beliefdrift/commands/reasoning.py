@@ -54,8 +54,8 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
     seed_max_new_tokens: int = option(DEFAULTS.seed_max_new_tokens, "token budget per reasoning seed", minimum=1)
     max_solution_tokens: int = option(DEFAULTS.max_solution_tokens, "guided format: close a solution after this "
                                                                     "many tokens", minimum=1)
-    temperature: float = option(DEFAULTS.temperature, "sampling temperature")
-    top_p: float = option(DEFAULTS.top_p, "nucleus sampling mass")
+    temperature: float = option(DEFAULTS.temperature, "sampling temperature (0: greedy)", minimum=0)
+    top_p: float = option(DEFAULTS.top_p, "nucleus sampling mass", above=0, maximum=1)
     format: str = option("guided" if DEFAULTS.guided else "free", "guided: the pair tags are written for the model; "
                          "free: prompt only (the paper's)", choices=("guided", "free"))
     embedding: str = option(DEFAULTS.embedding, "hidden: mean last hidden state of the model; sentence: "
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     config = settings.experiment
     items = load_dataset(settings.dataset, split=settings.split, data_dir=settings.data_dir, n=settings.n,
                          seed=settings.seed, fields=settings.fields)
-    template = settings.template or pairs_template(settings.dataset)
+    template = settings.template or pairs_template(settings.dataset, items)
     tasks = [ReasoningTask.from_item(item, template) for item in items]
     log.info("loading %s ...", settings.model)
     lm = model_from(settings)

@@ -129,6 +129,25 @@ def load_dataset(
     return subsample(items, n, seed)
 
 
+#: What each kind of item is, in the errors that say what a command needs.
+KINDS: dict[type, str] = {
+    MCQuestion: "multiple-choice questions (a stem, two or more options, the correct option's label)",
+    MathProblem: "math problems (GSM8K layout: a question and an integer answer, no options)",
+}
+
+
+def require_kind(items: Sequence[Any], dataset: str, command: str, kinds: tuple[type, ...] = (MCQuestion,),
+                 flag: str = "--dataset") -> list[Any]:
+    """`items` when every one is of `kinds` (what `command` works on), else a DataError naming the dataset, what it
+    holds and what the command needs: checked before a command loads its model."""
+    wrong = next((item for item in items if not isinstance(item, kinds)), None)
+    if wrong is None and items:
+        return list(items)
+    needs = " or ".join(KINDS[kind] for kind in kinds)
+    holds = KINDS.get(type(wrong), type(wrong).__name__) if wrong is not None else "nothing"
+    raise DataError(f"{flag} {dataset}: {command} needs {needs}, but it holds {holds}")
+
+
 def subsample(items: Sequence[_T], n: int | None, seed: int = 0) -> list[_T]:
     """`n` items drawn with `random.Random(seed).sample`, kept in their original order (all if n is
     None, 0 or at least len(items))."""

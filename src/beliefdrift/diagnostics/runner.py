@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from beliefdrift.adapters import base_model, load_adapter
+from beliefdrift.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.loading import model_from
 from beliefdrift.backend.path_cache import prepared, questions_per_batch
@@ -44,6 +44,8 @@ class Models:
     that kind runs on."""
 
     def __init__(self, config: DiagnosticsConfig):
+        if config.adapter:
+            check_adapter(config.adapter)  # before the model loads
         log.info("loading %s ...", config.model)
         self.base = prepared(model_from(config), config.compile, config.cuda_graphs)
         self.tuned = load_adapter(self.base, config.adapter) if config.adapter else None
@@ -84,7 +86,7 @@ def for_each_unit(
     """Store `compute(units)` for every question × method not stored yet, `questions_per_batch` questions per
     call, in the run store of `config.out` pinned to the run identity (opened once model and questions have
     loaded). `answers` is the most answers a path holds after its seeds (for the check against the context)."""
-    questions, methods = config.questions(), config.method_list
+    questions, methods = config.questions(command), config.method_list
     models = Models(config)
     questions, skipped = split_long_prompts(models.base, questions, methods, answers, config.template,
                                             config.template_ending, config.skip_long_prompts)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from beliefdrift.config import BatchingOptions, DataOptions, ModelOptions, SamplingOptions, option
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import load_dataset
+from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.errors import UserError
 from beliefdrift.registry import Method, parse_method
 
@@ -65,9 +65,7 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
                 raise UserError(f"{method.name} needs --adapter (a LoRA directory of the SC-tuned model)")
         return methods
 
-    def questions(self) -> list[MCQuestion]:
+    def questions(self, command: str = "drift diagnostics") -> list[MCQuestion]:
         questions = load_dataset(self.dataset, split=self.split, data_dir=self.data_dir, n=self.n, seed=self.seed,
                                  fields=self.fields)
-        if not questions or not isinstance(questions[0], MCQuestion):
-            raise UserError(f"{self.dataset}: drift diagnostics need multiple-choice questions")
-        return questions
+        return require_kind(questions, self.dataset, command)

@@ -4,6 +4,7 @@ chain-of-thought prompt for reasoning seeds) and how its free-text answers are n
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from beliefdrift.data.loaders import MathProblem
@@ -13,9 +14,14 @@ from beliefdrift.prompts import fill, format_question, load_template
 COT_TEMPLATE = "cot-direct"
 PAIR_TEMPLATES = {"gsm8k": "reasoning-gsm8k", "gpqa": "reasoning-gpqa", "mcqa": "reasoning-mcqa"}
 
-def pairs_template(dataset: str) -> str:
-    """The pairs prompt for a dataset: the paper's for GSM8K and GPQA, the MCQA variant for the others."""
-    return PAIR_TEMPLATES.get(dataset, PAIR_TEMPLATES["mcqa"])
+
+def pairs_template(dataset: str, items: Sequence[MCQuestion | MathProblem] = ()) -> str:
+    """The pairs prompt for a dataset: the paper's for GSM8K and GPQA, for a data file the one of its kind (the
+    GSM8K prompt for math problems), the MCQA variant for the others."""
+    if dataset in PAIR_TEMPLATES:
+        return PAIR_TEMPLATES[dataset]
+    math = bool(items) and isinstance(items[0], MathProblem)
+    return PAIR_TEMPLATES["gsm8k" if math else "mcqa"]
 
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")

@@ -18,6 +18,7 @@ from beliefdrift.diagnostics.drift_test import DRIFT_LEVEL, DriftTest
 from beliefdrift.diagnostics.emd import EMDRow, aggregate_emd
 from beliefdrift.diagnostics.noise_floor import with_floor
 from beliefdrift.diagnostics.trajectory import cid_summary
+from beliefdrift.files import safe_name
 from beliefdrift.methods import Method
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_curves, plot_emd_bars, plot_emd_burn_in
 from beliefdrift.report.marginal import plot_average_drift, record_drift
@@ -44,7 +45,7 @@ def drift_report(
 ) -> DiagnosticsReport:
     """Per method: ‖E[θ_N] − E[θ_0]‖₁ and the c.i.d. statistic (mean ± sample std over questions) and how many
     questions reject c.i.d.; figures of the shift against n, of E[θ_n] averaged over questions, and of the first
-    `plot_questions` questions' marginal drift, written under `out`."""
+    `plot_questions` questions' marginal drift, written under `out` (`marginal_drift_<safe_name(question id)>`)."""
     summary, rows = {}, []
     for method in methods:
         shift_mean, shift_std = mean_std([r["marginal_shift"] for r in records[method.name]], ddof=1)
@@ -61,7 +62,7 @@ def drift_report(
     figures += plot_average_drift(questions, methods, records, out / "marginal_drift", dataset)
     for i, question in enumerate(questions[:plot_questions]):
         panels = [(m.title, record_drift(records[m.name][i])) for m in methods]
-        figures += plot_marginal_drift(panels, question.labels, out / f"marginal_drift_{question.id}",
+        figures += plot_marginal_drift(panels, question.labels, out / f"marginal_drift_{safe_name(question.id)}",
                                        title=f"{question.id}: {shorten(question.stem, 80, placeholder=' …')}")
     return DiagnosticsReport(summary, table, figures)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.collections import PolyCollection
 
+from beliefdrift.files import safe_name
 from beliefdrift.metrics import ece, reliability_bins
 from beliefdrift.report.plots import plt, save_figure
 from beliefdrift.report.tables import RunScores
@@ -81,14 +82,14 @@ class ReliabilityFigure:
 
 def reliability_figures(runs: Sequence[RunScores], out: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
     """One diagram per run and method with scored questions: `<out>/reliability-<run label>-<method>.png` (and
-    the other `formats`: a PDF adds nearly the time of its PNG)."""
+    the other `formats`: a PDF adds nearly the time of its PNG); the label names a dataset, possibly a file path, so
+    it is written lowercase through `safe_name` ("csqa", "ai2-arc-c-<hash>")."""
     figure, written = ReliabilityFigure(), []
     try:
         for run in runs:
-            slug = "".join(c if c.isalnum() or c in "-_" else "-" for c in run.label.lower())
             for score in run.main().values():
                 if score.n > 0:
-                    path = out / f"reliability-{slug}-{score.method.name}.png"
+                    path = out / f"reliability-{safe_name(run.label.lower())}-{safe_name(score.method.name)}.png"
                     written += figure.save(score, path, title=f"{run.label}: {score.title}", formats=formats)
     finally:
         figure.close()

@@ -63,9 +63,9 @@ def write_report(
     qc = qc or QualityControl()
     loaded = [load_runs(run_dir, qc, n_resamples) for run_dir in run_dirs]
     notes = [note for _, _, run_notes in loaded for note in run_notes]
-    labels = [run.label for _, columns, _ in loaded for run in columns]
-    runs = [run if labels.count(run.label) == 1 else RunScores(f"{run.label} ({Path(run_dir).name})", run.scores,
-                                                               run.model)
+    labels = [run.label.lower() for _, columns, _ in loaded for run in columns]  # the figures' names are lowercase
+    runs = [run if labels.count(run.label.lower()) == 1
+            else RunScores(f"{run.label} ({Path(run_dir).name})", run.scores, run.model)
             for (_, columns, _), run_dir in zip(loaded, run_dirs, strict=True) for run in columns]
     titles = [label for label, _, _ in loaded]
     titles = [title if titles.count(title) == 1 else f"{title} ({Path(d).name})"
