@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,21 @@ for argv in [["--help"], *[[name, "--help"] for name in {list(COMMANDS)!r}]]:
             main(argv)
         except SystemExit:
             pass
+print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}})))
+"""
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                       check=True).stdout)
+    assert not set(HEAVY) & set(loaded)
+
+
+def test_paper_list_stages_imports_no_torch_transformers_or_peft(tmp_path: Path) -> None:
+    """`beliefdrift paper --list-stages` prints the stages' command lines without loading a model library."""
+    code = f"""
+import contextlib, io, json, sys
+from beliefdrift.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as printed:
+    assert main(["paper", "--list-stages", "--out", {str(tmp_path)!r}]) == 0
+assert "beliefdrift evaluate" in printed.getvalue()
 print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}})))
 """
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -25,8 +25,6 @@ from beliefdrift.config import PAPER_PRESETS, ReportOptions, preset_file
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError
 from beliefdrift.files import safe_name, write_atomic
-from beliefdrift.report.explorer import write_explorer
-from beliefdrift.report.html import environment, write_html
 from beliefdrift.store import STORE_FILE
 
 log = logging.getLogger(__name__)
@@ -194,6 +192,8 @@ def run_stages(
 ) -> int:
     """Run `stages` of `preset` in order with `run_command(argv)` (an exit status); 0, or the first stage's non-zero
     status (`out/stages.json` says which stage and how to resume)."""
+    from beliefdrift.report.html import environment, write_html  # the reports' libraries: only when stages run
+
     record = load_record(out)
     out.mkdir(parents=True, exist_ok=True)
     record.update(preset=str(preset.path), settings=settings, environment=environment())
@@ -238,6 +238,8 @@ def run_stages(
 def paper_explorer(out: Path, record: dict[str, Any], stages: Sequence[Stage], report: Stage) -> Path:
     """`out/explorer.html` over every stage directory that finished, with the `report` stage's quality control and
     bootstrap, and the wall times and environment of `record`."""
+    from beliefdrift.report.explorer import write_explorer
+
     known = {field.name for field in dataclasses.fields(ReportOptions)}
     options = ReportOptions(**{key: value for key, value in (report.args or {}).items() if key in known})
     done = [stage.name for stage in stages if record["stages"].get(stage.name, {}).get("status") == "done"
