@@ -224,7 +224,7 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tiny_model_dir: Path, tmp_p
         def no_model(*args: object, **kwargs: object) -> None:
             raise AssertionError("the model was loaded")
 
-        monkeypatch.setattr("beliefdrift.config.load_model", no_model)
+        monkeypatch.setattr("beliefdrift.backend.loading.load_model", no_model)
         monkeypatch.setattr("beliefdrift.amortize.trainer.load_model", no_model)
     argv, fragment = BAD_INPUTS[case]
     assert main(argv(tiny_model_dir, tmp_path)) == 2
