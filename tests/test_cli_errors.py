@@ -345,12 +345,18 @@ def test_ctrl_c_is_one_line_with_the_stored_count(tiny_model_dir: Path, tmp_path
         assert store.count() == 2
 
 
+def interruptible() -> None:
+    """SIGINT as a terminal sends it, also where the tests run as a background job (which ignores SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_in_a_real_process_exits_130_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     out = tmp_path / "run"
     slow = ("-n", "30", "--methods", "ppr", "-N", "20")
     command = [sys.executable, "-m", "beliefdrift", *evaluate(tiny_model_dir, out, *slow)]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=interruptible)
     deadline = time.monotonic() + HANG_S
     try:
         while not _stored(out / "run.sqlite"):

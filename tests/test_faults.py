@@ -200,11 +200,17 @@ def run_here(argv: list[str]) -> int:
         torch.set_num_threads(threads)
 
 
+def interruptible() -> None:
+    """In the child before it starts: SIGINT as a terminal sends it, also where the tests run as a background job
+    (which ignores SIGINT, and a child would inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(argv: list[str], log: Path) -> subprocess.Popen:
     """`python -m beliefdrift …` as a real process, its stderr into `log`."""
     with open(log, "w") as err:
         return subprocess.Popen([sys.executable, "-m", "beliefdrift", *argv], env=ENV, stdout=subprocess.DEVNULL,
-                                stderr=err)
+                                stderr=err, preexec_fn=interruptible)
 
 
 def one_error_line(err: str, name: str) -> str:
