@@ -2,7 +2,8 @@
 
 For each question × method: J PPR paths of N answers; E[θ_n] ± std across paths against n, the label-free shift
 ‖E[θ_n] − E[θ_0]‖_1, and the first-half vs second-half answer-frequency difference (c.i.d. check). Stores each
-question × method's records in the run store (resumable); writes records.csv, summary.md/json and the figures.
+question × method's records in the run store (resumable; under torchrun the questions are sharded over the
+processes, write `-n` there); writes records.csv, summary.md/json and the figures.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 For each question × method: EMD‾ (d(p^(k)_n, p^(1)_n) averaged over k = 2 … K at one of the top-K prefixes of each
 length n ∈ 𝒩), EMD_k(b) at sampled burn-in prefixes b = 0 … B, and the c.i.d. check on J × N PPR paths. Stores
-each question × method's records in the run store (resumable); writes records.csv, summary.md/json, EMD‾ bars and
+each question × method's records in the run store (resumable; under torchrun the questions are sharded over the
+processes, write `-n` there); writes records.csv, summary.md/json, EMD‾ bars and
 EMD_k(b) curves. Beside every EMD figure: its noise floor, the EMD the same estimator gives for Pólya-urn
 martingales matched to each record, computed from the stored records with its own
 generators (the measured numbers do not depend on it; stores from before it show no floor). After the table: each

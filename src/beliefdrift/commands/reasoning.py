@@ -3,9 +3,10 @@
 For each question, J rollouts write up to N thought–answer pairs <sol>…</sol><ans>…</ans>, with and
 without m reasoning seeds (pairs drawn from a direct chain-of-thought prompt, prefilled first). Reports
 cos(h̄_n, h̄_{n+τ}) of the pair-embedding centroids, mean ± std over questions, and the majority answer.
-Each question × condition is stored in OUT/run.sqlite (finished questions are skipped on a re-run); also
-OUT/records.csv, OUT/summary.json and OUT/centroid_drift.{png,pdf}. --template replaces the pairs prompt (a .txt
-file with {num_lines} and {question}; default per dataset: reasoning-gsm8k, reasoning-gpqa, reasoning-mcqa).
+Each question × condition is stored in OUT/run.sqlite (finished questions are skipped on a re-run; under torchrun
+the questions are sharded over the processes, write `-n` there); also OUT/records.csv, OUT/summary.json and
+OUT/centroid_drift.{png,pdf}. --template replaces the pairs prompt (a .txt file with {num_lines} and {question};
+default per dataset: reasoning-gsm8k, reasoning-gpqa, reasoning-mcqa).
 """
 
 from __future__ import annotations
