@@ -24,7 +24,7 @@ from beliefdrift.diagnostics.emd import (
 )
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
 from beliefdrift.methods import parse_method
-from beliefdrift.records import RecordWriter
+from beliefdrift.records import stored_records
 from beliefdrift.resampling import make_generator
 from beliefdrift.store import STORE_FILE, RunStore
 
@@ -122,19 +122,21 @@ def test_cid_band_is_the_percentile_bootstrap_over_paths():
     assert (check.low < check.difference).all() and (check.difference < check.high).all()
 
 
-def test_record_writer_resumes_and_checks_settings(tmp_path):
-    writer = RecordWriter(tmp_path, {"K": 10, "lengths": (0, 2)})
-    assert not writer.done("q/1", "ppr")
-    writer.write("q/1", {"ppr": {"emd_bar_l1": 0.5, "curve": [1.0, 2.0], "ok": True}})
-    writer.store.close()
-    resumed = RecordWriter(tmp_path, {"K": 10, "lengths": (0, 2)})  # tuples compare equal after a JSON round trip
-    assert resumed.done("q/1", "ppr") and resumed.read("q/1", "ppr")["curve"] == [1.0, 2.0]
-    resumed.write("q/1", {"ppr": {"emd_bar_l1": 0.7}})  # e.g. another process got there first: the first stays
-    assert resumed.read("q/1", "ppr")["emd_bar_l1"] == 0.5
-    csv_text = resumed.write_scalars([("q/1", "ppr")]).read_text().splitlines()
+def test_records_resume_and_their_csv(tmp_path):
+    with RunStore.open(tmp_path / STORE_FILE) as store:
+        store.ensure_config({"K": 10, "lengths": (0, 2)})
+        assert not store.has_records("q/1", "ppr")
+        store.add_records("q/1", {"ppr": {"emd_bar_l1": 0.5, "curve": [1.0, 2.0], "ok": True}})
+    with RunStore.open(tmp_path / STORE_FILE) as resumed:
+        resumed.ensure_config({"K": 10, "lengths": (0, 2)})  # tuples compare equal after a JSON round trip
+        assert resumed.has_records("q/1", "ppr") and resumed.records("q/1", "ppr")["curve"] == [1.0, 2.0]
+        resumed.add_records("q/1", {"ppr": {"emd_bar_l1": 0.7}})  # e.g. another process got there first
+        with pytest.raises(ValueError, match="K"):
+            resumed.ensure_config({"K": 5, "lengths": (0, 2)})
+    records = stored_records(tmp_path, ["q/1"], ["ppr"])
+    assert records["q/1", "ppr"]["emd_bar_l1"] == 0.5  # the first stays
+    csv_text = (tmp_path / "records.csv").read_text().splitlines()
     assert csv_text == ["question_id,method,quantity,value", "q/1,ppr,emd_bar_l1,0.5", "q/1,ppr,ok,True"]
-    with pytest.raises(ValueError, match="K"):
-        RecordWriter(tmp_path, {"K": 5, "lengths": (0, 2)})
 
 
 def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_path, capsys):
@@ -173,13 +175,15 @@ def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, s
     from peft import LoraConfig, get_peft_model
 
     from beliefdrift.backend import load_model
-    from beliefdrift.diagnostics.runner import DiagnosticsConfig, Models
+    from beliefdrift.diagnostics.settings import DiagnosticsConfig
+    from beliefdrift.runloop import Models
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # random: changes θ
     get_peft_model(load_model(str(tiny_model_dir)).model, lora).save_pretrained(tmp_path / "adapter")
-    models = Models(DiagnosticsConfig(model=str(tiny_model_dir), dtype="float32", adapter=str(tmp_path / "adapter")))
+    models = Models.load(DiagnosticsConfig(model=str(tiny_model_dir), dtype="float32",
+                                           adapter=str(tmp_path / "adapter")))
     base = runner_for(load_model(str(tiny_model_dir)), short_template).paths(1).dist.probs
     for name, tuned in [("ppr-seed1", False), ("am-ppr", True), ("ppr", False)]:
-        with models.use(parse_method(name).needs_adapter) as lm:
+        for lm, _ in models.groups([parse_method(name)]):
             theta = runner_for(lm, short_template).paths(1).dist.probs
         assert torch.allclose(theta, base, atol=1e-6) is not tuned, name

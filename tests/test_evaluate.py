@@ -26,6 +26,7 @@ from beliefdrift.evaluation import question_rows
 from beliefdrift.evaluation_config import EvalConfig, resolve_methods
 from beliefdrift.methods import parse_method, run_methods
 from beliefdrift.resampling import direct_tokens, ppr_tokens
+from beliefdrift.runloop import Models
 from beliefdrift.scoring import QualityControl, canonical_methods, score_rows
 from beliefdrift.store import ResultRow, RunStore
 
@@ -53,7 +54,7 @@ def test_question_rows_are_fresh_forward_passes(tiny_lm, question: MCQuestion, h
     forward pass over the prompt, the path's seeds and its answers so far; q* from a count of the answers."""
     methods = [parse_method(name) for name in ("direct", "ppr", "ppr-seed2")]
     config = EvalConfig(seed=7, paths=3, steps=4, template=history_template)
-    rows = {row.method: row for row in question_rows([(5, question)], methods, config, tiny_lm)}
+    rows = {row.method: row for row in question_rows([(5, question)], methods, config, Models(tiny_lm))}
     assert list(rows) == ["direct", "ppr", "ppr-seed2"]
     for row in rows.values():
         assert (row.question_id, row.position, row.target, row.num_labels) == (question.id, 5, 1, 4)
@@ -81,7 +82,7 @@ def test_question_rows_are_fresh_forward_passes(tiny_lm, question: MCQuestion, h
         np.testing.assert_allclose(row.alternatives["theta_1"], row.thetas[:, 0].astype(np.float64).mean(0),
                                    rtol=0, atol=1e-12)
     # Re-running a question gives the same bits (what a resumed run relies on).
-    again = question_rows([(5, question)], methods, config, tiny_lm)
+    again = question_rows([(5, question)], methods, config, Models(tiny_lm))
     assert [row_key(r) for r in again] == [row_key(rows[r.method]) for r in again]
 
 
@@ -109,8 +110,8 @@ def test_load_adapter(tiny_model_dir: Path, tmp_path: Path, question: MCQuestion
 
     config = EvalConfig(paths=3, steps=4)
     methods = [parse_method(name) for name in ("direct", "ppr-seed1", "am-ppr-seed1")]
-    rows = {row.method: row for row in question_rows([(0, question)], methods, config, lm, tuned)}
-    base_rows = {row.method: row for row in question_rows([(0, question)], methods[:2], config, untouched)}
+    rows = {row.method: row for row in question_rows([(0, question)], methods, config, Models(lm, tuned))}
+    base_rows = {row.method: row for row in question_rows([(0, question)], methods[:2], config, Models(untouched))}
     # The base methods run without the adapter. (Not bit-exact: PEFT freezes the base weights, and with
     # requires_grad=False torch picks another matmul kernel for lm_head, which rounds differently.)
     for name in ("direct", "ppr-seed1"):
@@ -128,7 +129,7 @@ def test_load_adapter(tiny_model_dir: Path, tmp_path: Path, question: MCQuestion
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         load_adapter(lm, tmp_path)
     with pytest.raises(ValueError, match="need an adapter"):
-        question_rows([(0, question)], methods, config, untouched)
+        question_rows([(0, question)], methods, config, Models(untouched))
 
 
 # ----------------------------------------------------------------------------------------- quality control

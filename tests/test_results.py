@@ -79,3 +79,40 @@ def test_a_diagnostic_run_exports_its_records(tmp_path: Path) -> None:
     assert run.scores() == [] and run.trajectories() == []
     rows = pq.read_table(bd.write_export(run, tmp_path / "e.parquet", "parquet")).to_pylist()
     assert rows[0]["emd_k_b_l1"] == "[0.1, 0.2]" and rows[1]["emd_k_b_l1"] is None
+
+
+#: Tiny settings of each diagnostic command: (its settings class, the Python API's fields, the same as flags).
+DIAGNOSTICS = {
+    "drift": ("DriftConfig", {"paths": 2, "steps": 3, "methods": ["ppr", "ppr-seed1"], "plot_questions": 0},
+              ["-J", "2", "-N", "3", "--methods", "ppr", "ppr-seed1", "--plot-questions", "0"]),
+    "emd": ("EMDCommandConfig", {"paths": 2, "steps": 2, "methods": ["ppr"], "horizon": 2, "prefix_lengths": [0],
+                                 "burn_in": 1, "lookahead": 2, "noise_floor_replicates": 0},
+            ["-J", "2", "-N", "2", "--methods", "ppr", "-K", "2", "--prefix-lengths", "0", "--burn-in", "1", "-k", "2",
+             "--noise-floor-replicates", "0"]),
+    "reasoning": ("ReasoningCommandConfig", {"paths": 1, "steps": 2, "seed_pairs": 1, "tau": 1, "max_new_tokens": 24,
+                                             "seed_max_new_tokens": 12, "max_solution_tokens": 3},
+                  ["-J", "1", "-N", "2", "-m", "1", "--tau", "1", "--max-new-tokens", "24", "--seed-max-new-tokens",
+                   "12", "--max-solution-tokens", "3"]),
+}
+
+
+@pytest.mark.parametrize("name", DIAGNOSTICS)
+def test_drift_emd_and_reasoning_return_the_run_the_command_stores(name: str, tiny_model_dir: Path, tiny_lm,
+                                                                   tmp_path: Path) -> None:
+    settings, fields, flags = DIAGNOSTICS[name]
+    common = {"model": str(tiny_model_dir), "dtype": "float32", "dataset": "demo", "n": 2}
+    run = getattr(bd, name)(getattr(bd, settings)(**common, **fields, out=tmp_path / "api"), lm=tiny_lm,
+                            progress=False)
+    assert main([name, "--model", str(tiny_model_dir), "--dtype", "float32", "--dataset", "demo", "-n", "2", *flags,
+                 "--out", str(tmp_path / "cli")]) == 0
+    cli = bd.open_run(tmp_path / "cli")
+    assert run.path == tmp_path / "api" and run.config() == cli.config() and run.config()["command"] == name
+
+    def timeless(records: list[dict]) -> list[dict]:
+        return [{k: v for k, v in record.items() if k != "seconds"} for record in records]
+
+    records = run.records()
+    assert len(records) == 2 * len(fields.get("methods", ["ppr", "ppr-seed1"])) and run.trajectories() == []
+    assert timeless(records) == timeless(cli.records()) == timeless(bd.open_run(run.path).records())
+    quantity = {"drift": "marginal_mean", "emd": "emd_bar_l1", "reasoning": "curve"}[name]
+    assert all(quantity in record for record in records)  # e.g. each question's EMD‾

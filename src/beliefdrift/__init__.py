@@ -15,8 +15,9 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
   `emd_summary` and `aggregate_emd` (over questions), `question_floor` and `method_floors` (the noise floor);
 - metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier`,
   `bootstrap_ci`; paired tests `paired_summary`, `paired_mean_bootstrap`, `paired_scores` (of stored rows);
-- runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `open_run` (any run directory,
-  finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
+- runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `drift`, `emd`, `reasoning` (the
+  same for the diagnostics, with `DriftConfig`, `EMDCommandConfig`, `ReasoningCommandConfig`), `open_run` (any run
+  directory, finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
   `score_rows`, `QualityControl`;
 - SC fine-tuning (AM-PPR): `TrainConfig`, `SCTrainer`;
 - settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
@@ -70,7 +71,10 @@ _EXPORTS = {
                             "paired_mean_bootstrap"),
     "beliefdrift.report.paired": ("paired_scores",),
     "beliefdrift.evaluation_config": ("EvalConfig",),
-    "beliefdrift.results": ("evaluate", "open_run", "Run", "write_export"),
+    "beliefdrift.results": ("evaluate", "drift", "emd", "reasoning", "open_run", "Run", "write_export"),
+    "beliefdrift.commands.drift": ("DriftConfig",),
+    "beliefdrift.commands.emd": ("EMDCommandConfig",),
+    "beliefdrift.commands.reasoning": ("ReasoningCommandConfig",),
     "beliefdrift.scoring": ("score_rows",),
     "beliefdrift.config": ("QualityControl", "load_settings"),
     "beliefdrift.amortize.settings": ("TrainConfig",),

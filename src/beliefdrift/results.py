@@ -3,8 +3,13 @@
 ```python
 run = bd.evaluate(bd.EvalConfig(n=2, paths=4, steps=5, methods=["direct", "ppr"]))
 run.scores()[0]["ACC"], len(run.records()), run.path
+bd.emd(bd.EMDCommandConfig(n=2)).records()[0]["emd_bar_l1"]  # per question × method
 bd.open_run("beliefdrift-out/emd").records()[0]["emd_bar_l1"]  # any command's store: drift, emd, reasoning
 ```
+
+`evaluate`, `drift`, `emd` and `reasoning` run (or resume) a command's units through the run loop, as the command
+does, and return its `Run`; the command's report files (tables, summaries, figures) are the CLI's to write, except
+reasoning's summary.json and figure, which its experiment writes.
 
 One row per question × method: `records()` (what `beliefdrift export` writes), `trajectories()` (the paths'
 answers, seeds and θ_n as numpy arrays); `scores()` is one row per method and estimator, quality control and
@@ -25,6 +30,9 @@ from beliefdrift.store import STORE_FILE, ResultRow, RunStore, StoreError
 
 if TYPE_CHECKING:
     from beliefdrift.backend import LanguageModel
+    from beliefdrift.commands.drift import DriftConfig
+    from beliefdrift.commands.emd import EMDCommandConfig
+    from beliefdrift.commands.reasoning import ReasoningCommandConfig
     from beliefdrift.evaluation_config import EvalConfig
 
 #: `beliefdrift export --format` values.
@@ -66,7 +74,8 @@ class Run:
 
     def trajectories(self) -> list[dict[str, Any]]:
         """Per stored question × method of a resampling method: `answers` [J, N], `thetas` [J, N+1, K],
-        `valid_mass` [J, N+1] and `seeds` [J, m] (numpy arrays)."""
+        `valid_mass` [J, N+1] and `seeds` [J, m] (numpy arrays). Only evaluate stores paths; a diagnostic run's
+        per-step quantities (drift's `marginal_mean`, reasoning's `rollouts`) are in `records()`."""
         with self._store() as store:
             rows = store.rows(trajectories=True)
         return [{"question_id": row.question_id, "method": row.method, "answers": row.answers, "thetas": row.thetas,
@@ -114,6 +123,31 @@ def evaluate(config: EvalConfig, lm: LanguageModel | None = None, out: str | Pat
     from beliefdrift.evaluation import evaluate as run_evaluation
 
     return Run(run_evaluation(config, out if out is not None else config.out, progress=progress, lm=lm).parent)
+
+
+def drift(config: DriftConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
+    """Run (or resume) `beliefdrift drift`'s units (`DriftConfig`) into `config.out` and return the run: per
+    question × method its marginal drift (`marginal_mean`, `marginal_std`, `marginal_shift`) and c.i.d. check."""
+    from beliefdrift.diagnostics.runner import run_drift
+
+    return Run(run_drift(config, lm, progress).path.parent)
+
+
+def emd(config: EMDCommandConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
+    """Run (or resume) `beliefdrift emd`'s units (`EMDCommandConfig`) into `config.out` and return the run: per
+    question × method EMD‾ (`emd_bar_l1`, …), EMD_k(b), the c.i.d. check and the noise floor's step spread."""
+    from beliefdrift.diagnostics.runner import run_emd
+
+    return Run(run_emd(config, config.emd, lm, progress).path.parent)
+
+
+def reasoning(config: ReasoningCommandConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
+    """Run (or resume) `beliefdrift reasoning` (`ReasoningCommandConfig`) into `config.out`, with its summary.json
+    and figure, and return the run: per question × condition its rollouts, curve and answers."""
+    from beliefdrift.reasoning.experiment import run_reasoning
+
+    run_reasoning(config, lm, progress)
+    return Run(Path(config.out))
 
 
 def write_export(run: Run, out: str | Path, format: str = "jsonl") -> Path:

@@ -2,7 +2,8 @@
 
 For each question × method: J PPR paths of N answers; E[θ_n] ± std across paths against n, the label-free shift
 ‖E[θ_n] − E[θ_0]‖_1, and the first-half vs second-half answer-frequency difference (c.i.d. check). Stores each
-question × method's records in the run store (resumable); writes records.csv, summary.md/json and the figures.
+question × method's records in the run store (resumable; under torchrun the questions are sharded over the
+processes, write `-n` there); writes records.csv, summary.md/json and the figures.
 """
 
 from __future__ import annotations
@@ -37,19 +38,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from beliefdrift.diagnostics.runner import for_each_unit
-    from beliefdrift.diagnostics.trajectory import trajectory_quantities_many
+    from beliefdrift.diagnostics.runner import run_drift
+    from beliefdrift.distributed import Ranks
     from beliefdrift.report.diagnostics import drift_report
 
     config = settings_from(args, DriftConfig)
-    writer, questions, methods = for_each_unit(
-        "drift", config, lambda units: trajectory_quantities_many(units, config.paths, config.steps, config.seed),
-        config.steps,
-    )
-    with writer:  # closed once read: the store's file then holds every record (none left in its write-ahead log)
-        records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
-        writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
-    report = drift_report(questions, methods, records, config.out, config.dataset, config.plot_questions)
+    run = run_drift(config)
+    if Ranks.from_env().rank != 0:  # under torchrun rank 0 reports, once every rank has stored its questions
+        return 0
+    report = drift_report(run.questions, run.methods, run.method_records(), config.out, config.dataset,
+                          config.plot_questions)
     print(report.table)
     write_atomic(config.out / "summary.md", report.table + "\n")
     write_atomic(config.out / "summary.json", json.dumps(report.summary, indent=2) + "\n")

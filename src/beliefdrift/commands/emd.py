@@ -2,7 +2,8 @@
 
 For each question × method: EMD‾ (d(p^(k)_n, p^(1)_n) averaged over k = 2 … K at one of the top-K prefixes of each
 length n ∈ 𝒩), EMD_k(b) at sampled burn-in prefixes b = 0 … B, and the c.i.d. check on J × N PPR paths. Stores
-each question × method's records in the run store (resumable); writes records.csv, summary.md/json, EMD‾ bars and
+each question × method's records in the run store (resumable; under torchrun the questions are sharded over the
+processes, write `-n` there); writes records.csv, summary.md/json, EMD‾ bars and
 EMD_k(b) curves. Beside every EMD figure: its noise floor, the EMD the same estimator gives for Pólya-urn
 martingales matched to each record, computed from the stored records with its own
 generators (the measured numbers do not depend on it; stores from before it show no floor). After the table: each
@@ -72,20 +73,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from beliefdrift.diagnostics.noise_floor import method_floors, missing_fields
-    from beliefdrift.diagnostics.runner import emd_quantities, for_each_unit
+    from beliefdrift.diagnostics.runner import run_emd
+    from beliefdrift.distributed import Ranks
     from beliefdrift.report.diagnostics import emd_report
 
     settings = settings_from(args, EMDCommandConfig)
     config = settings.emd
-    answers = max(settings.steps, max(config.prefix_lengths, default=0) + config.horizon, config.burn_in + config.k)
-    writer, questions, methods = for_each_unit(
-        "emd", settings, lambda units: emd_quantities(units, config, settings.paths, settings.steps, settings.seed),
-        answers,
-    )
-    with writer:  # closed once read: the store's file then holds every record (none left in its write-ahead log)
-        records = {m.name: [writer.read(q.id, m.name) for q in questions] for m in methods}
-        writer.write_scalars([(q.id, m.name) for q in questions for m in methods])
-
+    run = run_emd(settings, config)
+    if Ranks.from_env().rank != 0:  # under torchrun rank 0 reports, once every rank has stored its questions
+        return 0
+    questions, methods, records = run.questions, run.methods, run.method_records()
     missing = missing_fields([r for m in methods for r in records[m.name]])
     if settings.noise_floor_replicates and missing:
         log.warning("no noise floor: records stored before it existed lack %s (new --out for one)",

@@ -3,9 +3,10 @@
 For each question, J rollouts write up to N thought–answer pairs <sol>…</sol><ans>…</ans>, with and
 without m reasoning seeds (pairs drawn from a direct chain-of-thought prompt, prefilled first). Reports
 cos(h̄_n, h̄_{n+τ}) of the pair-embedding centroids, mean ± std over questions, and the majority answer.
-Each question × condition is stored in OUT/run.sqlite (finished questions are skipped on a re-run); also
-OUT/records.csv, OUT/summary.json and OUT/centroid_drift.{png,pdf}. --template replaces the pairs prompt (a .txt
-file with {num_lines} and {question}; default per dataset: reasoning-gsm8k, reasoning-gpqa, reasoning-mcqa).
+Each question × condition is stored in OUT/run.sqlite (finished questions are skipped on a re-run; under torchrun
+the questions are sharded over the processes, write `-n` there); also OUT/records.csv, OUT/summary.json and
+OUT/centroid_drift.{png,pdf}. --template replaces the pairs prompt (a .txt file with {num_lines} and {question};
+default per dataset: reasoning-gsm8k, reasoning-gpqa, reasoning-mcqa).
 """
 
 from __future__ import annotations
@@ -25,11 +26,9 @@ from beliefdrift.config import (
     retuned,
     settings_from,
 )
-from beliefdrift.data.registry import load_dataset
 from beliefdrift.errors import UserError
 from beliefdrift.prompts.render import DEFAULT_TEMPLATE_ENDING
 from beliefdrift.reasoning.settings import EMBEDDINGS, ReasoningConfig
-from beliefdrift.reasoning.task import ReasoningTask, pairs_template
 
 log = logging.getLogger(__name__)
 DEFAULTS = ReasoningConfig()
@@ -84,26 +83,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from beliefdrift.backend.loading import model_from
-    from beliefdrift.identity import run_identity
-    from beliefdrift.reasoning.experiment import run_experiment, summary_markdown
+    from beliefdrift.reasoning.experiment import run_reasoning, summary_markdown
     from beliefdrift.store import STORE_FILE
 
     settings = settings_from(args, ReasoningCommandConfig)
-    config = settings.experiment
-    items = load_dataset(settings.dataset, split=settings.split, data_dir=settings.data_dir, n=settings.n,
-                         seed=settings.seed, fields=settings.fields)
-    template = settings.template or pairs_template(settings.dataset, items)
-    tasks = [ReasoningTask.from_item(item, template) for item in items]
-    log.info("loading %s ...", settings.model)
-    lm = model_from(settings)
-    log.info("%d %s questions, J=%d, N=%d, m=%d, τ=%d, %s format (%s, %s)", len(tasks), settings.dataset,
-             config.rollouts, config.pairs, config.seeds, config.tau, settings.format, lm.dtype, lm.device)
-    identity = run_identity("reasoning", settings, items, template=template)
-    summary = run_experiment(lm, tasks, config, settings.out, identity,
-                             progress=lambda xs: tqdm(xs, desc="reasoning", unit="question"))
+    summary = run_reasoning(settings)
+    if summary is None:  # under torchrun rank 0 reports, once every rank has stored its questions
+        return 0
     print(summary_markdown(summary))
     log.info("wrote %s, %s, %s", settings.out / STORE_FILE, settings.out / "summary.json", ", ".join(summary["figure"]))
     return 0

@@ -1,37 +1,30 @@
-"""The question × method loop of the diagnostics (`drift`, `emd`): their shared settings, the base and tuned models,
-and a resumable loop that computes the quantities of a batch of units at a time and stores each question's in the
-run store.
+"""The question × method runs of the diagnostics (`drift`, `emd`) through the one run loop (`runloop.run_loop`):
+what each stores per unit, computed a batch of units at a time, resumable and sharded over torchrun ranks.
 
 A unit is one (question, method). Its quantities come from generators keyed by run seed, question id and method
-name, so they do not depend on which units share a batch: `--batch-questions` changes speed, never a number.
+name, so they do not depend on which units share a batch or which rank runs them: `--batch-questions` and the
+number of ranks change speed, never a number.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from beliefdrift.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend import LanguageModel
-from beliefdrift.backend.loading import model_from
-from beliefdrift.backend.path_cache import prepared, questions_per_batch
+from beliefdrift.backend.path_cache import questions_per_batch
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.diagnostics.emd import EMDConfig, emd_generator, question_emd
+from beliefdrift.diagnostics.emd import emd_generator, question_emd
 from beliefdrift.diagnostics.noise_floor import floor_generator, spread_fields
-from beliefdrift.diagnostics.settings import DiagnosticsConfig
+from beliefdrift.diagnostics.settings import DiagnosticsConfig, EMDConfig
 from beliefdrift.diagnostics.trajectory import trajectory_quantities_many, unit_trajectories
-from beliefdrift.evaluation import split_long_prompts
-from beliefdrift.identity import run_identity
-from beliefdrift.methods import Method
-from beliefdrift.prompts import load_template
-from beliefdrift.records import RecordWriter
+from beliefdrift.distributed import Ranks
+from beliefdrift.methods import Method, parse_method
+from beliefdrift.records import stored_records
 from beliefdrift.resampling import QuestionRunner
-
-log = logging.getLogger(__name__)
+from beliefdrift.runloop import Models, prepare, run_loop
 
 #: (the runner of the unit's question on the unit's model, the method)
 Unit = tuple[QuestionRunner, Method]
@@ -39,26 +32,18 @@ Unit = tuple[QuestionRunner, Method]
 Compute = Callable[[Sequence[Unit]], list[dict[str, Any]]]
 
 
-class Models:
-    """The base model and, with an adapter, the tuned one; `use(tuned)` gives the model in the state a method of
-    that kind runs on."""
+@dataclass(frozen=True)
+class Diagnosed:
+    """A diagnostic run's store (`path`), the questions it covers and its methods."""
 
-    def __init__(self, config: DiagnosticsConfig):
-        if config.adapter:
-            check_adapter(config.adapter)  # before the model loads
-        log.info("loading %s ...", config.model)
-        self.base = prepared(model_from(config), config.compile, config.cuda_graphs)
-        self.tuned = load_adapter(self.base, config.adapter) if config.adapter else None
+    path: Path
+    questions: list[MCQuestion]
+    methods: list[Method]
 
-    @contextmanager
-    def use(self, tuned: bool) -> Iterator[LanguageModel]:
-        if tuned:
-            yield self.tuned
-        elif self.tuned is None:
-            yield self.base
-        else:  # loading the adapter patched the base modules: switch it off for the base methods
-            with base_model(self.tuned):
-                yield self.tuned
+    def method_records(self) -> dict[str, list[dict[str, Any]]]:
+        """{method: each question's stored quantities}, read once every rank has written; writes records.csv."""
+        stored = stored_records(self.path.parent, [q.id for q in self.questions], [m.name for m in self.methods])
+        return {m.name: [stored[q.id, m.name] for q in self.questions] for m in self.methods}
 
 
 def compute_batch(
@@ -68,52 +53,46 @@ def compute_batch(
     """{question id: {method: quantities}} of `methods` on `questions`: one `compute` call per model (base, then
     tuned) for all their units, each question's prompts prefilled once per model."""
     results: dict[str, dict[str, dict[str, Any]]] = {q.id: {} for q in questions}
-    for tuned in (False, True):
-        group = [m for m in methods if m.needs_adapter == tuned]
-        if not group:
-            continue
-        with models.use(tuned) as lm:
-            runners = [QuestionRunner(lm, question, template, ending) for question in questions]
-            units = [(runner, method) for runner in runners for method in group]
-            for (runner, method), quantities in zip(units, compute(units), strict=True):
-                results[runner.question.id][method.name] = quantities
+    for lm, group in models.groups(methods):
+        runners = [QuestionRunner(lm, question, template, ending) for question in questions]
+        units = [(runner, method) for runner in runners for method in group]
+        for (runner, method), quantities in zip(units, compute(units), strict=True):
+            results[runner.question.id][method.name] = quantities
     return results
 
 
-def for_each_unit(
-    command: str, config: DiagnosticsConfig, compute: Compute, answers: int
-) -> tuple[RecordWriter, list[MCQuestion], list[Method]]:
-    """Store `compute(units)` for every question × method not stored yet, `questions_per_batch` questions per
-    call, in the run store of `config.out` pinned to the run identity (opened once model and questions have
-    loaded). `answers` is the most answers a path holds after its seeds (for the check against the context)."""
-    questions, methods = config.questions(command), config.method_list
-    models = Models(config)
-    questions, skipped = split_long_prompts(models.base, questions, methods, answers, config.template,
-                                            config.template_ending, config.skip_long_prompts)
-    if config.skip_long_prompts:
-        log.warning("skipped %d questions longer than the model's context", len(skipped))
-    template = load_template(config.template, config.template_ending)
-    writer = RecordWriter(config.out, run_identity(command, config, questions, skipped, template))
-    stored = {(q.id, m.name) for q in questions for m in methods if writer.done(q.id, m.name)}
-    todo = [q for q in questions if any((q.id, m.name) not in stored for m in methods)]
-    log.info("%d questions × %d methods (%d done)", len(questions), len(methods), len(stored))
-    size = questions_per_batch(config.batch_questions, models.base.device)
-    with tqdm(total=len(questions) * len(methods), initial=len(stored), desc=command, unit="question×method") as bar:
-        for start in range(0, len(todo), size):
-            chunk = todo[start : start + size]
-            # Units another process on this directory stored meanwhile are skipped; units of one set of missing
-            # methods share a call.
-            pending: dict[tuple[Method, ...], list[MCQuestion]] = {}
-            for question in chunk:
-                missing = tuple(m for m in methods if not writer.done(question.id, m.name))
-                if missing:
-                    pending.setdefault(missing, []).append(question)
-            for missing, batch in pending.items():
-                results = compute_batch(models, batch, missing, compute, config.template, config.template_ending)
-                for question in batch:
-                    writer.write(question.id, results[question.id])
-                    bar.update(len(missing))
-    return writer, questions, methods
+def diagnose(command: str, config: DiagnosticsConfig, compute: Compute, answers: int,
+             lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
+    """Store `compute(units)` for every question × method of `config` not stored yet in `config.out`'s run store,
+    `questions_per_batch` questions per call. `answers` is the most answers a path holds after its seeds (for the
+    check against the context); `lm`: the model `config` names, already loaded."""
+    ranks = Ranks.from_env()
+    run = prepare(command, config, config.method_list, answers, lm, ranks)
+
+    def batch_records(batch: Sequence[tuple[int, MCQuestion]], names: tuple[str, ...]) -> dict[str, Any]:
+        return compute_batch(run.models, [q for _, q in batch], [parse_method(name) for name in names], compute,
+                             config.template, config.template_ending)
+
+    path = run_loop(config.out, run.identity, run.questions, [m.name for m in run.methods], batch_records,
+                    batch=questions_per_batch(config.batch_questions, run.models.base.device), ranks=ranks,
+                    progress=progress, desc=command)
+    return Diagnosed(path, run.questions, run.methods)
+
+
+def run_drift(config: DiagnosticsConfig, lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
+    """`beliefdrift drift`'s units: the marginal drift and c.i.d. check of J × N PPR paths per question × method."""
+    return diagnose("drift", config,
+                    lambda units: trajectory_quantities_many(units, config.paths, config.steps, config.seed),
+                    config.steps, lm, progress)
+
+
+def run_emd(config: DiagnosticsConfig, emd: EMDConfig, lm: LanguageModel | None = None,
+            progress: bool = True) -> Diagnosed:
+    """`beliefdrift emd`'s units (`emd_quantities`) under the EMD settings `emd`."""
+    answers = max(config.steps, max(emd.prefix_lengths, default=0) + emd.horizon, emd.burn_in + emd.k)
+    return diagnose("emd", config,
+                    lambda units: emd_quantities(units, emd, config.paths, config.steps, config.seed), answers,
+                    lm, progress)
 
 
 def emd_quantities(units: Sequence[Unit], config: EMDConfig, paths: int, steps: int, seed: int) -> list[dict[str, Any]]:

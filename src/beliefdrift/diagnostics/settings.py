@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from beliefdrift.config import BatchingOptions, DataOptions, ModelOptions, SamplingOptions, option
-from beliefdrift.data.question import MCQuestion
-from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.errors import UserError
 from beliefdrift.registry import Method, parse_method
 
@@ -64,8 +62,3 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
             if method.needs_adapter and self.adapter is None:
                 raise UserError(f"{method.name} needs --adapter (a LoRA directory of the SC-tuned model)")
         return methods
-
-    def questions(self, command: str = "drift diagnostics") -> list[MCQuestion]:
-        questions = load_dataset(self.dataset, split=self.split, data_dir=self.data_dir, n=self.n, seed=self.seed,
-                                 fields=self.fields)
-        return require_kind(questions, self.dataset, command)

@@ -1,5 +1,9 @@
 """Chain-of-thought extension: sequences of thought–answer pairs, their embeddings and centroid drift."""
 
+import sys
+from types import ModuleType
+from typing import Any
+
 from beliefdrift import lazy_exports
 
 #: Each module and the public names it defines (imported on first use).
@@ -9,7 +13,7 @@ _EXPORTS = {
     "beliefdrift.reasoning.settings": ("EMBEDDINGS", "ReasoningConfig"),
     "beliefdrift.reasoning.embeddings": ("SentenceEmbedder", "hidden_embeddings", "pair_embeddings"),
     "beliefdrift.reasoning.experiment": (
-        "DEMO_CONFIG", "demo_section", "run_experiment", "run_question", "summary_markdown",
+        "DEMO_CONFIG", "demo_section", "run_experiment", "run_question", "run_reasoning", "summary_markdown",
     ),
     "beliefdrift.reasoning.generation": (
         "DecodeConfig", "PromptCache", "Rollout", "generate_rollouts", "nucleus_sampler",
@@ -46,6 +50,20 @@ __all__ = [
     "render_pair",
     "run_experiment",
     "run_question",
+    "run_reasoning",
     "summary_markdown",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+
+class _CallablePackage(ModuleType):
+    """Importing this subpackage makes it the package root's attribute `reasoning`, the name of the Python API's
+    `bd.reasoning(config, lm=None)` (`results.reasoning`): so calling the subpackage runs that function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from beliefdrift.results import reasoning
+
+        return reasoning(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

@@ -11,20 +11,24 @@ condition draws from its own random stream, derived from (seed, question id, con
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from beliefdrift.backend import LanguageModel
+from beliefdrift.backend.loading import model_from
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.distributed import Ranks
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
+from beliefdrift.identity import run_identity
 from beliefdrift.prompts import chat_context
 from beliefdrift.reasoning.answers import answer_totals, answer_view, majority_accuracy
 from beliefdrift.reasoning.drift import CurveStats, centroids, cosine_matrix, curve_stats, lag_curve
@@ -42,9 +46,15 @@ from beliefdrift.reasoning.generation import (
 from beliefdrift.reasoning.parser import Pair
 from beliefdrift.reasoning.plot import plot_centroid_drift
 from beliefdrift.reasoning.settings import ReasoningConfig
-from beliefdrift.reasoning.task import ReasoningTask
-from beliefdrift.records import RecordWriter
+from beliefdrift.reasoning.task import ReasoningTask, pairs_template
+from beliefdrift.records import stored_records
 from beliefdrift.resampling import make_generator
+from beliefdrift.runloop import run_loop
+
+if TYPE_CHECKING:
+    from beliefdrift.commands.reasoning import ReasoningCommandConfig
+
+log = logging.getLogger(__name__)
 
 
 def decode_config(config: ReasoningConfig, num_pairs: int, max_new_tokens: int) -> DecodeConfig:
@@ -190,23 +200,28 @@ def run_experiment(
     config: ReasoningConfig,
     out: Path,
     identity: Mapping[str, Any] | None = None,
-    progress: Callable[[Iterable[ReasoningTask]], Iterable[ReasoningTask]] = iter,
-) -> dict:
-    """Run every task not finished yet in `out`'s run store (which must hold the same run `identity`, by default
-    `config` itself; a different one is a StoreError), then write summary.json and the figure. Returns the
-    summary."""
+    progress: bool = True,
+    ranks: Ranks | None = None,
+) -> dict | None:
+    """Run every task not finished yet in `out`'s run store through the run loop (`runloop.run_loop`: resumable,
+    each question's conditions stored together, the tasks sharded over torchrun ranks); the store must hold the
+    same run `identity`, by default `config` itself (a different one is a StoreError). Then write records.csv,
+    summary.json and the figure and return the summary; on a rank other than 0, write nothing and return None."""
     tasks = list(tasks)
+    ranks = ranks or Ranks.from_env()
     check_context(lm, tasks, config)
     identity = dict(identity or {"command": "reasoning", "config": asdict(config)})
     keys = [key for key, _, _ in config.conditions]
     embedder = SentenceEmbedder(device=lm.device) if config.embedding == "sentence" else None
-    results = []
-    with RecordWriter(out, identity) as writer:
-        for task in progress(tasks):
-            if not writer.done(task.id, keys[0]):
-                writer.write(task.id, _units(run_question(lm, task, config, embedder)))
-            results.append(_from_units({key: writer.read(task.id, key) for key in keys}))
-        writer.write_scalars([(task["task"]["id"], key) for task in results for key in keys])
+
+    def compute(batch: Sequence[tuple[int, ReasoningTask]], names: tuple[str, ...]) -> dict[str, dict]:
+        return {task.id: _units(run_question(lm, task, config, embedder)) for _, task in batch}
+
+    run_loop(out, identity, tasks, keys, compute, ranks=ranks, progress=progress, desc="reasoning")
+    if ranks.rank != 0:
+        return None
+    stored = stored_records(out, [task.id for task in tasks], keys)
+    results = [_from_units({key: stored[task.id, key] for key in keys}) for task in tasks]
     summary = identity | summarize(results, config)
     count = f"{len(results)} question" + ("s" if len(results) != 1 else "")
     title = f"{identity.get('dataset', 'reasoning')}: {count}, R={config.rollouts}"
@@ -214,6 +229,29 @@ def run_experiment(
     summary["figure"] = [str(p) for p in plot_centroid_drift(curves, config.tau, out / "centroid_drift", title)]
     write_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def reasoning_tasks(settings: ReasoningCommandConfig) -> tuple[list[ReasoningTask], list[Any], str]:
+    """The tasks of `beliefdrift reasoning`'s settings, the dataset items they come from and the pairs template."""
+    items = load_dataset(settings.dataset, split=settings.split, data_dir=settings.data_dir, n=settings.n,
+                         seed=settings.seed, fields=settings.fields)
+    template = settings.template or pairs_template(settings.dataset, items)
+    return [ReasoningTask.from_item(item, template) for item in items], items, template
+
+
+def run_reasoning(settings: ReasoningCommandConfig, lm: LanguageModel | None = None,
+                  progress: bool = True) -> dict | None:
+    """`beliefdrift reasoning`: its questions and model (`lm` when loaded already), pinned to its run identity,
+    through `run_experiment` into `settings.out`; the summary (None on a rank other than 0)."""
+    config = settings.experiment
+    tasks, items, template = reasoning_tasks(settings)
+    if lm is None:
+        log.info("loading %s ...", settings.model)
+        lm = model_from(settings)
+    log.info("%d %s questions, J=%d, N=%d, m=%d, τ=%d, %s format (%s, %s)", len(tasks), settings.dataset,
+             config.rollouts, config.pairs, config.seeds, config.tau, settings.format, lm.dtype, lm.device)
+    identity = run_identity("reasoning", settings, items, template=template)
+    return run_experiment(lm, tasks, config, settings.out, identity, progress=progress)
 
 
 def curve_stats_of(results: Sequence[dict], key: str) -> CurveStats:
@@ -285,5 +323,5 @@ def demo_section(lm: LanguageModel, out: Path, seed: int = 0, num_questions: int
     tasks = [ReasoningTask.from_item(q) for q in questions]
     config = config or replace(DEMO_CONFIG, seed=seed)
     summary = run_experiment(lm, tasks, config, out, {"command": "demo", "model": lm.name, "dataset": "demo",
-                                                      "config": asdict(config)})
+                                                      "config": asdict(config)}, progress=False)
     return summary_markdown(summary)

@@ -1,0 +1,78 @@
+"""The one run loop (`runloop.run_loop`): drift, emd and reasoning sharded over two torchrun ranks store what one
+process stores (as evaluate's test in test_evaluate.py), and a store holding some units resumes with the others."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from beliefdrift.cli import main
+from beliefdrift.store import STORE_FILE, RunStore
+
+#: The tiniest settings that give each rank questions (3 questions: rank 0 takes two, rank 1 one).
+COMMANDS = {
+    "drift": ["drift", "-n", "3", "-J", "2", "-N", "3", "--methods", "ppr", "ppr-seed1", "--plot-questions", "0"],
+    "emd": ["emd", "-n", "3", "-J", "2", "-N", "2", "--methods", "ppr", "-K", "2", "--prefix-lengths", "0",
+            "--burn-in", "1", "-k", "2", "--noise-floor-replicates", "0"],
+    "reasoning": ["reasoning", "-n", "3", "-J", "1", "-N", "2", "-m", "1", "--tau", "1", "--max-new-tokens", "24",
+                  "--seed-max-new-tokens", "12", "--max-solution-tokens", "3"],
+}
+
+
+def command(name: str, model_dir: Path, out: Path) -> list[str]:
+    # `-n`, not `--n`: torchrun rejects `--n` as an ambiguous abbreviation of its own options
+    return [*COMMANDS[name], "--model", str(model_dir), "--dtype", "float32", "--dataset", "demo", "--out", str(out)]
+
+
+def in_process(args: list[str]) -> None:
+    """`beliefdrift …` in this process on one intra-op thread, as torchrun's workers run (CPU kernels round
+    differently with different thread counts)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(args) == 0
+    finally:
+        torch.set_num_threads(threads)
+
+
+def stored(out: Path) -> tuple[dict, dict]:
+    """(run identity, {(question, method): records}) of `out`'s store; a unit's wall time left out."""
+    with RunStore.open(out / STORE_FILE, read_only=True) as store:
+        records = {unit: {k: v for k, v in store.records(*unit).items() if k != "seconds"}
+                   for unit in store.record_units()}
+        return store.config(), records
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", COMMANDS)
+def test_two_ranks_store_what_one_process_stores(name: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    in_process(command(name, tiny_model_dir, tmp_path / "one"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+              "beliefdrift", *command(name, tiny_model_dir, tmp_path / "two")]
+    result = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, two = stored(tmp_path / "one"), stored(tmp_path / "two")
+    assert two[0] == one[0] and len(one[1]) == 3 * (2 if name != "emd" else 1)
+    assert two[1] == one[1]
+    assert (tmp_path / "two" / "summary.json").exists()  # rank 0 reported, once both ranks had stored
+
+
+def test_a_partial_store_resumes_to_the_uninterrupted_run(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Units already stored (by a killed run or another process) are kept and the others computed as before."""
+    in_process(command("drift", tiny_model_dir, tmp_path / "full"))
+    partial = tmp_path / "partial"
+    in_process(command("drift", tiny_model_dir, partial))
+    with RunStore.open(partial / STORE_FILE) as store:  # drop one question's ppr-seed1, another's both methods
+        units = store.record_units()
+        for table in ("records", "checksums"):
+            store._db.execute(f"DELETE FROM {table} WHERE (question_id = ? AND method = 'ppr-seed1') "
+                              "OR question_id = ?", (units[0][0], units[-1][0]))
+        store._db.commit()
+    in_process(command("drift", tiny_model_dir, partial))
+    assert stored(partial)[1] == stored(tmp_path / "full")[1]
