@@ -1,9 +1,5 @@
 """Chain-of-thought extension: sequences of thought–answer pairs, their embeddings and centroid drift."""
 
-import sys
-from types import ModuleType
-from typing import Any
-
 from beliefdrift import lazy_exports
 
 #: Each module and the public names it defines (imported on first use).
@@ -55,15 +51,3 @@ __all__ = [
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-
-class _CallablePackage(ModuleType):
-    """Importing this subpackage makes it the package root's attribute `reasoning`, the name of the Python API's
-    `bd.reasoning(config, lm=None)` (`results.reasoning`): so calling the subpackage runs that function."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from beliefdrift.results import reasoning
-
-        return reasoning(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallablePackage
