@@ -176,9 +176,9 @@ def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, s
     from beliefdrift.diagnostics.runner import DiagnosticsConfig, Models
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # random: changes θ
-    get_peft_model(load_model(str(tiny_model_dir)).model, lora).save_pretrained(tmp_path / "adapter")
+    get_peft_model(load_model(str(tiny_model_dir), dtype="float32").model, lora).save_pretrained(tmp_path / "adapter")
     models = Models(DiagnosticsConfig(model=str(tiny_model_dir), dtype="float32", adapter=str(tmp_path / "adapter")))
-    base = runner_for(load_model(str(tiny_model_dir)), short_template).paths(1).dist.probs
+    base = runner_for(load_model(str(tiny_model_dir), dtype="float32"), short_template).paths(1).dist.probs
     for name, tuned in [("ppr-seed1", False), ("am-ppr", True), ("ppr", False)]:
         with models.use(parse_method(name).needs_adapter) as lm:
             theta = runner_for(lm, short_template).paths(1).dist.probs

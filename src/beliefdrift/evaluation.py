@@ -59,8 +59,9 @@ def question_rows(
             continue
         with context:
             start = perf_counter()
-            results = run_methods_many(model, questions, group, config.paths, config.steps, config.seed,
-                                       config.template, config.template_ending)
+            results = run_methods_many(model, questions, group, paths=config.paths, steps=config.steps,
+                                       seed=config.seed, template=config.template,
+                                       template_ending=config.template_ending)
             seconds = (perf_counter() - start) / len(batch)
         rows += [
             result_row(position, question, result, seconds)

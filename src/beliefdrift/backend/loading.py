@@ -23,6 +23,7 @@ import torch
 from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from beliefdrift import renamed
 from beliefdrift.errors import check_device, check_model
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
 
@@ -182,10 +183,12 @@ def model_from(options: Any) -> LanguageModel:
                       **options.pretrained_kwargs())
 
 
+@renamed("device", "dtype", "attn_implementation", "device_map", "revision", "trust_remote_code", "model_args")
 def load_model(
     spec: str = DEFAULT_MODEL,
+    *,
     device: str = "cpu",
-    dtype: str = "float32",
+    dtype: str = "auto",
     attn_implementation: str = "auto",
     device_map: str | dict | None = None,
     revision: str | None = None,
@@ -194,10 +197,11 @@ def load_model(
 ) -> LanguageModel:
     """Load `spec` (registry name, hub id, local directory or .gguf path) in eval mode.
 
-    `attn_implementation` (auto = transformers' choice for the model) runs every forward pass the engine does not
-    own; `device_map` ("auto" or an accelerate map) spreads a model over several devices instead of `device`.
-    `revision` and `trust_remote_code` go to both `from_pretrained` calls, `model_args` (`config.parse_model_args`)
-    to the model's.
+    The defaults are the CLI's (`--device cpu`, `--dtype auto`: `resolve_dtype`, so float32 on a CPU without fast
+    bf16 matrix products, as before). `attn_implementation` (auto = transformers' choice for the model) runs every
+    forward pass the engine does not own; `device_map` ("auto" or an accelerate map) spreads a model over several
+    devices instead of `device`. `revision` and `trust_remote_code` go to both `from_pretrained` calls,
+    `model_args` (`config.parse_model_args`) to the model's.
     """
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(f"unknown attention implementation {attn_implementation!r}; expected one of "

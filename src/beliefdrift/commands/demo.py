@@ -112,8 +112,9 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
             if question.id in done:
                 continue
             start = time.perf_counter()
-            question_results = run_methods(lm, question, methods, config.paths, config.steps, config.seed,
-                                           config.template, config.template_ending)
+            question_results = run_methods(lm, question, methods, paths=config.paths, steps=config.steps,
+                                           seed=config.seed, template=config.template,
+                                           template_ending=config.template_ending)
             seconds = time.perf_counter() - start
             store.add([result_row(position, question, result, seconds) for result in question_results])
         rows = store.rows()
