@@ -11,8 +11,10 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
 - models and data: `load_model`, `load_adapter`, `load_dataset`, `MCQuestion`;
 - methods and paths: `parse_method`, `run_methods`, `run_methods_many`, `QuestionRunner`, `make_generator`;
 - estimators: `martingale_posterior_mean` (q*), `rao_blackwell_mean` (q*_RB), `first_step_estimate` (θ̂_1);
-- diagnostics: `marginal_drift`, `marginal_shift`, `EMDConfig`, `question_emd` (one question's EMD),
-  `emd_summary` and `aggregate_emd` (over questions), `question_floor` and `method_floors` (the noise floor);
+- diagnostics: `marginal_drift`, `marginal_shift`, `EMDConfig`, `emd_per_question` (each question's EMD, as the
+  `emd` command stores it), `emd_rows` (those over questions), `emd_summary` (both in one call), `question_emd` and
+  `aggregate_emd` (one question, stored summaries), `noise_floor` (the rows beside their Pólya-urn floor),
+  `question_floor`, `method_floors` and `with_floor` (its parts);
 - metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier`,
   `bootstrap_ci`; paired tests `paired_summary`, `paired_mean_bootstrap`, `paired_scores` (of stored rows);
 - runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `open_run` (any run directory,
@@ -97,6 +99,30 @@ def renamed(*legacy_positional: str, **old_names: str) -> Callable[[_F], _F]:
     return decorate
 
 
+#: Whether the package's progress bars show (`show_progress`; the CLI's --quiet turns them off with its messages).
+_progress = {"show": True}
+
+
+def show_progress(show: bool) -> None:
+    """Turn every progress bar of the package on or off: `beliefdrift --quiet` turns them off as it lowers the
+    messages to warnings (`cli.configure_logging`); in Python they show until this turns them off."""
+    _progress["show"] = bool(show)
+
+
+def progress_shown() -> bool:
+    """Whether progress bars show now (`show_progress`)."""
+    return _progress["show"]
+
+
+def progress_bar(*args: Any, **kwargs: Any) -> Any:
+    """A `tqdm` bar (same arguments), off while `show_progress(False)` holds; `disable=True` still turns one off.
+    Every loop of the package draws its bar with this, so one switch silences them all."""
+    from tqdm import tqdm
+
+    kwargs["disable"] = bool(kwargs.get("disable")) or not _progress["show"]
+    return tqdm(*args, **kwargs)
+
+
 #: Each module and the public names it defines.
 _EXPORTS = {
     "beliefdrift.backend.loading": ("load_model",),
@@ -108,8 +134,8 @@ _EXPORTS = {
     "beliefdrift.estimators": ("martingale_posterior_mean", "rao_blackwell_mean", "first_step_estimate"),
     "beliefdrift.diagnostics.marginal": ("marginal_drift", "marginal_shift"),
     "beliefdrift.diagnostics.settings": ("EMDConfig",),
-    "beliefdrift.diagnostics.emd": ("question_emd", "emd_summary", "aggregate_emd"),
-    "beliefdrift.diagnostics.noise_floor": ("question_floor", "method_floors"),
+    "beliefdrift.diagnostics.emd": ("emd_per_question", "emd_rows", "emd_summary", "question_emd", "aggregate_emd"),
+    "beliefdrift.diagnostics.noise_floor": ("noise_floor", "question_floor", "method_floors", "with_floor"),
     "beliefdrift.metrics": ("summarize", "accuracy", "auroc", "ece", "nll", "brier", "bootstrap_ci", "paired_summary",
                             "paired_mean_bootstrap"),
     "beliefdrift.report.paired": ("paired_scores",),

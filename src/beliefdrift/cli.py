@@ -18,7 +18,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from beliefdrift import __version__
+from beliefdrift import __version__, show_progress
 from beliefdrift.config import CommandParser
 
 DESCRIPTION = ("Measure and repair belief drift in language models answering multiple-choice questions: prompted "
@@ -69,7 +69,9 @@ def version() -> str:
 
 
 def configure_logging(verbosity: int) -> None:
-    """The package's messages to stderr, one line each: warnings only (-1), progress (0) or debug messages too (1)."""
+    """The package's messages to stderr, one line each: warnings only (-1), progress (0) or debug messages too (1);
+    the progress bars show unless only warnings do (`beliefdrift.show_progress`)."""
+    show_progress(verbosity >= 0)
     logger = logging.getLogger("beliefdrift")
     logger.handlers.clear()  # one handler, however often `main` runs in a process
     handler = StderrHandler()

@@ -6,6 +6,7 @@ model is saved once as safetensors + tokenizer under the user cache directory an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -14,7 +15,7 @@ import inspect
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,9 @@ from typing import Any
 import torch
 from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
-from beliefdrift import renamed
+from beliefdrift import progress_shown, renamed
 from beliefdrift.errors import check_device, check_model
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
 
@@ -172,6 +174,20 @@ def model_source(spec: str) -> Path | str:
     return spec  # a hub id
 
 
+@contextlib.contextmanager
+def _transformers_bars(show: bool) -> Iterator[None]:
+    """transformers' own progress bars (loading weights) off while `show` is False (the CLI's --quiet), as before
+    afterwards."""
+    shown = hf_logging.is_progress_bar_enabled()
+    if shown and not show:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown and not show:
+            hf_logging.enable_progress_bar()
+
+
 def model_from(options: Any) -> LanguageModel:
     """The model that `options` (a `config.ModelOptions`) names, with its device, dtype, attention, device map and
     from_pretrained keywords as set, after checking that the device exists and the model can be found, so that either
@@ -218,7 +234,8 @@ def load_model(
         options["attn_implementation"] = attn_implementation
     if device_map is not None:
         options["device_map"] = device_map
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **options)
+    with _transformers_bars(progress_shown()):
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **options)
     if device_map is None:
         model.to(torch_device)
     model.eval()

@@ -84,8 +84,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+    from beliefdrift import progress_bar
     from beliefdrift.backend.loading import model_from
     from beliefdrift.identity import run_identity
     from beliefdrift.reasoning.experiment import run_experiment, summary_markdown
@@ -103,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
              config.rollouts, config.pairs, config.seeds, config.tau, settings.format, lm.dtype, lm.device)
     identity = run_identity("reasoning", settings, items, template=template)
     summary = run_experiment(lm, tasks, config, settings.out, identity,
-                             progress=lambda xs: tqdm(xs, desc="reasoning", unit="question"))
+                             progress=lambda xs: progress_bar(xs, desc="reasoning", unit="question"))
     print(summary_markdown(summary))
     log.info("wrote %s, %s, %s", settings.out / STORE_FILE, settings.out / "summary.json", ", ".join(summary["figure"]))
     return 0

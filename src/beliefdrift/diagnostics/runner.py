@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from tqdm import tqdm
-
+from beliefdrift import progress_bar as tqdm  # the bars follow --quiet (beliefdrift.show_progress)
 from beliefdrift.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.loading import model_from
