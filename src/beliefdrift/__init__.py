@@ -15,13 +15,19 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
   `emd` command stores it), `emd_rows` (those over questions), `emd_summary` (both in one call), `question_emd` and
   `aggregate_emd` (one question, stored summaries), `noise_floor` (the rows beside their Pólya-urn floor),
   `question_floor`, `method_floors` and `with_floor` (its parts);
-- metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier`,
-  `bootstrap_ci`; paired tests `paired_summary`, `paired_mean_bootstrap`, `paired_scores` (of stored rows);
+- metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier` (each a
+  float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_summary`, `paired_mean_bootstrap`, `paired_scores`
+  (of stored rows);
 - runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `open_run` (any run directory,
   finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
   `score_rows`, `QualityControl`;
 - SC fine-tuning (AM-PPR): `TrainConfig`, `SCTrainer`;
 - settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
+
+Keyword arguments carry the CLI's names and defaults (`paths`, `steps`, `seed`, `template`, `template_ending`,
+`dtype="auto"`); an old name (`num_paths`, `num_steps`, `ending`) or an old positional call still works for one
+release, with a DeprecationWarning (`renamed`). `--quiet` silences the progress bars with the messages
+(`show_progress`).
 """
 
 from __future__ import annotations
@@ -136,8 +142,8 @@ _EXPORTS = {
     "beliefdrift.diagnostics.settings": ("EMDConfig",),
     "beliefdrift.diagnostics.emd": ("emd_per_question", "emd_rows", "emd_summary", "question_emd", "aggregate_emd"),
     "beliefdrift.diagnostics.noise_floor": ("noise_floor", "question_floor", "method_floors", "with_floor"),
-    "beliefdrift.metrics": ("summarize", "accuracy", "auroc", "ece", "nll", "brier", "bootstrap_ci", "paired_summary",
-                            "paired_mean_bootstrap"),
+    "beliefdrift.metrics": ("summarize", "accuracy", "auroc", "ece", "nll", "nll_clipped", "brier", "bootstrap_ci",
+                            "paired_summary", "paired_mean_bootstrap"),
     "beliefdrift.report.paired": ("paired_scores",),
     "beliefdrift.evaluation_config": ("EvalConfig",),
     "beliefdrift.results": ("evaluate", "open_run", "Run", "write_export"),
