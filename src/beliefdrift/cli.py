@@ -55,7 +55,7 @@ def add_output_options(parser: argparse.ArgumentParser, default: object) -> None
     group.add_argument("--debug", action="store_true", default=default, help="show the full traceback of an error")
     loudness = group.add_mutually_exclusive_group()
     loudness.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=default,
-                          help="print warnings and errors only (no progress messages)")
+                          help="print warnings and errors only (no progress messages or bars)")
     loudness.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=default,
                           help="print debug messages too")
 
