@@ -71,7 +71,7 @@ def main() -> None:
             for _ in range(args.datasets):
                 probs, targets = dataset(n, accuracy, rng)
                 seed = int(rng.integers(2**31))
-                interval = bootstrap_ci(ece, probs, targets, args.resamples, seed=seed)
+                interval = bootstrap_ci(ece, probs, targets, n_resamples=args.resamples, seed=seed)
                 ece_hits += interval.low <= ece_truth <= interval.high
                 ece_sum += interval.point
                 index = resample_indices(n, args.resamples, np.random.default_rng(seed))

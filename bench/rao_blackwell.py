@@ -33,14 +33,15 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["ppr", "ppr-seed5"])
     args = parser.parse_args()
 
-    lm = load_model(args.model)
+    lm = load_model(args.model, dtype="float32")
     questions = load_dataset(args.dataset, data_dir=args.data_dir, n=args.questions, seed=0)
     methods = [parse_method(name) for name in args.methods]
     # estimates[method][estimator][question] = [seeds, K]
     estimates = {m.name: {"q*": [], "q*_RB": []} for m in methods}
     start = time.perf_counter()
     for question in tqdm(questions, desc="questions"):
-        runs = [run_methods(lm, question, methods, args.paths, args.steps, seed, DEFAULT_PPR_TEMPLATE)
+        runs = [run_methods(lm, question, methods, paths=args.paths, steps=args.steps, seed=seed,
+                            template=DEFAULT_PPR_TEMPLATE)
                 for seed in range(args.seeds)]
         for i, method in enumerate(methods):
             estimates[method.name]["q*"].append(np.stack([run[i].probs.numpy() for run in runs]))

@@ -222,7 +222,7 @@ def three_methods(lm: LanguageModel, questions: list, paths: int, steps: int) ->
     """PPR, SEED_1 and SEED_5 (the paper's setting), `paths` paths of `steps` answers each, on every question, all
     advanced together by the engine; run seed 0."""
     methods = [parse_method(m) for m in ("ppr", "ppr-seed1", "ppr-seed5")]
-    return run_methods_many(lm, questions, methods, paths, steps, 0, DEFAULT_PPR_TEMPLATE)
+    return run_methods_many(lm, questions, methods, paths=paths, steps=steps, seed=0, template=DEFAULT_PPR_TEMPLATE)
 
 
 VIEW_LIKE = (torch.ops.aten._unsafe_view, torch.ops.aten.detach)  # views in effect, not flagged as views

@@ -79,7 +79,7 @@ def prepare_rollouts(config_path: str, out: str) -> None:
 
     config = load_settings(TrainConfig, config_path, {"n": 2})
     lm = load_model(config.model, dtype="float32")
-    questions = load_dataset(config.dataset, config.split, config.data_dir, n=config.n, seed=config.seed)
+    questions = load_dataset(config.dataset, config.split, data_dir=config.data_dir, n=config.n, seed=config.seed)
     groups = generate_rollouts(lm, questions, config.prefix_lengths, config.paths, config.horizon - 1,
                                config.seed, config.template, config.prefix_mode)
     save_rollouts(groups, Path(out) / "rollouts", {"bench": True})

@@ -33,13 +33,13 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_lm(tiny_model_dir: Path) -> LanguageModel:
-    return load_model(str(tiny_model_dir))
+    return load_model(str(tiny_model_dir), dtype="float32")
 
 
 @pytest.fixture(scope="session")
 def default_lm() -> LanguageModel:
     """The embedded default model (SmolLM2-135M-Instruct), converted once and cached."""
-    return load_model(DEFAULT_MODEL)
+    return load_model(DEFAULT_MODEL, dtype="float32")
 
 
 @pytest.fixture(scope="session")

@@ -64,7 +64,7 @@ SHORT_TEMPLATE = "{question}\nList {choice_str}:"
 def drifting_lm(tmp_path_factory: pytest.TempPathFactory) -> LanguageModel:
     """The tiny test model (seed 7) — with `SHORT_TEMPLATE` its θ depends strongly on the answers written so far
     (the seed-0 model's θ barely does), so Monte Carlo estimates have real variance."""
-    return load_model(str(save_tiny_model(tmp_path_factory.mktemp("tiny-model-7"), seed=7)))
+    return load_model(str(save_tiny_model(tmp_path_factory.mktemp("tiny-model-7"), seed=7)), dtype="float32")
 
 
 @pytest.fixture(scope="session")
@@ -90,7 +90,7 @@ def fresh_theta(runner: QuestionRunner, answers: Sequence[int]) -> torch.Tensor:
 def history_blind(model_dir: Path) -> LanguageModel:
     """The tiny model with every attention output projection zeroed: each position sees only its own token, so θ
     after any delimiter (and after the prompt, which ends with the same newline) is one fixed distribution."""
-    lm = load_model(str(model_dir))
+    lm = load_model(str(model_dir), dtype="float32")
     with torch.no_grad():
         for layer in lm.model.model.layers:
             layer.self_attn.o_proj.weight.zero_()

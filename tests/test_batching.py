@@ -23,9 +23,9 @@ def questions():
 
 
 def test_batched_questions_are_bit_identical_to_one_at_a_time(tiny_lm, history_template):
-    batched = run_methods_many(tiny_lm, questions(), METHODS, 4, 5, 7, history_template)
+    batched = run_methods_many(tiny_lm, questions(), METHODS, paths=4, steps=5, seed=7, template=history_template)
     for question, results in zip(questions(), batched, strict=True):
-        alone = run_methods(tiny_lm, question, METHODS, 4, 5, 7, history_template)
+        alone = run_methods(tiny_lm, question, METHODS, paths=4, steps=5, seed=7, template=history_template)
         for got, expected in zip(results, alone, strict=True):
             assert torch.equal(got.probs, expected.probs), (question.id, got.method.name)
             if expected.trajectories is not None:
@@ -120,7 +120,7 @@ def test_trajectory_quantities_many_is_bit_identical_to_one_at_a_time(tiny_lm, h
     assert trajectory_quantities_many(units[::-1][:3], 4, 6, 11) == batched[::-1][:3]
     # The paths are run_methods' paths (same generators; there ppr-seed5 shares a batch with ppr, whose padded paths
     # round θ differently), and the units differ, so a mix-up would show.
-    expected = run_methods(tiny_lm, runners[0].question, methods, 4, 6, 11, history_template)
+    expected = run_methods(tiny_lm, runners[0].question, methods, paths=4, steps=6, seed=11, template=history_template)
     torch.testing.assert_close(torch.tensor(batched[1]["marginal_mean"], dtype=torch.float64),
                                marginal_drift(expected[1].trajectories).mean, atol=1e-5, rtol=0)
     assert batched[0]["marginal_mean"] != batched[2]["marginal_mean"] != batched[3]["marginal_mean"]

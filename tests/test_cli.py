@@ -88,6 +88,31 @@ def test_quiet_and_verbose_set_the_message_level(tmp_path, argv: list[str], leve
         assert logging.getLogger("beliefdrift").level == level
 
 
+def test_quiet_silences_the_progress_bars_too(tmp_path) -> None:
+    """--quiet turns off every progress bar with the messages (`beliefdrift.progress_bar`, which the run loops
+    draw with); without it, and with -v, they show."""
+    import beliefdrift
+
+    for argv, shown in (([], True), (["--quiet"], False), (["-v"], True), (["-q"], False)):
+        assert main([*argv, "report", str(tmp_path)]) == 2
+        assert beliefdrift.progress_bar(range(2)).disable is not shown
+    assert beliefdrift.progress_bar(range(2), disable=True).disable  # one bar can still be turned off
+    beliefdrift.show_progress(True)
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_quiet_evaluate_draws_no_progress_bar(tiny_model_dir, tmp_path, capsys, quiet: bool) -> None:
+    argv = ["evaluate", "--model", str(tiny_model_dir), "-n", "2", "-J", "2", "-N", "2", "--methods", "direct", "ppr",
+            "--bootstrap", "10", "--out", str(tmp_path), *(["-q"] if quiet else [])]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert ("%|" in err) is not quiet and ("J=2 paths" in err) is not quiet  # the bars, and a progress message
+    assert ("Loading weights" in err) is not quiet  # transformers' own bar too
+    import beliefdrift
+
+    beliefdrift.show_progress(True)
+
+
 def test_unknown_method_suggests_the_closest() -> None:
     with pytest.raises(ValueError, match="did you mean 'ppr-seed5'"):
         parse_method("ppr-sed5")

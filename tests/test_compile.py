@@ -28,14 +28,15 @@ def test_compiled_engine_matches_eager_with_one_set_of_graphs_for_every_prompt(h
     lm = tiny_family_lm("mistral")  # a sliding window shorter than the prompts, GQA
     questions = [dataclasses.replace(SKY_QUESTION, id=f"q{i}", stem=SKY_QUESTION.stem + " Think." * i)
                  for i in range(3)]
-    eager = [paths(run_methods(lm, q, METHODS, 3, 6, 0, history_template)) for q in questions]
+    eager = [paths(run_methods(lm, q, METHODS, paths=3, steps=6, seed=0, template=history_template)) for q in questions]
     torch._dynamo.reset()
     counters.clear()
     compile_forward(lm.model)
-    compiled = [paths(run_methods(lm, questions[0], METHODS, 3, 6, 0, history_template))]
+    compiled = [paths(run_methods(lm, questions[0], METHODS, paths=3, steps=6, seed=0, template=history_template))]
     graphs = counters["stats"]["unique_graphs"]
     assert graphs > 0, "nothing was compiled"
-    compiled += [paths(run_methods(lm, q, METHODS, 3, 6, 0, history_template)) for q in questions[1:]]
+    compiled += [paths(run_methods(lm, q, METHODS, paths=3, steps=6, seed=0, template=history_template))
+                 for q in questions[1:]]
     assert counters["stats"]["unique_graphs"] == graphs, "a longer prompt compiled new graphs"
     for (answers, thetas), (eager_answers, eager_thetas) in zip(compiled, eager, strict=True):
         assert torch.equal(answers, eager_answers)

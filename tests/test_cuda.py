@@ -54,7 +54,7 @@ def test_answer_steps_never_wait_for_the_gpu(history_template):
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                run_methods_many(lm, questions, methods, 4, steps, 0, history_template)
+                run_methods_many(lm, questions, methods, paths=4, steps=steps, seed=0, template=history_template)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         return sum("synchroniz" in str(w.message) for w in caught)

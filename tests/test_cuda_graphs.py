@@ -19,7 +19,7 @@ METHODS = [parse_method(name) for name in ("ppr", "ppr-seed2", "ppr-seed5")]  # 
 
 
 def trajectories(lm, template: str) -> tuple[torch.Tensor, torch.Tensor]:
-    results = run_methods(lm, SKY_QUESTION, METHODS, 3, 6, 0, template)
+    results = run_methods(lm, SKY_QUESTION, METHODS, paths=3, steps=6, seed=0, template=template)
     return (torch.cat([r.trajectories.answers for r in results]),
             torch.cat([r.trajectories.thetas.float() for r in results]))
 

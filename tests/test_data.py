@@ -295,6 +295,22 @@ def test_every_registered_dataset_loads_from_its_layout(name: str, tmp_path: Pat
     assert all(item.source.startswith(str(tmp_path / relative)) for item in items)
 
 
+def test_the_registry_is_one_entry_per_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each name maps to a loader and the kind of item it gives; a new entry is all `load_dataset` needs, and an
+    unknown name suggests the closest registered one."""
+    from beliefdrift.data.registry import KINDS, Dataset
+
+    assert list(DATASETS) == ["demo", "csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k"]  # the order errors list
+    for name, dataset in DATASETS.items():
+        assert isinstance(dataset, Dataset) and dataset.name == name and dataset.kind in KINDS and dataset.description
+        assert name == "demo" or name in LAYOUTS  # every dataset has its test layout below
+    question = MCQuestion(id="t1", stem="2 + 2?", choices=("4", "5"), labels=("A", "B"), answer="A")
+    monkeypatch.setitem(DATASETS, "toy", Dataset("toy", lambda split, root, seed: [question] * 3, MCQuestion, "toy"))
+    assert load_dataset("toy", n=2) == [question, question]
+    with pytest.raises(DataError, match="did you mean 'toy'"):
+        load_dataset("tyo")
+
+
 def test_missing_file_names_path_and_hint(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"commonsense_qa/dev_rand_split\.jsonl.*BELIEFDRIFT_DATA"):
         load_dataset("csqa", data_dir=tmp_path)

@@ -26,11 +26,11 @@ def test_an_interrupted_demo_keeps_its_finished_questions(tiny_model_dir, tmp_pa
     assert main([*args, "--out", str(tmp_path / "whole")]) == 0
     run_methods, calls = methods.run_methods, []
 
-    def interrupt_at_the_second(lm, question, *rest):  # Ctrl-C while the second question runs
+    def interrupt_at_the_second(lm, question, *rest, **options):  # Ctrl-C while the second question runs
         calls.append(question.id)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return run_methods(lm, question, *rest)
+        return run_methods(lm, question, *rest, **options)
 
     monkeypatch.setattr(methods, "run_methods", interrupt_at_the_second)
     out = tmp_path / "resumed"

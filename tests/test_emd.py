@@ -16,6 +16,8 @@ from beliefdrift.diagnostics.cid import cid_check, half_differences
 from beliefdrift.diagnostics.emd import (
     EMDConfig,
     aggregate_emd,
+    emd_per_question,
+    emd_rows,
     emd_summary,
     kl_divergence,
     kstep_drift,
@@ -88,11 +90,19 @@ def test_aggregate_and_emd_summary(drifting_lm, short_template):
     assert row.emd_bar == pytest.approx(0.2) and row.emd_bar_std == pytest.approx(math.sqrt(0.02))
     assert row.burn_in == pytest.approx([2.0, 0.0]) and row.questions == 2
     question = runner_for(drifting_lm, short_template).question
-    rows = emd_summary(drifting_lm, [question], [parse_method("ppr"), parse_method("ppr-seed1")], SMALL,
-                       template=short_template)
+    methods = [parse_method("ppr"), parse_method("ppr-seed1")]
+    rows = emd_summary(drifting_lm, [question], methods, config=SMALL, template=short_template)
     assert [r.method for r in rows] == ["PPR + NoSEED", "PPR + SEED_1"] and all(r.emd_bar > 0 for r in rows)
+    # The per-question results are the summary's ingredients: aggregated, they give the same rows
+    per_question = emd_per_question(drifting_lm, [question], methods, config=SMALL, template=short_template)
+    again = emd_rows(per_question)
+    assert [(r.method, r.emd_bar, r.burn_in) for r in again] == [(r.method, r.emd_bar, r.burn_in) for r in rows]
+    assert [r.emd_bar for r in rows] == [results[0].emd_bar("l1") for results in per_question.values()]
     with pytest.raises(ValueError, match="resampling"):
-        emd_summary(drifting_lm, [question], [parse_method("direct")], SMALL)
+        emd_summary(drifting_lm, [question], [parse_method("direct")], config=SMALL)
+    with pytest.warns(DeprecationWarning, match="by keyword"):  # the old positional call still works
+        old = emd_summary(drifting_lm, [question], methods, SMALL, template=short_template)
+    assert [r.emd_bar for r in old] == [r.emd_bar for r in rows]
 
 
 def test_cid_statistic_by_hand():
@@ -179,10 +189,10 @@ def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, s
     from beliefdrift.runloop import Models
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # random: changes θ
-    get_peft_model(load_model(str(tiny_model_dir)).model, lora).save_pretrained(tmp_path / "adapter")
+    get_peft_model(load_model(str(tiny_model_dir), dtype="float32").model, lora).save_pretrained(tmp_path / "adapter")
     models = Models.load(DiagnosticsConfig(model=str(tiny_model_dir), dtype="float32",
                                            adapter=str(tmp_path / "adapter")))
-    base = runner_for(load_model(str(tiny_model_dir)), short_template).paths(1).dist.probs
+    base = runner_for(load_model(str(tiny_model_dir), dtype="float32"), short_template).paths(1).dist.probs
     for name, tuned in [("ppr-seed1", False), ("am-ppr", True), ("ppr", False)]:
         for lm, _ in models.groups([parse_method(name)]):
             theta = runner_for(lm, short_template).paths(1).dist.probs

@@ -220,9 +220,9 @@ def test_variants_advanced_together_match_fresh_forward(tiny_lm, question, histo
 
 
 def test_method_result_does_not_depend_on_other_methods(tiny_lm, question):
-    alone = run_methods(tiny_lm, question, [parse_method("ppr-seed2")], 4, 5, seed=3, template="ppr-llama")[0]
-    together = run_methods(tiny_lm, question, [parse_method(m) for m in ("direct", "ppr", "ppr-seed2")], 4, 5, 3,
-                           "ppr-llama")[2]
+    alone = run_methods(tiny_lm, question, [parse_method("ppr-seed2")], paths=4, steps=5, seed=3)[0]
+    together = run_methods(tiny_lm, question, [parse_method(m) for m in ("direct", "ppr", "ppr-seed2")], paths=4,
+                           steps=5, seed=3)[2]
     assert torch.equal(alone.trajectories.answers, together.trajectories.answers)
     torch.testing.assert_close(alone.probs, together.probs)
 
@@ -300,7 +300,7 @@ def test_answer_steps_read_nothing_back_to_the_host(history_template, cache, dra
 
     def reads(steps: int) -> int:
         with HostReads("cpu") as host:
-            run_methods_many(lm, questions, methods, 4, steps, 0, history_template)
+            run_methods_many(lm, questions, methods, paths=4, steps=steps, seed=0, template=history_template)
         return host.calls
 
     fewer = reads(6)

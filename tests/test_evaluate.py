@@ -94,11 +94,11 @@ def test_ranks_partition_the_questions() -> None:
 def test_load_adapter(tiny_model_dir: Path, tmp_path: Path, question: MCQuestion) -> None:
     from peft import LoraConfig, get_peft_model
 
-    untouched = load_model(str(tiny_model_dir))
+    untouched = load_model(str(tiny_model_dir), dtype="float32")
     lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
-    get_peft_model(load_model(str(tiny_model_dir)).model, lora).save_pretrained(tmp_path / "adapter")
+    get_peft_model(load_model(str(tiny_model_dir), dtype="float32").model, lora).save_pretrained(tmp_path / "adapter")
 
-    lm = load_model(str(tiny_model_dir))
+    lm = load_model(str(tiny_model_dir), dtype="float32")
     tuned = load_adapter(lm, tmp_path / "adapter")
     assert tuned.tokenizer is lm.tokenizer
     ids = torch.tensor([[5, 17, 42, 99]])
@@ -120,10 +120,12 @@ def test_load_adapter(tiny_model_dir: Path, tmp_path: Path, question: MCQuestion
                 np.testing.assert_allclose(getattr(rows[name], field), getattr(base_rows[name], field), atol=1e-6)
     np.testing.assert_array_equal(rows["ppr-seed1"].answers, base_rows["ppr-seed1"].answers)
     am = rows["am-ppr-seed1"]  # θ̂_1 of the tuned model, not of the base model
-    expected = run_methods(tuned, question, methods[2:], 3, 4, config.seed, config.template)[0]
+    expected = run_methods(tuned, question, methods[2:], paths=3, steps=4, seed=config.seed,
+                           template=config.template)[0]
     assert am.probs.tobytes() == expected.probs.numpy().tobytes()
     assert am.answers.shape == (3, 0) and am.thetas.shape == (3, 1, 4)
-    base = run_methods(untouched, question, methods[2:], 3, 4, config.seed, config.template)[0]
+    base = run_methods(untouched, question, methods[2:], paths=3, steps=4, seed=config.seed,
+                       template=config.template)[0]
     assert not np.allclose(am.probs, base.probs.numpy(), atol=1e-4)
 
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):

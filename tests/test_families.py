@@ -176,10 +176,10 @@ def test_the_users_attention_implementation_runs_every_other_forward_pass(questi
 
 def test_device_map_leaves_theta_unchanged(tiny_model_dir, tmp_path, question, history_template):
     """A model split over the CPU and disk (accelerate's offload hooks) gives the engine's θ bit for bit."""
-    whole = load_model(str(tiny_model_dir))
+    whole = load_model(str(tiny_model_dir), dtype="float32")
     layout = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.norm": "cpu",
               "model.rotary_emb": "cpu", "lm_head": "cpu"}
-    split = load_model(str(tiny_model_dir), device_map=layout)
+    split = load_model(str(tiny_model_dir), dtype="float32", device_map=layout)
     assert "disk" in split.model.hf_device_map.values()
     runs = [QuestionRunner(lm, question, history_template).ppr(3, 4, make_generator(1), num_seeds=2)
             for lm in (whole, split)]

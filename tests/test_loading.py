@@ -38,7 +38,25 @@ def test_bad_model_paths_are_reported(tmp_path):
 
 def test_local_directory_loads(tiny_model_dir):
     lm = loading.load_model(str(tiny_model_dir))
-    assert lm.dtype == torch.float32 and lm.device.type == "cpu" and not lm.model.training
+    assert lm.dtype == resolve_dtype("auto", lm.device) and lm.device.type == "cpu" and not lm.model.training
+
+
+def test_load_model_defaults_are_the_clis(tiny_model_dir, monkeypatch):
+    """bd.load_model() resolves its dtype as `--dtype auto` does: float32 on a CPU without fast bf16 (so no number
+    changes there), bf16 where the CLI would pick it; the old positional call still works, with a warning."""
+    import inspect
+
+    from beliefdrift.config import ModelOptions
+
+    defaults = inspect.signature(loading.load_model).parameters
+    assert defaults["dtype"].default == ModelOptions.dtype == "auto"
+    assert defaults["device"].default == ModelOptions.device
+    monkeypatch.setattr(loading, "_cpu_has_fast_bf16", lambda: False)
+    assert loading.load_model(str(tiny_model_dir)).dtype == torch.float32
+    monkeypatch.setattr(loading, "_cpu_has_fast_bf16", lambda: True)
+    assert loading.load_model(str(tiny_model_dir)).dtype == torch.bfloat16
+    with pytest.warns(DeprecationWarning, match="by keyword"):
+        assert loading.load_model(str(tiny_model_dir), "cpu", "float32").dtype == torch.float32
 
 
 @pytest.mark.integration

@@ -18,9 +18,9 @@ from beliefdrift.metrics import (
     CE2_BINS,
     CE2_MIN_N,
     METRIC_NAMES,
+    METRICS,
     Interval,
     MetricWarning,
-    NLLResult,
     _accuracy_core,
     _auroc_core,
     _bin_index,
@@ -36,6 +36,7 @@ from beliefdrift.metrics import (
     ce2_squared,
     ece,
     nll,
+    nll_clipped,
     reliability_bins,
     resample_indices,
     summarize,
@@ -205,36 +206,54 @@ def test_auroc_one_class_is_nan_with_warning(targets: list[int]) -> None:
 
 
 def test_nll_zero_probability_on_true_label_is_clipped() -> None:
-    res = nll(np.array([[0.0, 1.0]]), np.array([0]))
-    assert isinstance(res, NLLResult)
-    assert res.clipped == 1
-    assert res.value == pytest.approx(-math.log(1e-6))
-    assert float(res) == res.value
+    probs, targets = np.array([[0.0, 1.0]]), np.array([0])
+    assert type(nll(probs, targets)) is float
+    assert nll_clipped(probs, targets) == 1
+    assert nll(probs, targets) == pytest.approx(-math.log(1e-6))
 
-    res = nll(np.array([[0.0, 1.0], [0.5, 0.5], [0.2, 0.8]]), np.array([0, 0, 1]), eps=1e-3)
-    assert res.clipped == 1
-    assert res.value == pytest.approx((-math.log(1e-3) - math.log(0.5) - math.log(0.8)) / 3)
+    probs, targets = np.array([[0.0, 1.0], [0.5, 0.5], [0.2, 0.8]]), np.array([0, 0, 1])
+    assert nll_clipped(probs, targets, eps=1e-3) == 1
+    assert nll(probs, targets, eps=1e-3) == pytest.approx((-math.log(1e-3) - math.log(0.5) - math.log(0.8)) / 3)
 
 
 def test_nll_probability_equal_to_eps_is_not_clipped() -> None:
-    res = nll(np.array([[0.25, 0.75]]), np.array([0]), eps=0.25)
-    assert res.clipped == 0
-    assert res.value == pytest.approx(-math.log(0.25))
+    probs, targets = np.array([[0.25, 0.75]]), np.array([0])
+    assert nll_clipped(probs, targets, eps=0.25) == 0
+    assert nll(probs, targets, eps=0.25) == pytest.approx(-math.log(0.25))
 
 
 def test_nll_without_clipping() -> None:
-    res = nll(np.array([[0.25, 0.75], [0.5, 0.5]]), np.array([1, 0]))
-    assert res.clipped == 0
-    assert res.value == pytest.approx((-math.log(0.75) - math.log(0.5)) / 2)
+    probs, targets = np.array([[0.25, 0.75], [0.5, 0.5]]), np.array([1, 0])
+    assert nll_clipped(probs, targets) == 0
+    assert nll(probs, targets) == pytest.approx((-math.log(0.75) - math.log(0.5)) / 2)
     with pytest.raises(ValueError, match="eps"):
         nll(np.array([[0.5, 0.5]]), np.array([0]), eps=0.0)
+    with pytest.raises(ValueError, match="eps"):
+        nll_clipped(np.array([[0.5, 0.5]]), np.array([0]), eps=0.0)
+
+
+def test_every_metric_returns_a_float() -> None:
+    """One documented type: a Python float from every metric of METRICS (and CE₂), whatever the input."""
+    probs, targets = _random_problem(3, n=20, k=4)
+    for fn in (*(spec.function for spec in METRICS.values()), ce2, ce2_squared):
+        assert type(fn(probs, targets)) is float, fn.__name__
+        assert type(fn(list(probs), list(targets))) is float, fn.__name__
+
+
+def test_old_positional_metric_options_still_work_with_a_warning() -> None:
+    probs, targets = _random_problem(4, n=20, k=4)
+    with pytest.warns(DeprecationWarning, match="by keyword"):
+        assert ece(probs, targets, 10) == ece(probs, targets, n_bins=10)
+    with pytest.warns(DeprecationWarning, match="by keyword"):
+        assert bootstrap_ci(brier, probs, targets, 50, 0.9, 1) == bootstrap_ci(brier, probs, targets, n_resamples=50,
+                                                                               level=0.9, seed=1)
 
 
 def test_nll_of_certain_right_answers_is_plus_zero() -> None:
     # -0.0 would print as "-0.0000" in the report tables
     probs, targets = np.eye(3)[[0, 2, 1, 1]], np.array([0, 2, 1, 1])
     interval = bootstrap_ci(nll, probs, targets, n_resamples=20)
-    assert all(value == 0.0 and math.copysign(1.0, value) == 1.0 for value in (nll(probs, targets).value, *interval))
+    assert all(value == 0.0 and math.copysign(1.0, value) == 1.0 for value in (nll(probs, targets), *interval))
 
 
 def test_brier_hand_computed() -> None:
@@ -290,10 +309,10 @@ def test_ragged_matches_per_question_computation(seed: int) -> None:
     # mean-type metrics: the mean of the same metric on each question alone
     per_q_acc = [accuracy([r], [t]) for r, t in zip(rows, targets, strict=True)]
     per_q_bs = [brier([r], [t]) for r, t in zip(rows, targets, strict=True)]
-    per_q_nll = [nll([r], [t]).value for r, t in zip(rows, targets, strict=True)]
+    per_q_nll = [nll([r], [t]) for r, t in zip(rows, targets, strict=True)]
     assert accuracy(rows, targets) == pytest.approx(np.mean(per_q_acc))
     assert brier(rows, targets) == pytest.approx(np.mean(per_q_bs))
-    assert nll(rows, targets).value == pytest.approx(np.mean(per_q_nll))
+    assert nll(rows, targets) == pytest.approx(np.mean(per_q_nll))
     # and from first principles
     assert brier(rows, targets) == pytest.approx(
         np.mean([np.sum((r - np.eye(r.size)[t]) ** 2) for r, t in zip(rows, targets, strict=True)])
@@ -467,7 +486,7 @@ def test_summarize_reports_every_metric_with_interval() -> None:
         "ACC": accuracy(probs, targets),
         "AUC": auroc(probs, targets),
         "ECE": ece(probs, targets),
-        "NLL": nll(probs, targets).value,
+        "NLL": nll(probs, targets),
         "BS": brier(probs, targets),
     }
     for name in METRIC_NAMES:
@@ -515,9 +534,8 @@ def test_summarize_passes_options_through() -> None:
     probs, targets = _random_problem(10, n=100, k=4)
     out = summarize(probs, targets, n_bins=5, eps=0.2, n_resamples=50)
     assert out["ECE"].point == pytest.approx(ece(probs, targets, n_bins=5))
-    res = nll(probs, targets, eps=0.2)
-    assert out["NLL"].point == pytest.approx(res.value)
-    assert out["nll_clipped"] == res.clipped > 0
+    assert out["NLL"].point == pytest.approx(nll(probs, targets, eps=0.2))
+    assert out["nll_clipped"] == nll_clipped(probs, targets, eps=0.2) > 0
 
 
 def test_summarize_one_class_warns_once_and_reports_nan_auc() -> None:

@@ -199,7 +199,7 @@ def test_metric_table_for_in_memory_results(tiny_lm) -> None:
     methods = [parse_method(name) for name in ("direct", "ppr-seed1")]
     results: dict[str, list] = {m.name: [] for m in methods}
     for question in questions:
-        for result in run_methods(tiny_lm, question, methods, 2, 2, 0, "ppr-llama"):
+        for result in run_methods(tiny_lm, question, methods, paths=2, steps=2, seed=0, template="ppr-llama"):
             results[result.method.name].append(result)
     text = metric_table(results, questions, qc=QualityControl(path_mass=0.0), n_resamples=20)
     assert "| Method | Demo ACC | Demo AUC | Demo n (excl.) |" in text

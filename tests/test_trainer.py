@@ -421,16 +421,16 @@ def test_saved_adapter_loads_with_peft_and_load_adapter(reference_run, tiny_mode
     from beliefdrift.methods import parse_method, run_methods
 
     adapter = reference_run / "adapter"
-    tuned = load_adapter(load_model(str(tiny_model_dir)), adapter)
-    peft_model = PeftModel.from_pretrained(load_model(str(tiny_model_dir)).model, str(adapter)).eval()
-    base = load_model(str(tiny_model_dir))
+    tuned = load_adapter(load_model(str(tiny_model_dir), dtype="float32"), adapter)
+    peft_model = PeftModel.from_pretrained(load_model(str(tiny_model_dir), dtype="float32").model, str(adapter)).eval()
+    base = load_model(str(tiny_model_dir), dtype="float32")
     tokens = ppr_tokens(base, question, template)
     ids = torch.tensor([tokens.prompt_ids])
     with torch.no_grad():
         tuned_logits = tuned.model(ids).logits[0, -1]
         torch.testing.assert_close(peft_model(ids).logits[0, -1], tuned_logits)
         assert (tuned_logits - base.model(ids).logits[0, -1]).abs().max() > 1e-4, "the adapter changes the model"
-    result = run_methods(tuned, question, [parse_method("am-ppr")], 4, 4, 0, template)[0]
+    result = run_methods(tuned, question, [parse_method("am-ppr")], paths=4, steps=4, seed=0, template=template)[0]
     assert result.probs.shape == (4,) and float(result.probs.sum()) == pytest.approx(1.0)
 
 

@@ -6,29 +6,40 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
 >>> import beliefdrift as bd
 >>> lm = bd.load_model()  # the embedded default model
 >>> questions = bd.load_dataset("demo", n=2)
->>> results = bd.run_methods_many(lm, questions, [bd.parse_method("ppr")], 4, 5, seed=0, template="ppr-llama")
+>>> results = bd.run_methods_many(lm, questions, [bd.parse_method("ppr")], paths=4, steps=5)
 
 - models and data: `load_model`, `load_adapter`, `load_dataset`, `MCQuestion`;
 - methods and paths: `parse_method`, `run_methods`, `run_methods_many`, `QuestionRunner`, `make_generator`;
 - estimators: `martingale_posterior_mean` (q*), `rao_blackwell_mean` (q*_RB), `first_step_estimate` (θ̂_1);
-- diagnostics: `marginal_drift`, `marginal_shift`, `EMDConfig`, `question_emd` (one question's EMD),
-  `emd_summary` and `aggregate_emd` (over questions), `question_floor` and `method_floors` (the noise floor);
-- metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier`,
-  `bootstrap_ci`; paired tests `paired_summary`, `paired_mean_bootstrap`, `paired_scores` (of stored rows);
+- diagnostics: `marginal_drift`, `marginal_shift`, `EMDConfig`, `emd_per_question` (each question's EMD, as the
+  `emd` command stores it), `emd_rows` (those over questions), `emd_summary` (both in one call), `question_emd` and
+  `aggregate_emd` (one question, stored summaries), `noise_floor` (the rows beside their Pólya-urn floor),
+  `question_floor`, `method_floors` and `with_floor` (its parts);
+- metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier` (each a
+  float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_summary`, `paired_mean_bootstrap`, `paired_scores`
+  (of stored rows);
 - runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `drift`, `emd`, `reasoning` (the
   same for the diagnostics, with `DriftConfig`, `EMDCommandConfig`, `ReasoningCommandConfig`), `open_run` (any run
   directory, finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
   `score_rows`, `QualityControl`;
 - SC fine-tuning (AM-PPR): `TrainConfig`, `SCTrainer`;
 - settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
+
+Keyword arguments carry the CLI's names and defaults (`paths`, `steps`, `seed`, `template`, `template_ending`,
+`dtype="auto"`); an old name (`num_paths`, `num_steps`, `ending`) or an old positional call still works for one
+release, with a DeprecationWarning (`renamed`). `--quiet` silences the progress bars with the messages
+(`show_progress`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 __version__ = "0.2.0"
 
@@ -54,6 +65,71 @@ def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Ca
     return __getattr__, __dir__
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def renamed(*legacy_positional: str, **old_names: str) -> Callable[[_F], _F]:
+    """Keep a public function's old calls working for one release, each with a DeprecationWarning naming the new
+    spelling: `old_names` maps an old keyword to its new name (`renamed(num_paths="paths")`), and
+    `legacy_positional` names, in their old order, the parameters that were positional before they became
+    keyword-only (a call passing them by position still works). Unknown keywords stay errors."""
+
+    def decorate(function: _F) -> _F:
+        parameters = inspect.signature(function).parameters.values()
+        positional = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
+        name = function.__qualname__.removesuffix(".__init__")
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if len(args) > positional and legacy_positional:
+                extra, args = args[positional:], args[:positional]
+                if len(extra) > len(legacy_positional):
+                    raise TypeError(f"{name}() takes at most {positional + len(legacy_positional)} positional "
+                                    f"arguments ({positional + len(extra)} given)")
+                given = legacy_positional[: len(extra)]
+                if any(key in kwargs for key in given):
+                    raise TypeError(f"{name}() got multiple values for {', '.join(k for k in given if k in kwargs)}")
+                warnings.warn(f"{name}(): pass {', '.join(given)} by keyword ({', '.join(f'{k}=' for k in given)}); "
+                              "positional calls go in the next release", DeprecationWarning, stacklevel=2)
+                kwargs.update(zip(given, extra, strict=True))
+            for old, new in old_names.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{name}() got both {old}= and its new name {new}=")
+                    warnings.warn(f"{name}(): {old}= is now {new}=; the old name goes in the next release",
+                                  DeprecationWarning, stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+#: Whether the package's progress bars show (`show_progress`; the CLI's --quiet turns them off with its messages).
+_progress = {"show": True}
+
+
+def show_progress(show: bool) -> None:
+    """Turn every progress bar of the package on or off: `beliefdrift --quiet` turns them off as it lowers the
+    messages to warnings (`cli.configure_logging`); in Python they show until this turns them off."""
+    _progress["show"] = bool(show)
+
+
+def progress_shown() -> bool:
+    """Whether progress bars show now (`show_progress`)."""
+    return _progress["show"]
+
+
+def progress_bar(*args: Any, **kwargs: Any) -> Any:
+    """A `tqdm` bar (same arguments), off while `show_progress(False)` holds; `disable=True` still turns one off.
+    Every loop of the package draws its bar with this, so one switch silences them all."""
+    from tqdm import tqdm
+
+    kwargs["disable"] = bool(kwargs.get("disable")) or not _progress["show"]
+    return tqdm(*args, **kwargs)
+
+
 #: Each module and the public names it defines.
 _EXPORTS = {
     "beliefdrift.backend.loading": ("load_model",),
@@ -65,10 +141,10 @@ _EXPORTS = {
     "beliefdrift.estimators": ("martingale_posterior_mean", "rao_blackwell_mean", "first_step_estimate"),
     "beliefdrift.diagnostics.marginal": ("marginal_drift", "marginal_shift"),
     "beliefdrift.diagnostics.settings": ("EMDConfig",),
-    "beliefdrift.diagnostics.emd": ("question_emd", "emd_summary", "aggregate_emd"),
-    "beliefdrift.diagnostics.noise_floor": ("question_floor", "method_floors"),
-    "beliefdrift.metrics": ("summarize", "accuracy", "auroc", "ece", "nll", "brier", "bootstrap_ci", "paired_summary",
-                            "paired_mean_bootstrap"),
+    "beliefdrift.diagnostics.emd": ("emd_per_question", "emd_rows", "emd_summary", "question_emd", "aggregate_emd"),
+    "beliefdrift.diagnostics.noise_floor": ("noise_floor", "question_floor", "method_floors", "with_floor"),
+    "beliefdrift.metrics": ("summarize", "accuracy", "auroc", "ece", "nll", "nll_clipped", "brier", "bootstrap_ci",
+                            "paired_summary", "paired_mean_bootstrap"),
     "beliefdrift.report.paired": ("paired_scores",),
     "beliefdrift.evaluation_config": ("EvalConfig",),
     "beliefdrift.results": ("evaluate", "drift", "emd", "reasoning", "open_run", "Run", "write_export"),

@@ -18,7 +18,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from beliefdrift import __version__
+from beliefdrift import __version__, show_progress
 from beliefdrift.config import CommandParser
 
 DESCRIPTION = ("Measure and repair belief drift in language models answering multiple-choice questions: prompted "
@@ -55,7 +55,7 @@ def add_output_options(parser: argparse.ArgumentParser, default: object) -> None
     group.add_argument("--debug", action="store_true", default=default, help="show the full traceback of an error")
     loudness = group.add_mutually_exclusive_group()
     loudness.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=default,
-                          help="print warnings and errors only (no progress messages)")
+                          help="print warnings and errors only (no progress messages or bars)")
     loudness.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=default,
                           help="print debug messages too")
 
@@ -69,7 +69,9 @@ def version() -> str:
 
 
 def configure_logging(verbosity: int) -> None:
-    """The package's messages to stderr, one line each: warnings only (-1), progress (0) or debug messages too (1)."""
+    """The package's messages to stderr, one line each: warnings only (-1), progress (0) or debug messages too (1);
+    the progress bars show unless only warnings do (`beliefdrift.show_progress`)."""
+    show_progress(verbosity >= 0)
     logger = logging.getLogger("beliefdrift")
     logger.handlers.clear()  # one handler, however often `main` runs in a process
     handler = StderrHandler()

@@ -34,8 +34,8 @@ def question_rows(
     rows = []
     for model, group in models.groups(methods):
         start = perf_counter()
-        results = run_methods_many(model, questions, group, config.paths, config.steps, config.seed,
-                                   config.template, config.template_ending)
+        results = run_methods_many(model, questions, group, paths=config.paths, steps=config.steps,
+                                   seed=config.seed, template=config.template, template_ending=config.template_ending)
         seconds = (perf_counter() - start) / len(batch)
         rows += [
             result_row(position, question, result, seconds)

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
+from beliefdrift import renamed
 from beliefdrift.backend import LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.estimators import first_step_estimate, martingale_posterior_mean, rao_blackwell_mean
-from beliefdrift.prompts import DEFAULT_TEMPLATE_ENDING
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 from beliefdrift.registry import Method, parse_method
 from beliefdrift.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator, sample_many
 
@@ -47,38 +48,50 @@ def _request(method: Method, num_paths: int, num_steps: int, generator: torch.Ge
     return PPRRequest(num_paths, num_steps if method.spec.generates else 0, generator, method.num_seeds)
 
 
+_LEGACY = ("paths", "steps", "seed", "template", "template_ending")
+_RENAMED = {"num_paths": "paths", "num_steps": "steps", "ending": "template_ending"}
+
+
+@renamed(*_LEGACY, **_RENAMED)
 def run_methods(
     lm: LanguageModel,
     question: MCQuestion,
-    methods: list[Method],
-    num_paths: int,
-    num_steps: int,
-    seed: int,
-    template: str,
-    ending: str = DEFAULT_TEMPLATE_ENDING,
+    methods: Sequence[Method],
+    *,
+    paths: int = 8,
+    steps: int = 20,
+    seed: int = 0,
+    template: str = DEFAULT_PPR_TEMPLATE,
+    template_ending: str = DEFAULT_TEMPLATE_ENDING,
 ) -> list[MethodResult]:
     """All `methods` on one question with one model (see `run_methods_many`)."""
-    return run_methods_many(lm, [question], methods, num_paths, num_steps, seed, template, ending)[0]
+    return run_methods_many(lm, [question], methods, paths=paths, steps=steps, seed=seed, template=template,
+                            template_ending=template_ending)[0]
 
 
+@renamed(*_LEGACY, **_RENAMED)
 def run_methods_many(
     lm: LanguageModel,
     questions: Sequence[MCQuestion],
-    methods: list[Method],
-    num_paths: int,
-    num_steps: int,
-    seed: int,
-    template: str,
-    ending: str = DEFAULT_TEMPLATE_ENDING,
+    methods: Sequence[Method],
+    *,
+    paths: int = 8,
+    steps: int = 20,
+    seed: int = 0,
+    template: str = DEFAULT_PPR_TEMPLATE,
+    template_ending: str = DEFAULT_TEMPLATE_ENDING,
 ) -> list[list[MethodResult]]:
     """All `methods` on each question with one model: one prefill per prompt, and the paths of every resampling
     method of every question advance together. Each method draws from its own generator (run seed, question id,
-    method name), so its result does not depend on which other methods or questions ran. Prompts use the
-    template `ending`."""
-    runners = [QuestionRunner(lm, question, template, ending) for question in questions]
+    method name), so its result does not depend on which other methods or questions ran.
+
+    The keywords and their defaults are the CLI's (`--paths/-J`, `--steps/-N`, `--seed`, `--template`,
+    `--template-ending`); `num_paths`, `num_steps` and `ending`, and positional calls, still work for one release
+    with a DeprecationWarning."""
+    runners = [QuestionRunner(lm, question, template, template_ending) for question in questions]
     resampling = [m for m in methods if m.resamples]
     jobs = [
-        (runner, [_request(m, num_paths, num_steps, make_generator(seed, runner.question.id, m.name))
+        (runner, [_request(m, paths, steps, make_generator(seed, runner.question.id, m.name))
                   for m in resampling])
         for runner in runners
     ]

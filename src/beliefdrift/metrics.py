@@ -1,6 +1,8 @@
 """Evaluation metrics for multiple-choice predictions (paper Appendix "Evaluation Metrics", DESIGN §11).
 
-A functional core: numpy in, floats out.  Every function takes
+A functional core: numpy in, floats out.  Every metric (``accuracy``, ``auroc``, ``ece``, ``nll``, ``brier``,
+``ce2``, ``ce2_squared``) returns a Python ``float``; an interval is an :class:`Interval` ``(point, low, high)`` of
+floats, a paired comparison a :class:`PairedDelta`.  Every function takes
 
 * ``probs``: the predicted distributions, either an array ``[N, K]`` whose rows are probability
   vectors over the K options, or a sequence of N one-dimensional arrays whose lengths may differ
@@ -28,6 +30,8 @@ import numpy as np
 import torch
 from scipy.stats import permutation_test
 
+from beliefdrift import renamed
+
 __all__ = [
     "METRICS",
     "METRIC_NAMES",
@@ -35,7 +39,6 @@ __all__ = [
     "SUM_TOLERANCE",
     "Interval",
     "MetricWarning",
-    "NLLResult",
     "PairedDelta",
     "ReliabilityBins",
     "accuracy",
@@ -47,6 +50,7 @@ __all__ = [
     "ce2_interval",
     "ece",
     "nll",
+    "nll_clipped",
     "paired_bootstrap",
     "paired_mean_bootstrap",
     "paired_summary",
@@ -380,7 +384,8 @@ def ce2_interval(batch: _Batch, index: np.ndarray, level: float, n_bins: int = C
     return Interval(root, math.sqrt(max(0.0, low)), math.sqrt(max(0.0, high)))
 
 
-def ece(probs: Any, targets: Any, n_bins: int = 15) -> float:
+@renamed("n_bins")
+def ece(probs: Any, targets: Any, *, n_bins: int = 15) -> float:
     """Expected calibration error: ECE = Σ_b (n_b/N) |acc_b − conf_b| over the equal-width bins
     ((b−1)/B, b/B] of :func:`reliability_bins` (empty bins contribute 0).
     """
@@ -389,30 +394,29 @@ def ece(probs: Any, targets: Any, n_bins: int = 15) -> float:
     return float(_ece_core(batch, _identity(batch.n), n_bins)[0])
 
 
-@dataclass(frozen=True)
-class NLLResult:
-    """Mean negative log-likelihood and how many true-label probabilities were clipped up to ``eps``.
-
-    ``float(result)`` gives ``result.value``, so :func:`nll` can be passed to :func:`bootstrap_ci`.
-    """
-
-    value: float
-    clipped: int
-
-    def __float__(self) -> float:
-        return self.value
-
-
-def nll(probs: Any, targets: Any, eps: float = 1e-6) -> NLLResult:
-    """Negative log-likelihood: NLL = (1/N) Σ_i −log max(p_i^(y_i), ε).
-
-    ``clipped`` counts the questions with p_i^(y_i) < ε (whose term is capped at −log ε).
-    """
+def _check_eps(eps: float) -> None:
     if not (eps > 0 and math.isfinite(eps)):
         raise ValueError(f"eps must be a positive finite number; got {eps!r}")
+
+
+@renamed("eps")
+def nll(probs: Any, targets: Any, *, eps: float = 1e-6) -> float:
+    """Negative log-likelihood: NLL = (1/N) Σ_i −log max(p_i^(y_i), ε).
+
+    :func:`nll_clipped` counts the questions with p_i^(y_i) < ε (whose term is capped at −log ε); `summarize`
+    reports it as ``nll_clipped``.
+    """
+    _check_eps(eps)
     batch = _normalise(probs, targets)
-    clipped = int(np.count_nonzero(batch.p_true < eps))
-    return NLLResult(value=float(_nll_core(batch, _identity(batch.n), eps)[0]), clipped=clipped)
+    return float(_nll_core(batch, _identity(batch.n), eps)[0])
+
+
+@renamed("eps")
+def nll_clipped(probs: Any, targets: Any, *, eps: float = 1e-6) -> int:
+    """How many true-label probabilities :func:`nll` clips up to ``eps`` (p_i^(y_i) < ε)."""
+    _check_eps(eps)
+    batch = _normalise(probs, targets)
+    return int(np.count_nonzero(batch.p_true < eps))
 
 
 def brier(probs: Any, targets: Any) -> float:
@@ -513,10 +517,12 @@ def _interval(metric_fn: Callable[..., Any], batch: _Batch, index: np.ndarray, l
     return Interval(point, float(low), float(high))
 
 
+@renamed("n_resamples", "level", "seed")
 def bootstrap_ci(
     metric_fn: Callable[[np.ndarray, np.ndarray], Any],
     probs: Any,
     targets: Any,
+    *,
     n_resamples: int = 1000,
     level: float = 0.95,
     seed: int = 0,
@@ -525,8 +531,8 @@ def bootstrap_ci(
     times (:func:`resample_indices` with ``numpy.random.default_rng(seed)``); [low, high] = the
     (1∓level)/2 percentiles of the resampled metric values.
 
-    ``metric_fn(probs, targets)`` must return something ``float()`` accepts (``nll`` works).  The metrics
-    of this module (and ``functools.partial``s of them with keyword options) are computed on all
+    ``metric_fn(probs, targets)`` must return something ``float()`` accepts (every metric here returns a
+    float).  The metrics of this module (and ``functools.partial``s of them with keyword options) are computed on all
     resamples at once; any other callable is called per resample with the resampled rows as a
     zero-padded ``[N, K_max]`` array (ragged input included).  NaN resamples (e.g. AUROC on a resample
     with one class) are ignored; their :class:`MetricWarning` is suppressed.  If every resample is NaN,
@@ -568,7 +574,7 @@ def summarize(
     batch = _normalise(probs, targets)
     index = resample_indices(batch.n, n_resamples, np.random.default_rng(seed))
     fns = _metric_fns(n_bins, eps)
-    out: dict[str, Any] = {"n": batch.n, "nll_clipped": nll(batch.probs, batch.targets, eps=eps).clipped}
+    out: dict[str, Any] = {"n": batch.n, "nll_clipped": nll_clipped(batch.probs, batch.targets, eps=eps)}
     for name in METRIC_NAMES:
         out[name] = _interval(fns[name], batch, index, level)
     out["CE2"] = ce2_interval(batch, index, level)
@@ -645,11 +651,13 @@ def _paired_batches(probs_a: Any, probs_b: Any, targets: Any) -> tuple[_Batch, _
     return _normalise(probs_a, targets), _normalise(probs_b, targets)
 
 
+@renamed("n_resamples", "level", "seed")
 def paired_bootstrap(
     metric_fn: Callable[[np.ndarray, np.ndarray], Any],
     probs_a: Any,
     probs_b: Any,
     targets: Any,
+    *,
     n_resamples: int = 1000,
     level: float = 0.95,
     seed: int = 0,
@@ -694,8 +702,9 @@ def paired_summary(
     return {name: _paired(_core_of(fn), a, b, index, level) for name, fn in _metric_fns(n_bins, eps).items()}
 
 
+@renamed("n_resamples", "level", "seed")
 def paired_mean_bootstrap(
-    values_a: Any, values_b: Any, n_resamples: int = 1000, level: float = 0.95, seed: int = 0
+    values_a: Any, values_b: Any, *, n_resamples: int = 1000, level: float = 0.95, seed: int = 0
 ) -> PairedDelta:
     """Paired bootstrap of Δ = mean_i (x_i − y_i) for per-item values ``values_a`` = x, ``values_b`` = y of two
     methods on the same N items (e.g. each question's EMD‾): Δ*_r is the mean of x_i − y_i over resample r

@@ -14,6 +14,7 @@ from functools import cached_property
 
 import torch
 
+from beliefdrift import renamed
 from beliefdrift.backend import AnswerDist, AnswerTokens, LanguageModel, PathBatch
 from beliefdrift.backend.answer_tokens import resolve_answer_tokens, resolve_single_answer
 from beliefdrift.data.question import MCQuestion
@@ -178,29 +179,31 @@ class PPRRequest:
 class QuestionRunner:
     """Everything sampled for one question, sharing work between methods: the direct-query θ and the PPR
     prompt are each computed once (one prefill) and forked for every method that needs them. Both prompts are
-    rendered with the template `ending` (`prompts.TEMPLATE_ENDINGS`)."""
+    rendered with `template_ending` (`prompts.TEMPLATE_ENDINGS`; the old keyword `ending` warns)."""
 
+    @renamed(ending="template_ending")
     def __init__(
         self,
         lm: LanguageModel,
         question: MCQuestion,
         template: str = DEFAULT_PPR_TEMPLATE,
-        ending: str = DEFAULT_TEMPLATE_ENDING,
+        template_ending: str = DEFAULT_TEMPLATE_ENDING,
     ):
         self.lm = lm
         self.question = question
         self.template = template
-        self.ending = ending
+        self.template_ending = template_ending
 
     @cached_property
     def direct(self) -> AnswerDist:
         """Exact direct-query θ over the labels (probs [K], valid_mass scalar)."""
-        return direct_query(self.lm, self.question, self.ending)
+        return direct_query(self.lm, self.question, self.template_ending)
 
     @cached_property
     def ppr_prompt(self) -> PathBatch:
         """The PPR prompt, prefilled once (a single path; fork it, never advance it)."""
-        return PathBatch.prefill(self.lm.model, ppr_tokens(self.lm, self.question, self.template, ending=self.ending))
+        tokens = ppr_tokens(self.lm, self.question, self.template, ending=self.template_ending)
+        return PathBatch.prefill(self.lm.model, tokens)
 
     def paths(self, num_paths: int, seeds: torch.Tensor | None = None) -> PathBatch:
         """`num_paths` fresh PPR paths, path j's context ending with its seeds (one forward pass)."""

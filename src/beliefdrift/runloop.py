@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from tqdm import tqdm
-
+from beliefdrift import progress_bar as tqdm  # the bars follow --quiet (beliefdrift.show_progress)
 from beliefdrift.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.loading import model_from

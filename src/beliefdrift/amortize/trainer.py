@@ -219,14 +219,14 @@ class SCTrainer:
         """The `n` training questions (read once); a dataset of other items (math problems) is a DataError."""
         if self._training is None:
             c = self.config
-            self._training = require_kind(load_dataset(c.dataset, c.split, c.data_dir, n=c.n, seed=c.seed,
+            self._training = require_kind(load_dataset(c.dataset, c.split, data_dir=c.data_dir, n=c.n, seed=c.seed,
                                                        fields=c.fields), c.dataset, "train")
         return self._training
 
     def _validation_pool(self, n: int) -> list[MCQuestion]:
         c = self.config
         dataset = c.eval_dataset or c.dataset
-        return require_kind(load_dataset(dataset, c.eval_split or c.split, c.data_dir, n=n, seed=c.seed + 1,
+        return require_kind(load_dataset(dataset, c.eval_split or c.split, data_dir=c.data_dir, n=n, seed=c.seed + 1,
                                          fields=c.fields), dataset,
                             "train's validation", flag="--eval-dataset" if c.eval_dataset else "--dataset")
 

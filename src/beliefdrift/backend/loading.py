@@ -6,6 +6,7 @@ model is saved once as safetensors + tokenizer under the user cache directory an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -14,7 +15,7 @@ import inspect
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,9 @@ from typing import Any
 import torch
 from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
+from beliefdrift import progress_shown, renamed
 from beliefdrift.errors import check_device, check_model
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
 
@@ -171,6 +174,20 @@ def model_source(spec: str) -> Path | str:
     return spec  # a hub id
 
 
+@contextlib.contextmanager
+def _transformers_bars(show: bool) -> Iterator[None]:
+    """transformers' own progress bars (loading weights) off while `show` is False (the CLI's --quiet), as before
+    afterwards."""
+    shown = hf_logging.is_progress_bar_enabled()
+    if shown and not show:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown and not show:
+            hf_logging.enable_progress_bar()
+
+
 def model_from(options: Any) -> LanguageModel:
     """The model that `options` (a `config.ModelOptions`) names, with its device, dtype, attention, device map and
     from_pretrained keywords as set, after checking that the device exists and the model can be found, so that either
@@ -182,10 +199,12 @@ def model_from(options: Any) -> LanguageModel:
                       **options.pretrained_kwargs())
 
 
+@renamed("device", "dtype", "attn_implementation", "device_map", "revision", "trust_remote_code", "model_args")
 def load_model(
     spec: str = DEFAULT_MODEL,
+    *,
     device: str = "cpu",
-    dtype: str = "float32",
+    dtype: str = "auto",
     attn_implementation: str = "auto",
     device_map: str | dict | None = None,
     revision: str | None = None,
@@ -194,10 +213,11 @@ def load_model(
 ) -> LanguageModel:
     """Load `spec` (registry name, hub id, local directory or .gguf path) in eval mode.
 
-    `attn_implementation` (auto = transformers' choice for the model) runs every forward pass the engine does not
-    own; `device_map` ("auto" or an accelerate map) spreads a model over several devices instead of `device`.
-    `revision` and `trust_remote_code` go to both `from_pretrained` calls, `model_args` (`config.parse_model_args`)
-    to the model's.
+    The defaults are the CLI's (`--device cpu`, `--dtype auto`: `resolve_dtype`, so float32 on a CPU without fast
+    bf16 matrix products, as before). `attn_implementation` (auto = transformers' choice for the model) runs every
+    forward pass the engine does not own; `device_map` ("auto" or an accelerate map) spreads a model over several
+    devices instead of `device`. `revision` and `trust_remote_code` go to both `from_pretrained` calls,
+    `model_args` (`config.parse_model_args`) to the model's.
     """
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(f"unknown attention implementation {attn_implementation!r}; expected one of "
@@ -214,7 +234,8 @@ def load_model(
         options["attn_implementation"] = attn_implementation
     if device_map is not None:
         options["device_map"] = device_map
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **options)
+    with _transformers_bars(progress_shown()):
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **options)
     if device_map is None:
         model.to(torch_device)
     model.eval()

@@ -97,8 +97,7 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
                  config: DemoConfig) -> dict[str, list[MethodResult]]:
     """Every method's result on every question, each question's stored in `out/run.sqlite` as it finishes: an
     interrupted demo resumes with the questions it had finished."""
-    from tqdm import tqdm
-
+    from beliefdrift import progress_bar
     from beliefdrift.identity import run_identity
     from beliefdrift.methods import run_methods
     from beliefdrift.scoring import result_row
@@ -108,12 +107,13 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
     with RunStore.open(config.out / STORE_FILE) as store:
         store.ensure_config(identity)
         done = {qid for qid, _ in store.done()}
-        for position, question in enumerate(tqdm(questions, desc="demo", unit="question")):
+        for position, question in enumerate(progress_bar(questions, desc="demo", unit="question")):
             if question.id in done:
                 continue
             start = time.perf_counter()
-            question_results = run_methods(lm, question, methods, config.paths, config.steps, config.seed,
-                                           config.template, config.template_ending)
+            question_results = run_methods(lm, question, methods, paths=config.paths, steps=config.steps,
+                                           seed=config.seed, template=config.template,
+                                           template_ending=config.template_ending)
             seconds = time.perf_counter() - start
             store.add([result_row(position, question, result, seconds) for result in question_results])
         rows = store.rows()
@@ -174,8 +174,8 @@ def emd_section(lm: Any, questions: list[Any], config: DemoConfig) -> str:
 
     log.info("EMD on %d questions (K=%d, prefixes n ∈ %s) ...", len(questions), DEMO_EMD.horizon,
              DEMO_EMD.prefix_lengths)
-    rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], DEMO_EMD, config.seed, config.template,
-                       ending=config.template_ending)
+    rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], config=DEMO_EMD, seed=config.seed,
+                       template=config.template, template_ending=config.template_ending)
     return "Expected martingale drift (L1)\n\n" + markdown_table(
         ["method", "EMD‾ mean ± std", f"EMD_{DEMO_EMD.k}(b), b = 0 … {DEMO_EMD.burn_in}"],
         [[row.method, plus_minus(row.emd_bar, row.emd_bar_std), " ".join(f"{v:.3f}" for v in row.burn_in)]

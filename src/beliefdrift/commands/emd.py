@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
     if settings.noise_floor_replicates and missing:
         log.warning("no noise floor: records stored before it existed lack %s (new --out for one)",
                     ", ".join(missing))
-    floors = method_floors(questions, methods, records, settings.seed, config, settings.noise_floor_replicates,
-                           settings.distance) if settings.noise_floor_replicates and not missing else {}
+    floors = method_floors(questions, methods, records, seed=settings.seed, config=config,
+                           replicates=settings.noise_floor_replicates, distances=settings.distance,
+                           ) if settings.noise_floor_replicates and not missing else {}
     report = emd_report(questions, methods, records, floors, settings.distance, settings.horizon,
                         settings.lookahead, settings.burn_in, settings.out, settings.dataset)
     print(report.table)

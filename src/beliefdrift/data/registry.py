@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from beliefdrift import renamed
 from beliefdrift.data.hf import HF_PREFIX, load_hf
 from beliefdrift.data.lm_eval import is_task_spec, load_lm_eval
 from beliefdrift.data.loaders import (
@@ -36,50 +37,71 @@ from beliefdrift.data.question import MCQuestion
 from beliefdrift.errors import first_line
 from beliefdrift.registry import did_you_mean
 
-DATASETS = ("demo", "csqa", "arc", "tinymmlu", "mmlu", "gpqa", "gsm8k")
-FORMATS = ("csqa", "arc", "arc-hub", "tinymmlu", "mmlu", "gpqa", "gsm8k")
 DATA_ENV = "BELIEFDRIFT_DATA"
 
 _T = TypeVar("_T")
+#: A registered dataset's loader: (split or None for its default, the data directory or None, seed) → its items.
+Loader = Callable[[str | None, Path | None, int], list[Any]]
 
 
 @dataclass(frozen=True)
-class _Layout:
-    """Where a hub-backed benchmark lives: split → (file under the data dir, hub split)."""
+class Dataset:
+    """A benchmark by name: `load(split, data_dir, seed)` gives its items, each a `kind` (`KINDS`)."""
 
+    name: str
+    load: Loader
+    kind: type
+    description: str
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A hub-backed benchmark's loader: split → (file under the data dir, hub split); the file is read with
+    `loader`, else the hub's rows (`hub`: dataset id, config) with `questions_from_records` in layout `records`."""
+
+    name: str
     splits: dict[str, tuple[str, str]]
     default: str
     loader: Callable[[PathLike], list[Any]]
-    hub: tuple[str, str | None]  # (dataset id, config)
+    hub: tuple[str, str | None]
+    records: str
+
+    def __call__(self, split: str | None, root: Path | None, seed: int = 0) -> list[Any]:
+        return _load_layout(self, split, root)
 
 
-_LAYOUTS = {
-    "csqa": _Layout(
-        {
-            "train": ("commonsense_qa/train_rand_split.jsonl", "train"),
-            "dev": ("commonsense_qa/dev_rand_split.jsonl", "validation"),
-        },
-        "dev",
-        load_csqa,
-        ("tau/commonsense_qa", None),
-    ),
-    "arc": _Layout(
-        {
-            "train": ("arc_challenge/ARC-Challenge-Train.jsonl", "train"),
-            "dev": ("arc_challenge/ARC-Challenge-Dev.jsonl", "validation"),
-            "test": ("arc_challenge/ARC-Challenge-Test.jsonl", "test"),
-        },
-        "dev",
-        load_arc,
-        ("allenai/ai2_arc", "ARC-Challenge"),
-    ),
-    "tinymmlu": _Layout(
-        {"test": ("tinymmlu/tiny_mmlu.jsonl", "test")},
-        "test",
-        load_tinymmlu,
-        ("tinyBenchmarks/tinyMMLU", None),
-    ),
-    "gsm8k": _Layout({"test": ("gsm8k/test.jsonl", "test")}, "test", load_gsm8k, ("openai/gsm8k", "main")),
+#: Every registered benchmark, by name: adding one is one entry here (and its test in tests/test_data.py).
+DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
+    Dataset("demo", lambda split, root, seed: load_demo(), MCQuestion, "the bundled demo questions (no download)"),
+    Dataset("csqa", Layout("csqa", {"train": ("commonsense_qa/train_rand_split.jsonl", "train"),
+                                    "dev": ("commonsense_qa/dev_rand_split.jsonl", "validation")},
+                           "dev", load_csqa, ("tau/commonsense_qa", None), "arc-hub"),
+            MCQuestion, "CommonsenseQA (5 options)"),
+    Dataset("arc", Layout("arc", {"train": ("arc_challenge/ARC-Challenge-Train.jsonl", "train"),
+                                  "dev": ("arc_challenge/ARC-Challenge-Dev.jsonl", "validation"),
+                                  "test": ("arc_challenge/ARC-Challenge-Test.jsonl", "test")},
+                          "dev", load_arc, ("allenai/ai2_arc", "ARC-Challenge"), "arc-hub"),
+            MCQuestion, "ARC-Challenge"),
+    Dataset("tinymmlu", Layout("tinymmlu", {"test": ("tinymmlu/tiny_mmlu.jsonl", "test")}, "test", load_tinymmlu,
+                               ("tinyBenchmarks/tinyMMLU", None), "tinymmlu"),
+            MCQuestion, "tinyMMLU (100 MMLU questions)"),
+    Dataset("mmlu", lambda split, root, seed: [q for path in _mmlu_files(split, root) for q in load_mmlu_csv(path)],
+            MCQuestion, "MMLU csvs under <data dir>/mmlu (never fetched)"),
+    Dataset("gpqa", lambda split, root, seed: load_gpqa_csv(_gpqa_file(split, root), seed=seed), MCQuestion,
+            "GPQA csv under <data dir>/gpqa (gated: never fetched; options shuffled by the seed)"),
+    Dataset("gsm8k", Layout("gsm8k", {"test": ("gsm8k/test.jsonl", "test")}, "test", load_gsm8k,
+                            ("openai/gsm8k", "main"), "gsm8k"),
+            MathProblem, "GSM8K math problems"),
+)}
+#: The formats a file passed as the dataset can be in, each with its reader (path, seed) → items.
+FORMATS: dict[str, Callable[[PathLike, int], list[Any]]] = {
+    "csqa": lambda path, seed: load_csqa(path),
+    "arc": lambda path, seed: load_arc(path),
+    "arc-hub": lambda path, seed: load_jsonl(path, "arc-hub"),
+    "tinymmlu": lambda path, seed: load_tinymmlu(path),
+    "mmlu": lambda path, seed: load_mmlu_csv(path),
+    "gpqa": lambda path, seed: load_gpqa_csv(path, seed=seed),
+    "gsm8k": lambda path, seed: load_gsm8k(path),
 }
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
@@ -88,9 +110,11 @@ _FILE_LAYOUTS = (f"a .jsonl or .parquet file in {RECORD_LAYOUTS}, or a .csv file
 _MISSING_HINT = f"pass --data-dir or set {DATA_ENV} to the benchmark data directory"
 
 
+@renamed("data_dir", "n", "seed", "fmt", "fields")
 def load_dataset(
     name: str,
     split: str | None = None,
+    *,
     data_dir: PathLike | None = None,
     n: int | None = None,
     seed: int = 0,
@@ -103,19 +127,14 @@ def load_dataset(
     `data_dir` defaults to the environment variable BELIEFDRIFT_DATA. `fmt` (one of `FORMATS`) only
     applies to a file path; without it the format is told from the extension and the first record.
     `fields` maps a Hugging Face dataset's columns (`data.hf.parse_fields`). `seed` drives both the
-    subsample and GPQA's option shuffle.
+    subsample and GPQA's option shuffle. The keywords are the CLI's (`--split`, `--data-dir`, `-n`, `--seed`,
+    `--fields`).
     """
     root = _data_root(data_dir)
     if fields is not None and not name.startswith(HF_PREFIX):
         raise DataError(f"--fields applies to a Hugging Face dataset (hf:…), not to {name!r}")
-    if name == "demo":
-        items: list[Any] = load_demo()
-    elif name in _LAYOUTS:
-        items = _load_layout(name, split, root)
-    elif name == "mmlu":
-        items = [q for path in _mmlu_files(split, root) for q in load_mmlu_csv(path)]
-    elif name == "gpqa":
-        items = load_gpqa_csv(_gpqa_file(split, root), seed=seed)
+    if name in DATASETS:
+        items: list[Any] = DATASETS[name].load(split, root, seed)
     elif name.startswith(HF_PREFIX):
         items = load_hf(name, split, fields)
     elif is_task_spec(name):
@@ -165,19 +184,9 @@ def load_file(path: PathLike, fmt: str | None = None, seed: int = 0) -> list[MCQ
     if Path(path).suffix.lower() == ".parquet":
         return load_parquet(path, fmt)
     fmt = fmt or detect_format(path)
-    loaders: dict[str, Callable[[PathLike], list[Any]]] = {
-        "csqa": load_csqa,
-        "arc": load_arc,
-        "arc-hub": lambda p: load_jsonl(p, "arc-hub"),
-        "tinymmlu": load_tinymmlu,
-        "mmlu": load_mmlu_csv,
-        "gsm8k": load_gsm8k,
-    }
-    if fmt == "gpqa":
-        return load_gpqa_csv(path, seed=seed)
-    if fmt not in loaders:
-        raise DataError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    items = loaders[fmt](path)
+    if fmt not in FORMATS:
+        raise DataError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}" + did_you_mean(fmt, FORMATS))
+    items = FORMATS[fmt](path, seed)
     if not items:
         raise DataError(f"{path}: no questions in the file; expected {_FILE_LAYOUTS}")
     return items
@@ -216,8 +225,8 @@ def _data_root(data_dir: PathLike | None) -> Path | None:
     return Path(root) if root else None
 
 
-def _load_layout(name: str, split: str | None, root: Path | None) -> list[Any]:
-    layout = _LAYOUTS[name]
+def _load_layout(layout: Layout, split: str | None, root: Path | None) -> list[Any]:
+    name = layout.name
     split = split or layout.default
     if split not in layout.splits:
         raise DataError(f"{name}: unknown split {split!r}; expected one of {', '.join(layout.splits)}")
@@ -236,7 +245,7 @@ def _load_layout(name: str, split: str | None, root: Path | None) -> list[Any]:
             why = f"the Hugging Face hub fallback failed ({type(e).__name__}: {first_line(e)})"
         else:
             origin = "/".join(part for part in ("hf:" + repo, config, hub_split) if part)
-            return questions_from_records(rows, "arc-hub" if name in ("csqa", "arc") else name, origin)
+            return questions_from_records(rows, layout.records, origin)
     wanted = root / relative if root is not None else f"<data dir>/{relative}"
     raise DataError(f"{name}: {wanted} not found and {why}; {_MISSING_HINT}")
 

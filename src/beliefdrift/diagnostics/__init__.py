@@ -6,13 +6,14 @@ from beliefdrift import lazy_exports
 _EXPORTS = {
     "beliefdrift.diagnostics.cid": ("CIDCheck", "cid_check", "half_differences"),
     "beliefdrift.diagnostics.emd": (
-        "DISTANCES", "EMDConfig", "EMDRow", "QuestionEMD", "aggregate_emd", "emd_summary", "kl_divergence",
-        "kstep_drift", "l1_distance", "question_emd",
+        "DISTANCES", "EMDConfig", "EMDRow", "QuestionEMD", "aggregate_emd", "emd_per_question", "emd_rows",
+        "emd_summary", "kl_divergence", "kstep_drift", "l1_distance", "question_emd",
     ),
     "beliefdrift.diagnostics.kstep": (
         "AnswerProcess", "KStep", "enumerate_continuations", "kstep_exact", "kstep_monte_carlo", "kstep_predictives",
     ),
     "beliefdrift.diagnostics.marginal": ("MarginalDrift", "average_drift", "marginal_drift", "marginal_shift"),
+    "beliefdrift.diagnostics.noise_floor": ("method_floors", "noise_floor", "question_floor", "with_floor"),
     "beliefdrift.diagnostics.prefixes": ("Prefix", "TopPrefixes", "burn_in_prefixes", "pick_prefix", "top_prefixes"),
 }
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "average_drift",
     "burn_in_prefixes",
     "cid_check",
+    "emd_per_question",
+    "emd_rows",
     "emd_summary",
     "enumerate_continuations",
     "half_differences",
@@ -41,8 +44,12 @@ __all__ = [
     "l1_distance",
     "marginal_drift",
     "marginal_shift",
+    "method_floors",
+    "noise_floor",
     "pick_prefix",
     "question_emd",
+    "question_floor",
     "top_prefixes",
+    "with_floor",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

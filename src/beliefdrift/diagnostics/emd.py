@@ -16,19 +16,20 @@ are searched under that seed set). Burn-in prefixes likewise start after a fresh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from beliefdrift import renamed
 from beliefdrift.backend import LanguageModel, PathBatch
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.drift_test import DriftTest, drift_test
 from beliefdrift.diagnostics.kstep import AnswerProcess, KStep, kstep_predictives
 from beliefdrift.diagnostics.prefixes import burn_in_prefixes, pick_prefix, top_prefixes
 from beliefdrift.diagnostics.settings import EMDConfig
-from beliefdrift.methods import Method
+from beliefdrift.methods import Method, parse_method
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 from beliefdrift.resampling import QuestionRunner, draw_seeds, make_generator
 from beliefdrift.stats import mean_std
@@ -234,25 +235,55 @@ def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: st
                   curve_std.tolist(), drift, burn_in_drift)
 
 
+def emd_per_question(
+    lm: LanguageModel,
+    questions: Sequence[MCQuestion],
+    methods: Sequence[Method],
+    *,
+    config: EMDConfig | None = None,
+    seed: int = 0,
+    template: str = DEFAULT_PPR_TEMPLATE,
+    template_ending: str = DEFAULT_TEMPLATE_ENDING,
+) -> dict[str, list[QuestionEMD]]:
+    """Each (PPR-type) method's `QuestionEMD` on every question: method name → one per question, in order. Each
+    question × method draws from `emd_generator` (run seed, question, method), so these are the numbers the `emd`
+    command stores. `.emd_bar(distance)` is a question's EMD‾, `.record()` what the command stores; `emd_rows`
+    aggregates them over questions and `noise_floor` adds the Pólya-urn floor, without computing the EMD again.
+    AM-PPR methods use `lm` as given (load the adapter into it first)."""
+    config = config or EMDConfig()
+    if any(not method.resamples for method in methods):
+        raise ValueError("EMD needs a resampling method (ppr, ppr-seed<m>, am-ppr…), not direct")
+    per_method: dict[str, list[QuestionEMD]] = {method.name: [] for method in methods}
+    for question in questions:
+        runner = QuestionRunner(lm, question, template, template_ending)
+        for method in methods:
+            per_method[method.name].append(question_emd(runner, method.num_seeds, config,
+                                                        emd_generator(seed, question, method)))
+    return per_method
+
+
+def emd_rows(per_question: Mapping[str, Sequence[QuestionEMD]], distance: str = "l1") -> list[EMDRow]:
+    """One `EMDRow` per method of `emd_per_question`'s output (method name → results per question): EMD‾ and
+    EMD_k(b), mean ± std over questions, under `distance` (l1, kl or tv)."""
+    return [aggregate_emd(parse_method(name).title, [result.summary([distance]) for result in results], distance)
+            for name, results in per_question.items()]
+
+
+@renamed("config", "seed", "template", "distance", "template_ending", ending="template_ending")
 def emd_summary(
     lm: LanguageModel,
     questions: Sequence[MCQuestion],
     methods: Sequence[Method],
+    *,
     config: EMDConfig | None = None,
     seed: int = 0,
     template: str = DEFAULT_PPR_TEMPLATE,
     distance: str = "l1",
-    ending: str = DEFAULT_TEMPLATE_ENDING,
+    template_ending: str = DEFAULT_TEMPLATE_ENDING,
 ) -> list[EMDRow]:
     """EMD‾ and EMD_k(b) of each (PPR-type) method over `questions`, one row per method — the small EMD section of
-    a report. AM-PPR methods use `lm` as given (load the adapter into it first)."""
-    config = config or EMDConfig()
-    if any(not method.resamples for method in methods):
-        raise ValueError("EMD needs a resampling method (ppr, ppr-seed<m>, am-ppr…), not direct")
-    per_method: dict[str, list[dict[str, Any]]] = {method.title: [] for method in methods}
-    for question in questions:
-        runner = QuestionRunner(lm, question, template, ending)
-        for method in methods:
-            result = question_emd(runner, method.num_seeds, config, emd_generator(seed, question, method))
-            per_method[method.title].append(result.summary([distance]))
-    return [aggregate_emd(title, summaries, distance) for title, summaries in per_method.items()]
+    a report: `emd_rows(emd_per_question(...), distance)` (use those two to keep each question's EMD). AM-PPR
+    methods use `lm` as given (load the adapter into it first)."""
+    per_question = emd_per_question(lm, questions, methods, config=config, seed=seed, template=template,
+                                    template_ending=template_ending)
+    return emd_rows(per_question, distance)

@@ -42,12 +42,15 @@ from typing import Any
 
 import torch
 
-from beliefdrift.backend import AnswerDist
+from beliefdrift import renamed
+from beliefdrift.backend import AnswerDist, LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.emd import EMDConfig, EMDRow, QuestionEMD, aggregate_emd, predictives
 from beliefdrift.diagnostics.kstep import exact_is_affordable
+from beliefdrift.diagnostics.trajectory import unit_trajectories
 from beliefdrift.methods import Method
-from beliefdrift.resampling import make_generator
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
+from beliefdrift.resampling import QuestionRunner, make_generator
 
 LEVEL = 0.95  # two-sided coverage of the floor's interval
 FLOOR_FIELDS = ("prefix_lengths", "prefixes", "seeds", "prefixes_exact", "kstep", "burn_in_first", "theta_step_sq",
@@ -203,17 +206,20 @@ def replicate_summaries(
     return [list(replicate) for replicate in zip(*per_question, strict=True)]
 
 
+@renamed("seed", "config", "replicates", "distances")
 def method_floors(
     questions: Sequence[MCQuestion],
     methods: Sequence[Method],
     records: Mapping[str, Sequence[Mapping[str, Any]]],
-    seed: int,
-    config: EMDConfig,
-    replicates: int,
-    distances: Sequence[str],
+    *,
+    seed: int = 0,
+    config: EMDConfig | None = None,
+    replicates: int = 100,
+    distances: Sequence[str] = ("l1", "kl"),
 ) -> dict[str, list[list[dict[str, Any]]]]:
     """Each method's `replicate_summaries` over `questions` (`records[method name][i]` belongs to `questions[i]`),
-    every question drawing from its own `floor_generator`."""
+    every question drawing from its own `floor_generator`. The defaults are the `emd` command's."""
+    config = config or EMDConfig()
     return {m.name: replicate_summaries(records[m.name], [floor_generator(seed, q, m) for q in questions], config,
                                         replicates, distances)
             for m in methods}
@@ -238,3 +244,42 @@ def with_floor(
         burn_in_floor_low=curve_low.tolist(), burn_in_floor_high=curve_high.tolist(),
         burn_in_above_floor=curve_above.tolist(), questions_above_floor=int(questions_above.sum()),
     )
+
+
+def noise_floor(
+    lm: LanguageModel,
+    questions: Sequence[MCQuestion],
+    methods: Sequence[Method],
+    per_question: Mapping[str, Sequence[QuestionEMD]],
+    *,
+    config: EMDConfig | None = None,
+    seed: int = 0,
+    paths: int = 32,
+    steps: int = 20,
+    template: str = DEFAULT_PPR_TEMPLATE,
+    template_ending: str = DEFAULT_TEMPLATE_ENDING,
+    replicates: int = 100,
+    distance: str = "l1",
+) -> list[EMDRow]:
+    """Each method's EMD row (`emd.emd_rows` of `per_question`, the output of `emd.emd_per_question` with the same
+    `config` and `seed`) beside its Pólya-urn noise floor, as the `emd` command computes it: J × N PPR paths per
+    question × method, from the floor's own generators, give the step spread of θ each urn is matched to, then
+    `replicates` urns per question go through the same estimator (`method_floors`, `with_floor`). A method whose
+    predictives were all enumerated exactly has no noise and gets no floor. The defaults are the `emd`
+    command's."""
+    config = config or EMDConfig()
+    runners = [QuestionRunner(lm, question, template, template_ending) for question in questions]
+    records: dict[str, list[dict[str, Any]]] = {}
+    for method in methods:  # one call per method: base-model and adapter methods never share a batch
+        trajectories = unit_trajectories([(runner, method) for runner in runners], paths, steps,
+                                         [floor_generator(seed, q, method, "paths") for q in questions])
+        records[method.name] = [{**result.record(), **spread_fields(traj.thetas)}
+                                for result, traj in zip(per_question[method.name], trajectories, strict=True)]
+    floors = method_floors(questions, methods, records, seed=seed, config=config, replicates=replicates,
+                           distances=[distance])
+    rows = []
+    for method in methods:
+        row = aggregate_emd(method.title, records[method.name], distance)
+        exact = all(record["kstep_exact"] for record in records[method.name])
+        rows.append(row if exact else with_floor(row, records[method.name], floors[method.name]))
+    return rows

@@ -27,10 +27,19 @@ from beliefdrift.scoring import MethodScore, QualityControl, score_results
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
                   "gpqa": "GPQA"}
-#: (name, metrics, caption, with the questions-scored column)
+
+
+def _table_metrics(table: int) -> tuple[str, ...]:
+    """The metrics of `METRICS` in report table `table`, in their order; CE2 (no entry there: its interval is not the
+    percentile bootstrap) follows ECE."""
+    names = [spec.name for spec in METRICS.values() if spec.table == table]
+    return tuple(name for metric in names for name in ((metric, "CE2") if metric == "ECE" else (metric,)))
+
+
+#: (name, metrics, caption, with the questions-scored column): a metric's table is its `MetricSpec.table`
 TABLES = (
-    ("Table 1", ("ACC", "AUC"), "Accuracy and AUC (%)", True),
-    ("Table 2", ("ECE", "CE2", "NLL", "BS"), "ECE (the paper's binned plug-in, no interval), CE2 (debiased L2 "
+    ("Table 1", _table_metrics(1), "Accuracy and AUC (%)", True),
+    ("Table 2", _table_metrics(2), "ECE (the paper's binned plug-in, no interval), CE2 (debiased L2 "
      "calibration error), NLL and Brier score", True),
 )
 NO_INTERVAL = ("ECE",)  # metrics printed without their bootstrap interval: not valid at the sizes we run
