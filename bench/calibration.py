@@ -18,7 +18,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from beliefdrift.metrics import CE2_BINS, _bin_index, _normalise, bootstrap_ci, ce2_interval, ece, resample_indices
+from beliefdrift.metrics.functional import (
+    CE2_BINS,
+    _bin_index,
+    _normalise,
+    bootstrap_ci,
+    ce2_interval,
+    ece,
+    resample_indices,
+)
 
 SETTINGS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "calibrated": lambda c: c,

@@ -15,7 +15,7 @@ import time
 import torch
 
 from beliefdrift.backend.loading import resolve_device
-from beliefdrift.resampling import blockwise_draws, make_generator, up_front_draws
+from beliefdrift.engine.resampling import blockwise_draws, make_generator, up_front_draws
 
 METHODS = 3  # PPR, SEED_1, SEED_5: one block of paths each per question
 

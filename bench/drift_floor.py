@@ -31,7 +31,7 @@ import torch
 from beliefdrift.diagnostics.drift_test import DRIFT_LEVEL, drift_test
 from beliefdrift.diagnostics.kstep import kstep_monte_carlo
 from beliefdrift.diagnostics.noise_floor import StepProcess, urn_step
-from beliefdrift.resampling import make_generator, sample_answers
+from beliefdrift.engine.resampling import make_generator, sample_answers
 
 PREFIX_LENGTHS = (0, 2, 4, 6, 8)
 HORIZON = 10  # K of EMD‾ and k of EMD_k(b)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from beliefdrift.cli import main
-from beliefdrift.store import STORE_FILE, ResultRow, RunStore
+from beliefdrift.cli.main import main
+from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
 
 METHODS = ("direct", "ppr", "ppr-seed1", "ppr-seed5")
 OPTIONS = 5

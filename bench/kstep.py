@@ -18,7 +18,7 @@ import torch
 from beliefdrift.backend import DEFAULT_MODEL, load_model
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
-from beliefdrift.resampling import QuestionRunner, make_generator
+from beliefdrift.engine.resampling import QuestionRunner, make_generator
 
 
 def timed(repeats: int, fn, *args):

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from beliefdrift.backend import DEFAULT_MODEL, load_model
 from beliefdrift.data.registry import load_dataset
-from beliefdrift.methods import parse_method, run_methods
+from beliefdrift.engine.methods import parse_method, run_methods
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
 
 

@@ -17,8 +17,8 @@ import torch
 
 from beliefdrift.backend import DEFAULT_MODEL, AnswerDist, AnswerTokens, LanguageModel, load_model
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.engine.resampling import direct_tokens, ppr_tokens
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, TEMPLATE_ENDINGS
-from beliefdrift.resampling import direct_tokens, ppr_tokens
 
 
 @torch.no_grad()

@@ -32,11 +32,11 @@ from rollout import SHAPES, TOKENIZER_HELP, shaped_model
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
+from beliefdrift.cot import DecodeConfig, PromptCache, ReasoningTask, Rollout, generate_rollouts, nucleus_sampler
+from beliefdrift.cot.generation import GUIDE_TAGS, _RolloutState
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.engine.resampling import make_generator
 from beliefdrift.prompts import chat_context
-from beliefdrift.reasoning import DecodeConfig, PromptCache, ReasoningTask, Rollout, generate_rollouts, nucleus_sampler
-from beliefdrift.reasoning.generation import GUIDE_TAGS, _RolloutState
-from beliefdrift.resampling import make_generator
 
 
 def timed(lm: LanguageModel, run: Callable[[], int]) -> tuple[float, int]:

@@ -23,12 +23,12 @@ from unittest import mock
 
 import numpy as np
 
-from beliefdrift import metrics
+from beliefdrift.metrics import functional as metrics
 from beliefdrift.report.reliability import reliability_figures
 from beliefdrift.report.runs import load_run, write_report
 from beliefdrift.report.tables import RunScores, write_tables
-from beliefdrift.scoring import QualityControl
-from beliefdrift.store import STORE_FILE, ResultRow, RunStore
+from beliefdrift.runs.scoring import QualityControl
+from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
 
 DATASETS = {"csqa": 5, "arc": 4, "tinymmlu": 4}  # dataset → options per question
 METHODS = ("ppr", "ppr-seed5", "am-ppr-seed1", "direct")

@@ -29,14 +29,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Olmo2Config, PretrainedConfig, Qwen2Config
 
-from beliefdrift import resampling
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model, path_cache, shared_prefix
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.backend.path_cache import compile_forward
 from beliefdrift.data.registry import load_dataset
-from beliefdrift.methods import MethodResult, parse_method, run_methods_many
+from beliefdrift.engine import resampling
+from beliefdrift.engine.methods import MethodResult, parse_method, run_methods_many
+from beliefdrift.engine.resampling import QuestionRunner, make_generator, ppr_tokens
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE
-from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
 
 
 def matmul_peak(dtype: torch.dtype, size: int = 1024, repeats: int = 20) -> float:

@@ -41,7 +41,7 @@ def worker(config_path: str, out: str, dtype: str, updates: int, warm_up: bool) 
     import torch
 
     from beliefdrift.amortize.trainer import SCTrainer, TrainConfig
-    from beliefdrift.config import load_settings
+    from beliefdrift.config.options import load_settings
 
     config = load_settings(TrainConfig, config_path, {"dtype": dtype,
                                                       "rollout_dir": str(Path(out).parent / "rollouts")})
@@ -74,7 +74,7 @@ def prepare_rollouts(config_path: str, out: str) -> None:
     from beliefdrift.amortize.rollouts import generate_rollouts, save_rollouts
     from beliefdrift.amortize.trainer import TrainConfig
     from beliefdrift.backend import load_model
-    from beliefdrift.config import load_settings
+    from beliefdrift.config.options import load_settings
     from beliefdrift.data.registry import load_dataset
 
     config = load_settings(TrainConfig, config_path, {"n": 2})

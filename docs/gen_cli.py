@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from beliefdrift.cli import build_parser as PARSER_BUILDER  # noqa: N812  (renamed in one place if it moves)
+from beliefdrift.cli.main import build_parser as PARSER_BUILDER  # noqa: N812  (renamed in one place if it moves)
 
 PAGE = Path(__file__).resolve().parent / "cli.md"
 

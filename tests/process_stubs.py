@@ -11,7 +11,7 @@ import torch
 from tiny_model import SKY_QUESTION, save_tiny_model
 
 from beliefdrift.backend import AnswerDist, LanguageModel, load_model
-from beliefdrift.resampling import QuestionRunner
+from beliefdrift.engine.resampling import QuestionRunner
 
 Theta = Callable[[tuple[int, ...]], Sequence[float]]
 

@@ -11,7 +11,8 @@ import pytest
 import beliefdrift as bd
 
 
-@pytest.mark.filterwarnings("ignore::beliefdrift.metrics.MetricWarning")  # AUROC of 5 random answers may be undefined
+# AUROC of 5 random answers may be undefined
+@pytest.mark.filterwarnings("ignore::beliefdrift.metrics.functional.MetricWarning")
 def test_a_five_question_study_needs_only_the_package_root(tiny_model_dir) -> None:
     """Load a model and a dataset, run the methods, each question's EMD, its noise floor, the paired tests and the
     marginal shift: nothing but `bd.` (a tiny random model, so that it takes seconds)."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tiny_model import FAMILIES, SKY_QUESTION, tiny_family_lm
 
-from beliefdrift.methods import parse_method, run_methods, run_methods_many
+from beliefdrift.engine.methods import parse_method, run_methods, run_methods_many
 
 METHODS = [parse_method(name) for name in ("direct", "ppr", "ppr-seed1", "ppr-seed3")]
 
@@ -37,8 +37,8 @@ def test_batched_questions_are_bit_identical_to_one_at_a_time(tiny_lm, history_t
 
 
 def test_evaluate_batch_questions_stores_the_same_results(tiny_model_dir, tmp_path):
-    from beliefdrift.cli import main
-    from beliefdrift.store import RunStore
+    from beliefdrift.cli.main import main
+    from beliefdrift.runs.store import RunStore
 
     def stored(batch: int) -> dict:
         out = tmp_path / f"batch-{batch}"
@@ -71,7 +71,7 @@ def test_stacked_prompts_match_run_by_run_attention(family, history_template, mo
     out and with the prompts' part by the fused kernel (local layers, in the same pass as global ones, write their
     scores)."""
     from beliefdrift.backend import shared_prefix
-    from beliefdrift.resampling import QuestionRunner, make_generator, sample_answers
+    from beliefdrift.engine.resampling import QuestionRunner, make_generator, sample_answers
 
     lm = tiny_family_lm(family)
     fused_calls = []
@@ -104,7 +104,7 @@ def test_trajectory_quantities_many_is_bit_identical_to_one_at_a_time(tiny_lm, h
     with ==, those of each unit alone; the paths are those `run_methods` samples."""
     from beliefdrift.diagnostics.marginal import marginal_drift
     from beliefdrift.diagnostics.trajectory import trajectory_quantities, trajectory_quantities_many
-    from beliefdrift.resampling import QuestionRunner
+    from beliefdrift.engine.resampling import QuestionRunner
 
     methods = [parse_method("ppr"), parse_method("ppr-seed5")]
     runners = [QuestionRunner(tiny_lm, q, history_template) for q in questions()]
@@ -130,7 +130,7 @@ def test_trajectory_quantities_many_is_bit_identical_to_one_at_a_time(tiny_lm, h
 def test_trajectory_quantities_many_wants_one_model(tiny_lm, history_template):
     from beliefdrift.backend import LanguageModel
     from beliefdrift.diagnostics.trajectory import trajectory_quantities_many
-    from beliefdrift.resampling import QuestionRunner
+    from beliefdrift.engine.resampling import QuestionRunner
 
     other = LanguageModel(model=tiny_lm.model, tokenizer=tiny_lm.tokenizer, name="other")
     runner = QuestionRunner(tiny_lm, SKY_QUESTION, history_template)
@@ -148,8 +148,8 @@ def test_diagnostics_batch_questions_store_the_same_records(command, tiny_model_
     """drift and emd with three questions per engine batch store, byte for byte, the records and summary of one
     question at a time (float32, CPU). J = 4: the CPU's matrix product rounds a row differently when it falls in
     an incomplete block of 4 rows (plain `F.linear` does this too), so a question's paths fill whole blocks."""
-    from beliefdrift.cli import main
-    from beliefdrift.store import RunStore
+    from beliefdrift.cli.main import main
+    from beliefdrift.runs.store import RunStore
 
     extra = {"drift": ["--plot-questions", "0"],
              "emd": ["-K", "3", "--prefix-lengths", "0", "1", "--burn-in", "2", "-k", "2", "--noise-floor-replicates",
@@ -218,7 +218,7 @@ def test_stacked_prompts_on_the_gpu_use_the_fused_kernel(dtype, history_template
     """On CUDA the memory-efficient kernel passes its check for the head sizes of 7–8B models, and two questions
     batched (stacked, fused) give the θ of each alone on the CPU."""
     from beliefdrift.backend import LanguageModel, shared_prefix
-    from beliefdrift.resampling import QuestionRunner
+    from beliefdrift.engine.resampling import QuestionRunner
 
     cuda = torch.device("cuda")
     assert all(shared_prefix.fused_attention_works(cuda, dtype, dim) for dim in (64, 128, 256))

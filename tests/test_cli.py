@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from beliefdrift import __version__
-from beliefdrift.cli import COMMANDS, build_parser, main
+from beliefdrift.cli.main import COMMANDS, build_parser, main
 from beliefdrift.registry import parse_method
 
 HEAVY = ("torch", "transformers", "peft", "matplotlib")
@@ -22,7 +22,7 @@ def test_help_imports_no_torch_transformers_or_peft() -> None:
     is imported (they load in seconds, the help must not wait for them)."""
     code = f"""
 import contextlib, io, json, sys
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 for argv in [["--help"], *[[name, "--help"] for name in {list(COMMANDS)!r}]]:
     with contextlib.redirect_stdout(io.StringIO()):
         try:
@@ -40,7 +40,7 @@ def test_paper_list_stages_imports_no_torch_transformers_or_peft(tmp_path: Path)
     """`beliefdrift paper --list-stages` prints the stages' command lines without loading a model library."""
     code = f"""
 import contextlib, io, json, sys
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 with contextlib.redirect_stdout(io.StringIO()) as printed:
     assert main(["paper", "--list-stages", "--out", {str(tmp_path)!r}]) == 0
 assert "beliefdrift evaluate" in printed.getvalue()
@@ -128,7 +128,7 @@ def test_unknown_dataset_suggests_the_closest() -> None:
 def test_each_metric_is_one_entry_of_the_registry() -> None:
     """The report's tables, the bootstrap summary and the paired tests all read `metrics.METRICS`; CE2 stands beside
     them in Table 2 (its interval is bias-centred, not the percentile bootstrap, and it has no paired test)."""
-    from beliefdrift.metrics import METRICS, summarize
+    from beliefdrift.metrics.functional import METRICS, summarize
     from beliefdrift.report.tables import TABLES
 
     assert [name for _, names, _, _ in TABLES for name in names if name != "CE2"] == list(METRICS)

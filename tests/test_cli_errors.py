@@ -25,10 +25,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from beliefdrift.cli import build_parser, main
-from beliefdrift.config import Range, flag_name
+from beliefdrift.cli.main import build_parser, main
+from beliefdrift.config.options import Range, flag_name
 from beliefdrift.files import safe_name
-from beliefdrift.store import RunStore, StoreError, from_blob
+from beliefdrift.runs.store import RunStore, StoreError, from_blob
 
 FAST = ["-J", "2", "-N", "2"]
 #: Only guards a hang: a real process on a loaded machine takes what it takes (the tests assert outcomes, not speeds).
@@ -312,7 +312,7 @@ def test_corrupt_number_names_question_and_method(finished_run: Path, capsys: py
 def test_read_only_run_is_reported_and_never_called_unreadable(
     finished_run: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("beliefdrift.store.writable", lambda path: False)  # an archive (chmod does not bind root)
+    monkeypatch.setattr("beliefdrift.runs.store.writable", lambda path: False)  # an archive (chmod does not bind root)
     assert main(["report", str(finished_run), "--out", str(finished_run.parent / "report"), "--bootstrap", "10"]) == 0
     capsys.readouterr()
     assert main(evaluate(tiny_model_dir, finished_run, "--methods", "direct", "ppr")) == 2
@@ -322,7 +322,7 @@ def test_read_only_run_is_reported_and_never_called_unreadable(
 
 def test_ctrl_c_is_one_line_with_the_stored_count(tiny_model_dir: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
-    import beliefdrift.evaluation as evaluation
+    import beliefdrift.runs.evaluate as evaluation
 
     real, calls = evaluation.question_rows, []
 
@@ -386,7 +386,7 @@ def test_cuda_out_of_memory_names_the_setting_to_lower(tiny_model_dir: Path, tmp
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr("beliefdrift.evaluation.question_rows", out_of_memory)
+    monkeypatch.setattr("beliefdrift.runs.evaluate.question_rows", out_of_memory)
     assert main(evaluate(tiny_model_dir, tmp_path)) == 2
     assert "out of GPU memory; lower --batch-questions or -J/--paths" in error_line(capsys)
 

@@ -12,8 +12,8 @@ from tiny_model import SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters
 
 from beliefdrift.backend.path_cache import compile_forward
-from beliefdrift.methods import parse_method, run_methods
-from beliefdrift.resampling import QuestionRunner, make_generator, sample_answers
+from beliefdrift.engine.methods import parse_method, run_methods
+from beliefdrift.engine.resampling import QuestionRunner, make_generator, sample_answers
 
 METHODS = [parse_method(name) for name in ("ppr", "ppr-seed2")]
 
@@ -87,8 +87,8 @@ def recorded_cuda_graphs() -> int:
                                               pytest.param("cuda", "--cuda-graphs", marks=pytest.mark.cuda)])
 def test_evaluate_compiled_stores_the_eager_results_up_to_rounding(device, flag, tiny_model_dir, tmp_path):
     """End to end, two questions per batch (on a GPU their prompts attend stacked)."""
-    from beliefdrift.cli import main
-    from beliefdrift.store import RunStore
+    from beliefdrift.cli.main import main
+    from beliefdrift.runs.store import RunStore
 
     def stored(*flags: str) -> dict:
         out = tmp_path / ("compiled" if flags else "eager")
@@ -115,8 +115,8 @@ def test_a_graph_that_fails_to_compile_runs_eagerly(tiny_model_dir, tmp_path, mo
     """The compiler failing (no C++ compiler, an unsupported operator) leaves the eager results, bit for bit."""
     import torch._inductor.compile_fx
 
-    from beliefdrift.cli import main
-    from beliefdrift.store import RunStore
+    from beliefdrift.cli.main import main
+    from beliefdrift.runs.store import RunStore
 
     attempts = []
 

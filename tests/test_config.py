@@ -1,6 +1,6 @@
-"""The one config system (`beliefdrift.config`) and the one run identity (`beliefdrift.identity`): every command's
-flags come from its settings dataclass, a `--config` YAML file sets defaults the flags override, a concept has one
-spelling across commands, and the identity keeps exactly the settings that change a number."""
+"""The one config system (`beliefdrift.config.options`) and the one run identity (`beliefdrift.runs.identity`): every
+command's flags come from its settings dataclass, a `--config` YAML file sets defaults the flags override, a concept
+has one spelling across commands, and the identity keeps exactly the settings that change a number."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from beliefdrift.cli import COMMANDS, build_parser, main
-from beliefdrift.commands.drift import DriftConfig
-from beliefdrift.commands.emd import EMDCommandConfig
-from beliefdrift.config import coerce, is_operational, load_settings, settings_from
+from beliefdrift.cli.drift import DriftConfig
+from beliefdrift.cli.emd import EMDCommandConfig
+from beliefdrift.cli.main import COMMANDS, build_parser, main
+from beliefdrift.config.evaluate import EvalConfig
+from beliefdrift.config.options import coerce, is_operational, load_settings, settings_from
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.errors import UserError
-from beliefdrift.evaluation_config import EvalConfig
-from beliefdrift.identity import identity_hash, run_identity
+from beliefdrift.runs.identity import identity_hash, run_identity
 
 #: Old spellings that must not come back (one spelling per concept).
 RETIRED = {"--K", "--k", "-R", "--rollouts", "--pairs", "--seeds", "--num-rollouts", "--num_rollouts"}

@@ -12,11 +12,11 @@ import yaml
 from tiny_model import FAMILIES, tiny_family_lm
 
 from beliefdrift.backend import LanguageModel
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.kstep import kstep_exact
-from beliefdrift.methods import parse_method, run_methods_many
-from beliefdrift.resampling import QuestionRunner
+from beliefdrift.engine.methods import parse_method, run_methods_many
+from beliefdrift.engine.resampling import QuestionRunner
 
 pytestmark = pytest.mark.cuda
 

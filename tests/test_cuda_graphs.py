@@ -12,8 +12,8 @@ from tiny_model import SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters, get_static_address_type
 
 from beliefdrift.backend.path_cache import compile_forward, shares_prefix, use_static_suffix
-from beliefdrift.methods import parse_method, run_methods
-from beliefdrift.resampling import QuestionRunner, make_generator
+from beliefdrift.engine.methods import parse_method, run_methods
+from beliefdrift.engine.resampling import QuestionRunner, make_generator
 
 METHODS = [parse_method(name) for name in ("ppr", "ppr-seed2", "ppr-seed5")]  # seeds of two lengths: padded paths
 

@@ -3,8 +3,8 @@ interrupted demo resumes with the questions it had finished."""
 
 from __future__ import annotations
 
-import beliefdrift.methods as methods
-from beliefdrift.cli import main
+import beliefdrift.engine.methods as methods
+from beliefdrift.cli.main import main
 
 
 def test_demo_writes_summary_and_figure(tiny_model_dir, tmp_path, capsys):

@@ -13,7 +13,7 @@ import torch
 from beliefdrift.diagnostics.drift_test import drift_test
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
 from beliefdrift.diagnostics.noise_floor import StepProcess
-from beliefdrift.resampling import make_generator, sample_answers
+from beliefdrift.engine.resampling import make_generator, sample_answers
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
 import drift_floor  # noqa: E402

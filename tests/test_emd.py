@@ -11,7 +11,7 @@ import pytest
 import torch
 from process_stubs import HistoryProcess, count_drift, history_blind, polya, runner_for
 
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 from beliefdrift.diagnostics.cid import cid_check, half_differences
 from beliefdrift.diagnostics.emd import (
     EMDConfig,
@@ -25,10 +25,10 @@ from beliefdrift.diagnostics.emd import (
     question_emd,
 )
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
-from beliefdrift.methods import parse_method
-from beliefdrift.records import stored_records
-from beliefdrift.resampling import make_generator
-from beliefdrift.store import STORE_FILE, RunStore
+from beliefdrift.engine.methods import parse_method
+from beliefdrift.engine.resampling import make_generator
+from beliefdrift.runs.records import stored_records
+from beliefdrift.runs.store import STORE_FILE, RunStore
 
 SMALL = EMDConfig(horizon=3, prefix_lengths=(0, 2), top_k=3, num_rollouts=6, burn_in=2, k=3)
 
@@ -185,8 +185,8 @@ def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, s
     from peft import LoraConfig, get_peft_model
 
     from beliefdrift.backend import load_model
-    from beliefdrift.diagnostics.settings import DiagnosticsConfig
-    from beliefdrift.runloop import Models
+    from beliefdrift.config.diagnostics import DiagnosticsConfig
+    from beliefdrift.runs.loop import Models
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # random: changes θ
     get_peft_model(load_model(str(tiny_model_dir), dtype="float32").model, lora).save_pretrained(tmp_path / "adapter")

@@ -9,15 +9,14 @@ from host_reads import HostReads
 from scipy import stats
 from tiny_model import byte_tokenizer, tiny_family_lm
 
-from beliefdrift import resampling
 from beliefdrift.backend import AnswerDist, AnswerTokenError, AnswerTokens, resolve_answer_tokens
 from beliefdrift.backend.answer_tokens import resolve_single_answer
 from beliefdrift.backend.shared_prefix import use_per_path_cache
 from beliefdrift.data.registry import load_dataset
-from beliefdrift.estimators import answer_frequencies, martingale_posterior_mean, rao_blackwell_mean
-from beliefdrift.methods import parse_method, run_methods, run_methods_many
-from beliefdrift.prompts import chat_context
-from beliefdrift.resampling import (
+from beliefdrift.engine import resampling
+from beliefdrift.engine.estimators import answer_frequencies, martingale_posterior_mean, rao_blackwell_mean
+from beliefdrift.engine.methods import parse_method, run_methods, run_methods_many
+from beliefdrift.engine.resampling import (
     PPRRequest,
     QuestionRunner,
     Trajectories,
@@ -30,6 +29,7 @@ from beliefdrift.resampling import (
     sample_answers,
     up_front_draws,
 )
+from beliefdrift.prompts import chat_context
 
 
 @pytest.fixture(params=["blockwise", "up front"])

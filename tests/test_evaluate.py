@@ -16,19 +16,19 @@ import pytest
 import torch
 from test_engine import fresh_dist
 
-from beliefdrift.adapters import base_model, load_adapter
 from beliefdrift.backend import load_model
-from beliefdrift.cli import build_parser, main
-from beliefdrift.config import settings_from
+from beliefdrift.backend.adapters import base_model, load_adapter
+from beliefdrift.cli.main import build_parser, main
+from beliefdrift.config.evaluate import EvalConfig, resolve_methods
+from beliefdrift.config.options import settings_from
 from beliefdrift.data import MCQuestion
-from beliefdrift.distributed import Ranks
-from beliefdrift.evaluation import question_rows
-from beliefdrift.evaluation_config import EvalConfig, resolve_methods
-from beliefdrift.methods import parse_method, run_methods
-from beliefdrift.resampling import direct_tokens, ppr_tokens
-from beliefdrift.runloop import Models
-from beliefdrift.scoring import QualityControl, canonical_methods, score_rows
-from beliefdrift.store import ResultRow, RunStore
+from beliefdrift.engine.methods import parse_method, run_methods
+from beliefdrift.engine.resampling import direct_tokens, ppr_tokens
+from beliefdrift.runs.distributed import Ranks
+from beliefdrift.runs.evaluate import question_rows
+from beliefdrift.runs.loop import Models
+from beliefdrift.runs.scoring import QualityControl, canonical_methods, score_rows
+from beliefdrift.runs.store import ResultRow, RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 ARRAYS = ("probs", "valid_mass", "answers", "seeds", "thetas")

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 from beliefdrift.report.explorer import QUANT, SIDECAR_DIR, plotly_js, script_json
-from beliefdrift.store import STORE_FILE, RunStore
+from beliefdrift.runs.store import STORE_FILE, RunStore
 
 pytest.importorskip("plotly", reason="the explorer embeds plotly.js from the plotly package")
 

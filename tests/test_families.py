@@ -14,9 +14,9 @@ from tiny_model import FAMILIES, WINDOW, plain_logits, tiny_family_lm
 from beliefdrift.amortize.forward import conditionals
 from beliefdrift.backend import AnswerDist, load_model
 from beliefdrift.backend.shared_prefix import SHARED_PREFIX_ATTENTION, base_implementation, use_per_path_cache
+from beliefdrift.cot.generation import DecodeConfig, PromptCache, generate_rollouts
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
-from beliefdrift.reasoning.generation import DecodeConfig, PromptCache, generate_rollouts
-from beliefdrift.resampling import PPRRequest, QuestionRunner, make_generator, ppr_tokens, sample_answers
+from beliefdrift.engine.resampling import PPRRequest, QuestionRunner, make_generator, ppr_tokens, sample_answers
 
 FAMILY_NAMES = list(FAMILIES)
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import torch
 
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 #: Only guards a hang: real processes on a loaded machine take what they take (the tests assert outcomes, not speeds).
@@ -351,7 +351,7 @@ def test_read_only_run_is_one_line_and_exit_2(name: str, argv: list[str], refere
     out = tmp_path / "run"
     shutil.copytree(reference, out)
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
-    monkeypatch.setattr("beliefdrift.store.writable", lambda path: False)  # an archive (chmod does not bind root)
+    monkeypatch.setattr("beliefdrift.runs.store.writable", lambda path: False)  # an archive (chmod does not bind root)
     capsys.readouterr()
     assert run_here([*argv, "--out", str(out)]) == 2
     line = one_error_line(capsys.readouterr().err, name)

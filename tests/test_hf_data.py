@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from beliefdrift.config.evaluate import EvalConfig
 from beliefdrift.data import DataError, load_dataset
 from beliefdrift.data.hf import parse_fields
-from beliefdrift.evaluation_config import EvalConfig
-from beliefdrift.identity import run_identity
+from beliefdrift.runs.identity import run_identity
 
 ROWS = [{"uid": f"q{i}", "prompt": f"question {i}?", "opts": ["red", "green", "blue"], "gold": i % 3,
          "key": "AB"[i % 2], "A": "one", "B": "two"} for i in range(4)]

@@ -16,7 +16,7 @@ from beliefdrift.diagnostics.kstep import (
     kstep_monte_carlo,
     kstep_predictives,
 )
-from beliefdrift.resampling import make_generator
+from beliefdrift.engine.resampling import make_generator
 
 pytest_plugins = ["process_stubs"]  # drifting_lm, short_template
 

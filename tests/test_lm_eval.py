@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 from beliefdrift.data import DataError, load_dataset
 from beliefdrift.data.lm_eval import MULTIPLE_INPUT_STEM, load_task_questions
 from beliefdrift.report.runs import load_runs
-from beliefdrift.scoring import QualityControl
+from beliefdrift.runs.scoring import QualityControl
 
 lm_eval_tasks = pytest.importorskip("lm_eval.tasks", reason="lm_eval is not installed: pip install "
                                                             "'beliefdrift[lm-eval]' (make setup installs it)")

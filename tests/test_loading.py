@@ -7,7 +7,7 @@ import torch
 
 from beliefdrift.backend import loading
 from beliefdrift.backend.loading import locate_registry_gguf, model_source, resolve_dtype
-from beliefdrift.config import parse_model_args
+from beliefdrift.config.options import parse_model_args
 from beliefdrift.registry import DEFAULT_MODEL, REGISTRY, RegistryEntry
 
 
@@ -46,7 +46,7 @@ def test_load_model_defaults_are_the_clis(tiny_model_dir, monkeypatch):
     changes there), bf16 where the CLI would pick it; the old positional call still works, with a warning."""
     import inspect
 
-    from beliefdrift.config import ModelOptions
+    from beliefdrift.config.options import ModelOptions
 
     defaults = inspect.signature(loading.load_model).parameters
     assert defaults["dtype"].default == ModelOptions.dtype == "auto"

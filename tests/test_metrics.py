@@ -1,4 +1,4 @@
-"""Tests for beliefdrift.metrics (paper Appendix "Evaluation Metrics", DESIGN §11)."""
+"""Tests for beliefdrift.metrics.functional (paper Appendix "Evaluation Metrics", DESIGN §11)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from scipy import stats
 from sklearn.metrics import roc_auc_score
 
-from beliefdrift.metrics import (
+from beliefdrift.metrics.functional import (
     CE2_BINS,
     CE2_MIN_N,
     METRIC_NAMES,

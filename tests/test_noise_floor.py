@@ -11,7 +11,7 @@ import pytest
 import torch
 from process_stubs import HistoryProcess, count_drift, polya
 
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 from beliefdrift.diagnostics.emd import EMDConfig, aggregate_emd, kstep_drift
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
 from beliefdrift.diagnostics.noise_floor import (
@@ -24,7 +24,7 @@ from beliefdrift.diagnostics.noise_floor import (
     urn_weights,
     with_floor,
 )
-from beliefdrift.resampling import make_generator, sample_answers
+from beliefdrift.engine.resampling import make_generator, sample_answers
 
 UNIFORM = torch.full((1, 3), 1 / 3, dtype=torch.float64)
 QUESTIONS = 20

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from beliefdrift.cli import main
-from beliefdrift.metrics import (
+from beliefdrift.cli.main import main
+from beliefdrift.metrics.functional import (
     METRIC_NAMES,
     MetricWarning,
     PairedDelta,
@@ -34,8 +34,8 @@ from beliefdrift.metrics import (
     sign_flip_p,
 )
 from beliefdrift.report.paired import comparisons, emd_comparisons, emd_markdown, paired_scores
-from beliefdrift.scoring import QualityControl
-from beliefdrift.store import ResultRow, RunStore
+from beliefdrift.runs.scoring import QualityControl
+from beliefdrift.runs.store import ResultRow, RunStore
 
 METRICS: dict[str, Callable[..., Any]] = {"ACC": accuracy, "AUC": auroc, "ECE": partial(ece, n_bins=15),
                                           "NLL": nll, "BS": brier}

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
+from beliefdrift.cli.pipeline import STAGES_FILE, check_dependencies, flags, load_paper_preset, select
 from beliefdrift.data.loaders import DataError
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.files import current_umask
-from beliefdrift.pipeline import STAGES_FILE, check_dependencies, flags, load_paper_preset, select
 from beliefdrift.report.html import ADAPTER_WEIGHTS, fingerprints
-from beliefdrift.store import STORE_FILE, RunStore
+from beliefdrift.runs.store import STORE_FILE, RunStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
 CPU_STAGES = ["train", "evaluate-csqa", "evaluate-arc", "evaluate-tinymmlu", "drift", "emd-csqa", "reasoning-gsm8k",

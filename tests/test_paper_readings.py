@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from beliefdrift.cli import build_parser
-from beliefdrift.config import read_settings, settings_from
+from beliefdrift.cli.main import build_parser
+from beliefdrift.config.evaluate import EvalConfig
+from beliefdrift.config.options import read_settings, settings_from
 from beliefdrift.data import MCQuestion
 from beliefdrift.diagnostics.emd import DISTANCES, QuestionEMD, aggregate_emd, kstep_drift
-from beliefdrift.evaluation_config import EvalConfig
+from beliefdrift.engine.resampling import QuestionRunner, direct_tokens, ppr_tokens
 from beliefdrift.prompts import question_prompt
-from beliefdrift.resampling import QuestionRunner, direct_tokens, ppr_tokens
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

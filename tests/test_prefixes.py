@@ -10,7 +10,7 @@ import torch
 from process_stubs import HistoryProcess, fresh_theta, runner_for
 
 from beliefdrift.diagnostics.prefixes import Prefix, TopPrefixes, burn_in_prefixes, pick_prefix, top_prefixes
-from beliefdrift.resampling import make_generator
+from beliefdrift.engine.resampling import make_generator
 
 pytest_plugins = ["process_stubs"]  # drifting_lm, short_template
 

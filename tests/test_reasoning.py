@@ -18,10 +18,8 @@ from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
 from beliefdrift.backend import LanguageModel
-from beliefdrift.cli import main
-from beliefdrift.data import MathProblem
-from beliefdrift.prompts import chat_context
-from beliefdrift.reasoning import (
+from beliefdrift.cli.main import main
+from beliefdrift.cot import (
     DecodeConfig,
     PromptCache,
     ReasoningConfig,
@@ -37,13 +35,15 @@ from beliefdrift.reasoning import (
     render_pair,
     run_question,
 )
-from beliefdrift.reasoning.answers import answer_totals
-from beliefdrift.reasoning.embeddings import SENTENCE_PACKAGE, SentenceEmbedder, mean_pool
-from beliefdrift.reasoning.experiment import summarize
-from beliefdrift.reasoning.generation import _answer_so_far, _end_of_sequence_ids, _ends_with_tag, _RolloutState
-from beliefdrift.reasoning.parser import PAIR_SEPARATOR
-from beliefdrift.resampling import make_generator
-from beliefdrift.store import STORE_FILE, RunStore
+from beliefdrift.cot.answers import answer_totals
+from beliefdrift.cot.embeddings import SENTENCE_PACKAGE, SentenceEmbedder, mean_pool
+from beliefdrift.cot.experiment import summarize
+from beliefdrift.cot.generation import _answer_so_far, _end_of_sequence_ids, _ends_with_tag, _RolloutState
+from beliefdrift.cot.parser import PAIR_SEPARATOR
+from beliefdrift.data import MathProblem
+from beliefdrift.engine.resampling import make_generator
+from beliefdrift.prompts import chat_context
+from beliefdrift.runs.store import STORE_FILE, RunStore
 
 GUIDED = DecodeConfig(num_pairs=2, max_new_tokens=90, guided=True, max_solution_tokens=8, max_answer_tokens=3)
 SMALL = ReasoningConfig(rollouts=3, pairs=2, seeds=2, tau=1, max_new_tokens=60, seed_max_new_tokens=24,
@@ -401,7 +401,7 @@ def test_default_model_writes_guided_pairs(default_lm, question):
 def test_a_data_file_gets_the_pairs_prompt_of_its_kind(question) -> None:
     """A registered dataset has its own prompt; a data file the one of what it holds (before, a file of math problems
     got the multiple-choice prompt, which asks for a letter among no options)."""
-    from beliefdrift.reasoning.task import pairs_template
+    from beliefdrift.cot.task import pairs_template
 
     problem = MathProblem("gsm8k-1", "What is 2 + 2?", "2 + 2 = 4\n#### 4", 4)
     assert pairs_template("gsm8k") == "reasoning-gsm8k" and pairs_template("gpqa") == "reasoning-gpqa"

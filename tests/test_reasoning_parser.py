@@ -8,7 +8,7 @@ import re
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from beliefdrift.reasoning.parser import PAIR_SEPARATOR, TAG, PairParser, parse_pairs, render_pair
+from beliefdrift.cot.parser import PAIR_SEPARATOR, TAG, PairParser, parse_pairs, render_pair
 
 FRAGMENTS = ["<sol>", "</sol>", "<ans>", "</ans>", "<SOL>", "</Ans>", "<", ">", "/", "sol", "ans", "42", "x y",
              " ", "\n", "\n\n", "é", "Pair 1:", "<ans", "</so"]

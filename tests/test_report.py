@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 import torch
 
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 from beliefdrift.data import MCQuestion
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
+from beliefdrift.engine.methods import parse_method, run_methods
+from beliefdrift.engine.resampling import Trajectories
 from beliefdrift.files import safe_name
-from beliefdrift.methods import parse_method, run_methods
+from beliefdrift.metrics.stats import mean_std
 from beliefdrift.report.marginal import average_panels, plot_average_drift
 from beliefdrift.report.tables import RunScores, csv_table, latex_tables, markdown_tables, metric_table
 from beliefdrift.report.text import markdown_table, plus_minus
-from beliefdrift.resampling import Trajectories
-from beliefdrift.scoring import QualityControl, score_rows
-from beliefdrift.stats import mean_std
-from beliefdrift.store import ResultRow, RunStore
+from beliefdrift.runs.scoring import QualityControl, score_rows
+from beliefdrift.runs.store import ResultRow, RunStore
 
 # Four questions scored by hand (2 options each):
 #   probs          target  correct  confidence  −log p_true   Brier

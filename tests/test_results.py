@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import beliefdrift as bd
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 from beliefdrift.report.runs import write_report
-from beliefdrift.store import STORE_FILE, RunStore, StoreError
+from beliefdrift.runs.store import STORE_FILE, RunStore, StoreError
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from beliefdrift.cli import main
-from beliefdrift.store import STORE_FILE, RunStore
+from beliefdrift.cli.main import main
+from beliefdrift.runs.store import STORE_FILE, RunStore
 
 #: The tiniest settings that give each rank questions (3 questions: rank 0 takes two, rank 1 one).
 COMMANDS = {

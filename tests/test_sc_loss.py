@@ -15,7 +15,7 @@ from beliefdrift.amortize.loss import (
     horizon_pairs,
     log_predictive,
 )
-from beliefdrift.resampling import make_generator
+from beliefdrift.engine.resampling import make_generator
 
 # θ^{(j)}_d for J = 2 paths, d = 0, 1, 2, three labels; θ_0 is shared by both paths.
 THETA0 = [0.5, 0.3, 0.2]

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from beliefdrift.scoring import score_rows
-from beliefdrift.store import ResultRow, RunStore, StoreError, from_blob, to_blob
+from beliefdrift.runs.scoring import score_rows
+from beliefdrift.runs.store import ResultRow, RunStore, StoreError, from_blob, to_blob
 
 
 def make_row(question: str, method: str, position: int, seed: int = 0, paths: int = 3, steps: int = 4) -> ResultRow:
@@ -122,7 +122,7 @@ def test_read_only_open_never_writes(tmp_path: Path, monkeypatch: pytest.MonkeyP
         with pytest.raises(StoreError, match="is read-only"):
             store.add([make_row("q2", "ppr", 1)])
     # a read-only directory (an archive): readers open it immutable, writers are told it is read-only
-    monkeypatch.setattr("beliefdrift.store.writable", lambda p: False)
+    monkeypatch.setattr("beliefdrift.runs.store.writable", lambda p: False)
     with RunStore.open(path, read_only=True) as store:
         assert store.done() == {("q1", "ppr")}
     with pytest.raises(StoreError, match="is read-only") as err:

@@ -35,11 +35,11 @@ from beliefdrift.amortize.rollouts import (
 )
 from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, plan_updates
 from beliefdrift.backend import load_model
-from beliefdrift.config import load_settings
+from beliefdrift.config.options import load_settings
 from beliefdrift.diagnostics.emd import kstep_drift
 from beliefdrift.diagnostics.kstep import kstep_exact
-from beliefdrift.distributed import leave_run
-from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens, sample_answers
+from beliefdrift.engine.resampling import QuestionRunner, make_generator, ppr_tokens, sample_answers
+from beliefdrift.runs.distributed import leave_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT_TEMPLATE = "Answer with letters among ({choice_str}), one per line, {gen_len} lines.\n{question}\n"
@@ -417,8 +417,8 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_adapter(reference_run
 def test_saved_adapter_loads_with_peft_and_load_adapter(reference_run, tiny_model_dir, question, template):
     from peft import PeftModel
 
-    from beliefdrift.adapters import load_adapter
-    from beliefdrift.methods import parse_method, run_methods
+    from beliefdrift.backend.adapters import load_adapter
+    from beliefdrift.engine.methods import parse_method, run_methods
 
     adapter = reference_run / "adapter"
     tuned = load_adapter(load_model(str(tiny_model_dir), dtype="float32"), adapter)

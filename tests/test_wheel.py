@@ -45,7 +45,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> None:
     result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (work / "demo" / "summary.md").is_file()
-    code = "import beliefdrift.config as c; print(c.__file__); print(c.preset_file('cpu-default'))"
+    code = "import beliefdrift.config.options as c; print(c.__file__); print(c.preset_file('cpu-default'))"
     paths = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True,
                            check=True).stdout.split()
     assert all(path.startswith(str(target)) for path in paths), paths

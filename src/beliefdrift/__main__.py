@@ -1,5 +1,5 @@
 import sys
 
-from beliefdrift.cli import main
+from beliefdrift.cli.main import main
 
 sys.exit(main())

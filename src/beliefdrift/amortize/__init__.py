@@ -1,6 +1,6 @@
 """Martingale amortization (AM-PPR): rollout datasets, the self-consistency loss and the LoRA trainer.
 
-The trained adapter loads with `beliefdrift.adapters.load_adapter(lm, path)` (and `--adapter` on the CLI).
+The trained adapter loads with `beliefdrift.backend.adapters.load_adapter(lm, path)` (and `--adapter` on the CLI).
 """
 
 from beliefdrift import lazy_exports
@@ -16,7 +16,7 @@ _EXPORTS = {
         "RolloutGroup", "generate_group", "generate_rollouts", "group_id", "load_rollouts", "sample_prefix",
         "sample_rollouts", "save_rollouts",
     ),
-    "beliefdrift.amortize.settings": ("TrainConfig",),
+    "beliefdrift.config.train": ("TrainConfig",),
     "beliefdrift.amortize.trainer": ("SCTrainer", "plan_updates"),
 }
 __all__ = [

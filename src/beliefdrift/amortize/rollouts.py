@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
-from beliefdrift.amortize.settings import PREFIX_MODES
 from beliefdrift.backend import LanguageModel
+from beliefdrift.config.train import PREFIX_MODES
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.prefixes import pick_prefix, top_prefixes
+from beliefdrift.engine.resampling import QuestionRunner, make_generator, sample_answers
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
-from beliefdrift.resampling import QuestionRunner, make_generator, sample_answers
 
 ROWS_FILE = "rollouts.jsonl"
 META_FILE = "meta.json"

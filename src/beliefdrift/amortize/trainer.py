@@ -31,7 +31,6 @@ from typing import Any, TextIO
 import torch
 import yaml
 
-from beliefdrift import store
 from beliefdrift.amortize.backward import backward_sc_loss
 from beliefdrift.amortize.forward import Conditionals, enable_gradient_checkpointing
 from beliefdrift.amortize.loss import SCLossOutput, SelfConsistencyLoss, draw_horizons
@@ -42,19 +41,20 @@ from beliefdrift.amortize.rollouts import (
     sample_rollouts,
     save_rollouts,
 )
-from beliefdrift.amortize.settings import ROLLOUT_SETTINGS, TrainConfig
 from beliefdrift.backend import AnswerTokens, LanguageModel, load_model
 from beliefdrift.backend.shared_prefix import enable_shared_prefix
-from beliefdrift.config import as_mapping
+from beliefdrift.config.options import as_mapping
+from beliefdrift.config.train import ROLLOUT_SETTINGS, TrainConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.diagnostics.emd import EMDConfig, question_emd
+from beliefdrift.engine.resampling import QuestionRunner, make_generator, ppr_tokens
 from beliefdrift.errors import UserError, first_line
 from beliefdrift.files import lock_directory, write_atomic
-from beliefdrift.identity import pin_identity, run_identity
 from beliefdrift.prompts import load_template
-from beliefdrift.resampling import QuestionRunner, make_generator, ppr_tokens
-from beliefdrift.store import StoreError
+from beliefdrift.runs import store
+from beliefdrift.runs.identity import pin_identity, run_identity
+from beliefdrift.runs.store import StoreError
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from beliefdrift.metrics import resample_indices
+from beliefdrift.metrics.functional import resample_indices
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,15 @@ import torch
 
 from beliefdrift import renamed
 from beliefdrift.backend import LanguageModel, PathBatch
+from beliefdrift.config.diagnostics import EMDConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.drift_test import DriftTest, drift_test
 from beliefdrift.diagnostics.kstep import AnswerProcess, KStep, kstep_predictives
 from beliefdrift.diagnostics.prefixes import burn_in_prefixes, pick_prefix, top_prefixes
-from beliefdrift.diagnostics.settings import EMDConfig
-from beliefdrift.methods import Method, parse_method
+from beliefdrift.engine.methods import Method, parse_method
+from beliefdrift.engine.resampling import QuestionRunner, draw_seeds, make_generator
+from beliefdrift.metrics.stats import mean_std
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
-from beliefdrift.resampling import QuestionRunner, draw_seeds, make_generator
-from beliefdrift.stats import mean_std
 
 KL_FLOOR = 1e-12  # p^(1) is clipped below at this value inside KL (θ can underflow to 0 in float32)
 

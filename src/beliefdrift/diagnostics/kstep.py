@@ -20,8 +20,8 @@ from typing import Protocol
 import torch
 
 from beliefdrift.backend import AnswerDist
-from beliefdrift.diagnostics.settings import BATCH_BUDGET, EXACT_BUDGET
-from beliefdrift.resampling import sample_answers
+from beliefdrift.config.diagnostics import BATCH_BUDGET, EXACT_BUDGET
+from beliefdrift.engine.resampling import sample_answers
 
 
 class AnswerProcess(Protocol):

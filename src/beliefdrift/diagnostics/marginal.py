@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from beliefdrift.resampling import Trajectories
+from beliefdrift.engine.resampling import Trajectories
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,9 @@ from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.emd import EMDConfig, EMDRow, QuestionEMD, aggregate_emd, predictives
 from beliefdrift.diagnostics.kstep import exact_is_affordable
 from beliefdrift.diagnostics.trajectory import unit_trajectories
-from beliefdrift.methods import Method
+from beliefdrift.engine.methods import Method
+from beliefdrift.engine.resampling import QuestionRunner, make_generator
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
-from beliefdrift.resampling import QuestionRunner, make_generator
 
 LEVEL = 0.95  # two-sided coverage of the floor's interval
 FLOOR_FIELDS = ("prefix_lengths", "prefixes", "seeds", "prefixes_exact", "kstep", "burn_in_first", "theta_step_sq",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from beliefdrift.diagnostics.kstep import BATCH_BUDGET, AnswerProcess
-from beliefdrift.resampling import draw_labels
+from beliefdrift.engine.resampling import draw_labels
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,16 @@ from typing import Any
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.path_cache import questions_per_batch
+from beliefdrift.config.diagnostics import DiagnosticsConfig, EMDConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.emd import emd_generator, question_emd
 from beliefdrift.diagnostics.noise_floor import floor_generator, spread_fields
-from beliefdrift.diagnostics.settings import DiagnosticsConfig, EMDConfig
 from beliefdrift.diagnostics.trajectory import trajectory_quantities_many, unit_trajectories
-from beliefdrift.distributed import Ranks
-from beliefdrift.methods import Method, parse_method
-from beliefdrift.records import stored_records
-from beliefdrift.resampling import QuestionRunner
-from beliefdrift.runloop import Models, prepare, run_loop
+from beliefdrift.engine.methods import Method, parse_method
+from beliefdrift.engine.resampling import QuestionRunner
+from beliefdrift.runs.distributed import Ranks
+from beliefdrift.runs.loop import Models, prepare, run_loop
+from beliefdrift.runs.records import stored_records
 
 #: (the runner of the unit's question on the unit's model, the method)
 Unit = tuple[QuestionRunner, Method]

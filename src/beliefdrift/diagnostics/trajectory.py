@@ -10,9 +10,9 @@ import torch
 
 from beliefdrift.diagnostics.cid import cid_check
 from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
-from beliefdrift.methods import Method
-from beliefdrift.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator, sample_many
-from beliefdrift.stats import mean_std
+from beliefdrift.engine.methods import Method
+from beliefdrift.engine.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator, sample_many
+from beliefdrift.metrics.stats import mean_std
 
 
 def trajectory_quantities(runner: QuestionRunner, method: Method, paths: int, steps: int, seed: int) -> dict[str, Any]:

@@ -18,14 +18,14 @@ from beliefdrift.diagnostics.drift_test import DRIFT_LEVEL, DriftTest
 from beliefdrift.diagnostics.emd import EMDRow, aggregate_emd
 from beliefdrift.diagnostics.noise_floor import with_floor
 from beliefdrift.diagnostics.trajectory import cid_summary
+from beliefdrift.engine.methods import Method
 from beliefdrift.files import safe_name
-from beliefdrift.methods import Method
+from beliefdrift.metrics.stats import mean_std
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_curves, plot_emd_bars, plot_emd_burn_in
 from beliefdrift.report.marginal import plot_average_drift, record_drift
 from beliefdrift.report.paired import emd_comparisons, emd_markdown
 from beliefdrift.report.plots import plot_marginal_drift
 from beliefdrift.report.text import fixed, markdown_table, plus_minus
-from beliefdrift.stats import mean_std
 
 Records = Mapping[str, Sequence[Mapping[str, Any]]]
 

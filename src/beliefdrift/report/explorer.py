@@ -31,11 +31,11 @@ from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import fingerprint, load_dataset
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
-from beliefdrift.metrics import METRIC_NAMES, reliability_bins
+from beliefdrift.metrics.functional import METRIC_NAMES, reliability_bins
 from beliefdrift.report.paired import paired_scores
 from beliefdrift.report.tables import dataset_title
-from beliefdrift.scoring import QualityControl, score_rows
-from beliefdrift.store import STORE_FILE, ResultRow, RunStore
+from beliefdrift.runs.scoring import QualityControl, score_rows
+from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
 
 EXPLORER_FILE = "explorer.html"
 SIDECAR_DIR = "explorer-data"

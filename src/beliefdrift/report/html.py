@@ -24,9 +24,9 @@ import torch
 import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from beliefdrift.cot.experiment import summary_markdown
 from beliefdrift.files import write_atomic
-from beliefdrift.reasoning.experiment import summary_markdown
-from beliefdrift.store import STORE_FILE, RunStore
+from beliefdrift.runs.store import STORE_FILE, RunStore
 
 HTML_FILE = "report.html"
 LIBRARIES = ("beliefdrift", "torch", "transformers", "peft", "accelerate", "numpy", "jinja2")

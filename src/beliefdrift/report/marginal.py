@@ -12,7 +12,7 @@ import torch
 
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.marginal import MarginalDrift, average_drift
-from beliefdrift.methods import Method
+from beliefdrift.engine.methods import Method
 from beliefdrift.report.plots import plot_marginal_drift
 
 

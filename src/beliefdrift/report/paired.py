@@ -25,15 +25,21 @@ from typing import Any
 
 import numpy as np
 
+from beliefdrift.engine.methods import Method, parse_method
 from beliefdrift.files import write_atomic
-from beliefdrift.methods import Method, parse_method
-from beliefdrift.metrics import METRIC_NAMES, PAIRED_EXACT_N, PairedDelta, paired_mean_bootstrap, paired_summary
+from beliefdrift.metrics.functional import (
+    METRIC_NAMES,
+    PAIRED_EXACT_N,
+    PairedDelta,
+    paired_mean_bootstrap,
+    paired_summary,
+)
 from beliefdrift.registry import canonical_methods
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS
 from beliefdrift.report.tables import MISSING, format_value
 from beliefdrift.report.text import markdown_table
-from beliefdrift.scoring import QualityControl
-from beliefdrift.store import STORE_FILE, ResultRow, RunStore
+from beliefdrift.runs.scoring import QualityControl
+from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
 
 BASELINE = "ppr"
 #: The baseline of every AM-PPR method, besides `BASELINE`.

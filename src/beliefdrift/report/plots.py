@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from beliefdrift.config import FIGURE_FORMATS  # noqa: E402
+from beliefdrift.config.options import FIGURE_FORMATS  # noqa: E402
 from beliefdrift.diagnostics.marginal import MarginalDrift  # noqa: E402
 
 

@@ -12,10 +12,10 @@ import numpy as np
 from matplotlib.collections import PolyCollection
 
 from beliefdrift.files import safe_name
-from beliefdrift.metrics import ece, reliability_bins
+from beliefdrift.metrics.functional import ece, reliability_bins
 from beliefdrift.report.plots import plt, save_figure
 from beliefdrift.report.tables import RunScores
-from beliefdrift.scoring import MethodScore
+from beliefdrift.runs.scoring import MethodScore
 
 
 def bars(centers: np.ndarray, width: float, heights: np.ndarray, bottoms: np.ndarray | float = 0.0,

@@ -11,8 +11,8 @@ from beliefdrift.data.lm_eval import is_task_spec, subtask_of
 from beliefdrift.report.paired import write_paired
 from beliefdrift.report.reliability import reliability_figures
 from beliefdrift.report.tables import RunScores, dataset_title, markdown_tables, write_tables
-from beliefdrift.scoring import QualityControl, score_rows
-from beliefdrift.store import STORE_FILE, ResultRow, RunStore, StoreError
+from beliefdrift.runs.scoring import QualityControl, score_rows
+from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore, StoreError
 
 
 def load_run(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> tuple[RunScores, list[str]]:

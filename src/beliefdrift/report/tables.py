@@ -20,10 +20,10 @@ from typing import Any
 
 from beliefdrift.data.lm_eval import is_task_spec, task_label
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.methods import Method, MethodResult
-from beliefdrift.metrics import METRIC_NAMES, METRICS
+from beliefdrift.engine.methods import Method, MethodResult
+from beliefdrift.metrics.functional import METRIC_NAMES, METRICS
 from beliefdrift.registry import table_order
-from beliefdrift.scoring import MethodScore, QualityControl, score_results
+from beliefdrift.runs.scoring import MethodScore, QualityControl, score_results
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
                   "gpqa": "GPQA"}

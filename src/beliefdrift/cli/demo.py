@@ -1,0 +1,183 @@
+"""`beliefdrift demo`: the paper's main observations on the bundled demo set with the default model.
+
+Runs Direct-Query, PPR, PPR+SEED_1 and PPR+SEED_5, prints a short table and the paper's metric tables,
+draws the marginal drift of θ_n (the paper's Figure 1 (a)/(b)) for one question, and measures the expected
+martingale drift (EMD) with and without seeding on a few questions, and the drift of chain-of-thought
+trajectories in embedding space on a few more. Each question's results are stored in `out/run.sqlite` as it
+finishes, so an interrupted demo resumes where it stopped (with the same settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from beliefdrift.config.diagnostics import EMDConfig
+from beliefdrift.config.options import (
+    DataOptions,
+    ModelOptions,
+    SamplingOptions,
+    add_command,
+    option,
+    out_option,
+    retuned,
+    settings_from,
+)
+from beliefdrift.data.registry import load_dataset
+from beliefdrift.registry import parse_method
+from beliefdrift.report.text import markdown_table, plus_minus
+
+if TYPE_CHECKING:
+    from beliefdrift.backend import LanguageModel
+    from beliefdrift.data import MCQuestion
+    from beliefdrift.engine.methods import Method, MethodResult
+    from beliefdrift.runs.store import ResultRow
+
+log = logging.getLogger(__name__)
+
+DEMO_METHODS = ("direct", "ppr", "ppr-seed1", "ppr-seed5")
+#: The settings that change the stored results (a resumed demo must match them).
+IDENTITY_SETTINGS = ("model", "dtype", "template", "template_ending", "paths", "steps", "seed", "n")
+EMD_METHODS = ("ppr", "ppr-seed5")
+# Small enough for a laptop CPU: K = 4 (exact enumeration of 5^3 continuations), two prefix lengths.
+DEMO_EMD = EMDConfig(horizon=4, prefix_lengths=(0, 2), top_k=3, num_rollouts=8, burn_in=4, k=4)
+
+
+@dataclass(frozen=True)
+class DemoConfig(ModelOptions, SamplingOptions):
+    """The settings of `beliefdrift demo` (the bundled demo questions)."""
+
+    _argument_group_name = "demo"
+
+    n: int | None = retuned(DataOptions, "n", 20, "number of demo questions (0: all 52)")
+    emd_questions: int = option(2, "questions in the EMD section (0: skip)", minimum=0)
+    reasoning_questions: int = option(3, "questions in the chain-of-thought section (0: skip)", minimum=0)
+    plot_question: str | None = option(None, "question id for the drift figure (unset: the first)")
+    out: Path = out_option("beliefdrift-out/demo")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_command(subparsers, "demo", DemoConfig, "run the paper's methods on the bundled demo set", __doc__)
+    parser.set_defaults(func=run)
+
+
+def summary_rows(results: dict[str, list[Any]], targets: list[int]) -> list[tuple[str, float, float, float]]:
+    """(method, accuracy, mean confidence, mean valid_mass) per method (`results`: each method's `MethodResult`s)."""
+    import torch
+
+    rows = []
+    for per_question in results.values():
+        probs = torch.stack([r.probs for r in per_question])
+        correct = (probs.argmax(1) == torch.tensor(targets)).double().mean().item()
+        confidence = probs.max(1).values.mean().item()
+        valid = sum(r.valid_mass for r in per_question) / len(per_question)
+        rows.append((per_question[0].method.title, correct, confidence, valid))
+    return rows
+
+
+def stored_result(row: ResultRow) -> MethodResult:
+    """A stored result as `run_methods` returned it (the arrays are stored bit-exact)."""
+    import torch
+
+    from beliefdrift.engine.methods import MethodResult
+    from beliefdrift.engine.resampling import Trajectories
+
+    trajectories = None if row.thetas is None else Trajectories(
+        torch.from_numpy(row.answers), torch.from_numpy(row.thetas), torch.from_numpy(row.valid_mass),
+        torch.from_numpy(row.seeds))
+    return MethodResult(parse_method(row.method), torch.from_numpy(row.probs), row.valid_mass_mean,
+                        {name: torch.from_numpy(probs) for name, probs in row.alternatives.items()}, trajectories)
+
+
+def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[Method],
+                 config: DemoConfig) -> dict[str, list[MethodResult]]:
+    """Every method's result on every question, each question's stored in `out/run.sqlite` as it finishes: an
+    interrupted demo resumes with the questions it had finished."""
+    from beliefdrift import progress_bar
+    from beliefdrift.engine.methods import run_methods
+    from beliefdrift.runs.identity import run_identity
+    from beliefdrift.runs.scoring import result_row
+    from beliefdrift.runs.store import STORE_FILE, RunStore
+
+    identity = run_identity("demo", config, questions, only=IDENTITY_SETTINGS)
+    with RunStore.open(config.out / STORE_FILE) as store:
+        store.ensure_config(identity)
+        done = {qid for qid, _ in store.done()}
+        for position, question in enumerate(progress_bar(questions, desc="demo", unit="question")):
+            if question.id in done:
+                continue
+            start = time.perf_counter()
+            question_results = run_methods(lm, question, methods, paths=config.paths, steps=config.steps,
+                                           seed=config.seed, template=config.template,
+                                           template_ending=config.template_ending)
+            seconds = time.perf_counter() - start
+            store.add([result_row(position, question, result, seconds) for result in question_results])
+        rows = store.rows()
+    results: dict[str, list[MethodResult]] = {m.name: [] for m in methods}
+    for row in rows:  # in question order
+        results[row.method].append(stored_result(row))
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    from beliefdrift.backend.loading import model_from
+    from beliefdrift.cot.experiment import demo_section as reasoning_section
+    from beliefdrift.diagnostics.marginal import marginal_drift
+    from beliefdrift.report.plots import plot_marginal_drift
+    from beliefdrift.report.tables import metric_table
+
+    config = settings_from(args, DemoConfig)
+    questions = load_dataset("demo", n=config.n or None, seed=config.seed)
+    methods = [parse_method(name) for name in DEMO_METHODS]
+    log.info("loading %s ...", config.model)
+    lm = model_from(config)
+    log.info("%d questions × %d methods, J=%d paths, N=%d answers (%s, %s)", len(questions), len(methods),
+             config.paths, config.steps, lm.dtype, lm.device)
+    results = demo_results(lm, questions, methods, config)
+
+    rows = summary_rows(results, [q.answer_index for q in questions])
+    table = markdown_table(
+        ["method", "accuracy", "mean confidence", "mean valid_mass"],
+        [[name, f"{acc:.3f}", f"{conf:.3f}", f"{valid:.3f}"] for name, acc, conf, valid in rows],
+    )
+    metrics = metric_table(results, questions, label="Demo")
+    print(table + "\n\n" + metrics)
+    config.out.mkdir(parents=True, exist_ok=True)
+    sections = [table, metrics]
+
+    index = next((i for i, q in enumerate(questions) if q.id == config.plot_question), 0)
+    question = questions[index]
+    panels = [(results[name][index].method.title, marginal_drift(results[name][index].trajectories))
+              for name in ("ppr", "ppr-seed5")]
+    written = plot_marginal_drift(panels, question.labels, Path(config.out) / "marginal_drift",
+                                  title=f"{question.id}: {question.stem[:70]}")
+    if config.emd_questions:
+        sections.append(emd_section(lm, questions[: config.emd_questions], config))
+        print(sections[-1])
+    if config.reasoning_questions:
+        log.info("chain-of-thought drift on %d questions ...", config.reasoning_questions)
+        sections.append(reasoning_section(lm, config.out / "reasoning", config.seed, config.reasoning_questions))
+        print(sections[-1])
+    (config.out / "summary.md").write_text("\n\n".join(sections) + "\n")
+    log.info("wrote %s and %s", config.out / "summary.md", ", ".join(str(p) for p in written))
+    return 0
+
+
+def emd_section(lm: Any, questions: list[Any], config: DemoConfig) -> str:
+    """EMD‾ (L1, k = 2 … K) and EMD_k(b) of PPR with and without seeds on a few questions (`lm`: a
+    `LanguageModel`)."""
+    from beliefdrift.diagnostics.emd import emd_summary
+
+    log.info("EMD on %d questions (K=%d, prefixes n ∈ %s) ...", len(questions), DEMO_EMD.horizon,
+             DEMO_EMD.prefix_lengths)
+    rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], config=DEMO_EMD, seed=config.seed,
+                       template=config.template, template_ending=config.template_ending)
+    return "Expected martingale drift (L1)\n\n" + markdown_table(
+        ["method", "EMD‾ mean ± std", f"EMD_{DEMO_EMD.k}(b), b = 0 … {DEMO_EMD.burn_in}"],
+        [[row.method, plus_minus(row.emd_bar, row.emd_bar_std), " ".join(f"{v:.3f}" for v in row.burn_in)]
+         for row in rows],
+    )

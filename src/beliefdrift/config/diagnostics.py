@@ -1,0 +1,64 @@
+"""Settings of the drift diagnostics as plain data (no torch): one EMD evaluation's, and the model, questions and
+methods that `drift` and `emd` share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from beliefdrift.config.options import BatchingOptions, DataOptions, ModelOptions, SamplingOptions, option
+from beliefdrift.errors import UserError
+from beliefdrift.registry import Method, parse_method
+
+EXACT_BUDGET = 4096  # largest number of deepest-level nodes (per prefix) enumerated exactly
+BATCH_BUDGET = 1024  # most paths advanced in one forward pass
+#: The distances d of EMD (`emd.DISTANCES`): L1, KL and total variation (½ L1).
+DISTANCE_NAMES = ("l1", "kl", "tv")
+BASE_METHODS = ("ppr", "ppr-seed5")
+ADAPTER_METHODS = ("am-ppr", "am-ppr-seed5")
+
+
+@dataclass(frozen=True)
+class EMDConfig:
+    """Settings of one EMD evaluation. 𝒩 = {0,2,4,6,8}, top-5 and k = 10 are the paper's (§5.1, Appendix E); the
+    paper gives no K for EMD‾: K = 10 is our choice (the same horizon as EMD_k(b)'s k)."""
+
+    horizon: int = 10  # K: EMD‾ averages k = 2 … K
+    prefix_lengths: tuple[int, ...] = (0, 2, 4, 6, 8)  # 𝒩
+    top_k: int = 5  # prefixes considered per length
+    num_rollouts: int = 32  # J continuations per Monte Carlo estimate
+    burn_in: int = 10  # EMD_k(b) for b = 0 … burn_in
+    k: int = 10  # horizon of EMD_k(b)
+    burn_in_paths: int = 1  # sampled burn-in prefixes per question (EMD_k(b) averages them)
+    exact_budget: int = EXACT_BUDGET  # exact enumeration when |𝒜|^{K−1} ≤ this
+    batch_budget: int = BATCH_BUDGET  # most paths per forward pass
+    max_expansions: int = 256  # search budget for proving the top-K prefixes exact
+
+    def __post_init__(self) -> None:
+        if self.horizon < 2 or self.k < 2:
+            raise ValueError(f"EMD needs horizons ≥ 2 (got K={self.horizon}, k={self.k})")
+        if min(self.prefix_lengths, default=0) < 0 or self.burn_in < 0 or min(self.num_rollouts, self.top_k) < 1:
+            raise ValueError(f"invalid EMD settings: {self}")
+
+
+@dataclass(frozen=True)
+class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOptions):
+    """Model, questions, methods and sampling of `drift` and `emd` (each adds its own settings)."""
+
+    _argument_group_name = "methods"
+
+    methods: list[str] | None = option(None, f"PPR-type methods (default {' '.join(BASE_METHODS)}, plus "
+                                             f"{' '.join(ADAPTER_METHODS)} with --adapter)")
+    adapter: str | None = option(None, "peft LoRA directory of the SC-tuned model (AM-PPR)")
+    skip_long_prompts: bool = option(False, "skip (and count) questions whose prompt and answers exceed the model's "
+                                            "context")
+
+    @property
+    def method_list(self) -> list[Method]:
+        names = self.methods or [*BASE_METHODS, *(ADAPTER_METHODS if self.adapter else ())]
+        methods = [parse_method(name) for name in names]
+        for method in methods:
+            if not method.resamples:
+                raise UserError(f"{method.name}: drift diagnostics need a resampling method (ppr…, am-ppr…)")
+            if method.needs_adapter and self.adapter is None:
+                raise UserError(f"{method.name} needs --adapter (a LoRA directory of the SC-tuned model)")
+        return methods

@@ -1,0 +1,180 @@
+"""Results you can hold: a run directory (finished or partial) as plain Python objects, and its export.
+
+```python
+run = bd.evaluate(bd.EvalConfig(n=2, paths=4, steps=5, methods=["direct", "ppr"]))
+run.scores()[0]["ACC"], len(run.records()), run.path
+bd.emd(bd.EMDCommandConfig(n=2)).records()[0]["emd_bar_l1"]  # per question × method
+bd.open_run("beliefdrift-out/emd").records()[0]["emd_bar_l1"]  # any command's store: drift, emd, reasoning
+```
+
+`evaluate`, `drift`, `emd` and `reasoning` run (or resume) a command's units through the run loop, as the command
+does, and return its `Run`; the command's report files (tables, summaries, figures) are the CLI's to write, except
+reasoning's summary.json and figure, which its experiment writes.
+
+One row per question × method: `records()` (what `beliefdrift export` writes), `trajectories()` (the paths'
+answers, seeds and θ_n as numpy arrays); `scores()` is one row per method and estimator, quality control and
+bootstrap intervals applied as in the report's tables (metrics.csv).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from beliefdrift.config.options import QualityControl
+from beliefdrift.files import write_atomic
+from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore, StoreError
+
+if TYPE_CHECKING:
+    from beliefdrift.backend import LanguageModel
+    from beliefdrift.cli.drift import DriftConfig
+    from beliefdrift.cli.emd import EMDCommandConfig
+    from beliefdrift.cli.reasoning import ReasoningCommandConfig
+    from beliefdrift.config.evaluate import EvalConfig
+
+#: `beliefdrift export --format` values.
+EXPORT_FORMATS = ("jsonl", "parquet")
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory holding a run store (`run.sqlite`); every read opens the store read-only."""
+
+    path: Path
+
+    def _store(self) -> RunStore:
+        return RunStore.open(self.path / STORE_FILE, read_only=True)
+
+    def config(self) -> dict[str, Any]:
+        """The run identity stored with the run (its settings, questions fingerprint, version)."""
+        with self._store() as store:
+            return store.config()
+
+    def scores(self, qc: QualityControl | None = None, n_resamples: int = 1000) -> list[dict[str, Any]]:
+        """Per method in table order, its estimate then its alternatives: counts, each metric with its 95%
+        interval (`ACC`, `ACC_low`, `ACC_high`, …), label mass, confidence (an evaluate run's results only)."""
+        from beliefdrift.report.tables import score_fields
+        from beliefdrift.runs.scoring import score_rows
+
+        with self._store() as store:
+            rows = store.rows(trajectories=False)
+        return [score_fields(score) for score in score_rows(rows, qc, n_resamples)]
+
+    def paired(self, qc: QualityControl | None = None, n_resamples: int = 1000) -> list[Any]:
+        """Each method against its baseline on the questions both keep (`report.paired.paired_scores`: Δ of each
+        metric with its paired bootstrap interval and p), as in the report's paired.md."""
+        from beliefdrift.report.paired import paired_scores
+
+        with self._store() as store:
+            rows = store.rows(trajectories=False)
+        return paired_scores(rows, qc, n_resamples)
+
+    def trajectories(self) -> list[dict[str, Any]]:
+        """Per stored question × method of a resampling method: `answers` [J, N], `thetas` [J, N+1, K],
+        `valid_mass` [J, N+1] and `seeds` [J, m] (numpy arrays). Only evaluate stores paths; a diagnostic run's
+        per-step quantities (drift's `marginal_mean`, reasoning's `rollouts`) are in `records()`."""
+        with self._store() as store:
+            rows = store.rows(trajectories=True)
+        return [{"question_id": row.question_id, "method": row.method, "answers": row.answers, "thetas": row.thetas,
+                 "valid_mass": row.valid_mass, "seeds": row.seeds} for row in rows if row.thetas is not None]
+
+    def records(self, trajectories: bool = False) -> list[dict[str, Any]]:
+        """One row per stored question × method, as plain Python values: an evaluate run's estimate (`probs`, the
+        alternatives in `estimates`), target and mean label mass, and every quantity a diagnostic stored (drift's
+        marginal means, emd's `emd_bar_l1`, …); with `trajectories`, the paths' arrays as nested lists too."""
+        with self._store() as store:
+            rows = {(row.question_id, row.method): result_fields(row, trajectories)
+                    for row in store.rows(trajectories=trajectories)}
+            for unit in store.record_units():
+                rows.setdefault(unit, {"question_id": unit[0], "method": unit[1]}).update(store.records(*unit))
+        return list(rows.values())
+
+
+def result_fields(row: ResultRow, trajectories: bool) -> dict[str, Any]:
+    """A stored result as plain values (arrays as lists)."""
+    fields: dict[str, Any] = {
+        "question_id": row.question_id, "method": row.method, "position": row.position, "target": row.target,
+        "probs": row.probs.tolist(), "estimates": {name: p.tolist() for name, p in row.alternatives.items()},
+        "valid_mass_mean": row.valid_mass_mean, "seconds": row.seconds,
+    }
+    if trajectories:
+        for name in ("answers", "seeds", "thetas", "valid_mass"):
+            value = getattr(row, name)
+            fields[name] = None if value is None else value.tolist()
+    return fields
+
+
+def open_run(path: str | Path) -> Run:
+    """The run in directory `path` (or the directory of the run store `path`), finished or partial."""
+    path = Path(path)
+    directory = path.parent if path.name == STORE_FILE else path
+    if not (directory / STORE_FILE).is_file():
+        raise StoreError(f"{directory}: no run store ({STORE_FILE}) there")
+    return Run(directory)
+
+
+def evaluate(config: EvalConfig, lm: LanguageModel | None = None, out: str | Path | None = None,
+             progress: bool = True) -> Run:
+    """Run (or resume) the evaluation `config` describes into `out` (default: `config.out`) and return it. `lm`:
+    the model `config` names, when it is loaded already."""
+    from beliefdrift.runs.evaluate import evaluate as run_evaluation
+
+    return Run(run_evaluation(config, out if out is not None else config.out, progress=progress, lm=lm).parent)
+
+
+def drift(config: DriftConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
+    """Run (or resume) `beliefdrift drift`'s units (`DriftConfig`) into `config.out` and return the run: per
+    question × method its marginal drift (`marginal_mean`, `marginal_std`, `marginal_shift`) and c.i.d. check."""
+    from beliefdrift.diagnostics.runner import run_drift
+
+    return Run(run_drift(config, lm, progress).path.parent)
+
+
+def emd(config: EMDCommandConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
+    """Run (or resume) `beliefdrift emd`'s units (`EMDCommandConfig`) into `config.out` and return the run: per
+    question × method EMD‾ (`emd_bar_l1`, …), EMD_k(b), the c.i.d. check and the noise floor's step spread."""
+    from beliefdrift.diagnostics.runner import run_emd
+
+    return Run(run_emd(config, config.emd, lm, progress).path.parent)
+
+
+def reasoning(config: ReasoningCommandConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
+    """Run (or resume) `beliefdrift reasoning` (`ReasoningCommandConfig`) into `config.out`, with its summary.json
+    and figure, and return the run: per question × condition its rollouts, curve and answers."""
+    from beliefdrift.cot.experiment import run_reasoning
+
+    run_reasoning(config, lm, progress)
+    return Run(Path(config.out))
+
+
+def write_export(run: Run, out: str | Path, format: str = "jsonl") -> Path:
+    """`run.records(trajectories=True)` as JSON lines or a parquet table (one row per question × method)."""
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"--format {format}: expected {' or '.join(EXPORT_FORMATS)}")
+    rows, out = run.records(trajectories=True), Path(out)
+    if format == "jsonl":
+        write_atomic(out, "".join(json.dumps(row) + "\n" for row in rows))
+    else:
+        write_parquet(rows, out)
+    return out
+
+
+def write_parquet(rows: Sequence[dict[str, Any]], out: Path) -> None:
+    """`rows` as a parquet table; nested values (estimates, records of several types) as JSON text columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    table = pa.table({key: [encoded(row.get(key)) for row in rows] for key in columns})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(out.name + ".tmp")
+    pq.write_table(table, temporary)
+    temporary.replace(out)
+
+
+def encoded(value: Any) -> Any:
+    """A parquet cell: numbers and strings as they are, anything nested as JSON text."""
+    return json.dumps(value) if isinstance(value, (dict, list)) else value

@@ -1,0 +1,156 @@
+"""Scoring: each method's estimates over a run's questions → calibration metrics, with quality control.
+
+Per method, questions where more than `max_fraction` of the paths have mean label mass below `path_mass` are
+dropped and counted (the paper's "> 50% of paths off-format" rule); the others are scored by
+`metrics.summarize` with bootstrap intervals over questions. Rows come in the paper's table order.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from beliefdrift.config.options import QualityControl
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.engine.methods import Method, MethodResult
+from beliefdrift.metrics.functional import MetricWarning, summarize
+from beliefdrift.registry import canonical_methods, parse_method
+from beliefdrift.runs.store import ResultRow, StoreError
+
+#: How an alternative estimator is named in a row title, e.g. "PPR + NoSEED (RB)".
+ESTIMATOR_TITLES = {"q_star_rb": "RB", "theta_1": "θ̂_1"}
+
+
+def result_row(position: int, question: MCQuestion, result: MethodResult, seconds: float) -> ResultRow:
+    """A method's result on a question in storable form (direct query: valid_mass as a [1, 1] array)."""
+    traj = result.trajectories
+
+    def array(tensor: torch.Tensor | None) -> np.ndarray | None:
+        return None if tensor is None else tensor.detach().cpu().numpy()
+
+    return ResultRow(
+        question_id=question.id,
+        method=result.method.name,
+        position=position,
+        target=question.answer_index,
+        num_labels=question.num_choices,
+        probs=array(result.probs.double()),
+        valid_mass=array(traj.valid_mass) if traj is not None else np.array([[result.valid_mass]]),
+        answers=array(traj.answers) if traj is not None else None,
+        seeds=array(traj.seeds) if traj is not None else None,
+        thetas=array(traj.thetas) if traj is not None else None,
+        seconds=seconds,
+        alternatives={name: array(probs.double()) for name, probs in result.alternatives.items()},
+    )
+
+
+@dataclass(frozen=True)
+class MethodScore:
+    """Metrics of one method (or one of its alternative estimators) over the questions passing QC.
+
+    `summary` is `metrics.summarize` on the kept questions (None when QC excluded all of them); `label_mass` is
+    the mean `valid_mass` over all of the method's questions, excluded ones included.
+    """
+
+    method: Method
+    estimator: str | None  # None: the method's own estimate; else an alternative's name (e.g. "q_star_rb")
+    summary: dict[str, Any] | None
+    total: int
+    excluded: int
+    probs: list[np.ndarray] = field(repr=False, default_factory=list)
+    targets: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
+    label_mass: float = math.nan
+
+    @property
+    def title(self) -> str:
+        return self.method.title + (f" ({ESTIMATOR_TITLES.get(self.estimator, self.estimator)})"
+                                    if self.estimator else "")
+
+    @property
+    def estimator_name(self) -> str:
+        return self.estimator or self.method.spec.estimator
+
+    @property
+    def n(self) -> int:
+        return self.total - self.excluded
+
+    @property
+    def confidence(self) -> float:
+        """Mean max_a q(a) over the kept questions (NaN when there are none)."""
+        return float(np.mean([p.max() for p in self.probs])) if self.probs else math.nan
+
+    @property
+    def predicted(self) -> str:
+        """How often each option is the argmax over the kept questions, e.g. `C:2 E:98` (options A, B, …)."""
+        counts = np.bincount([int(np.argmax(p)) for p in self.probs], minlength=1)
+        return " ".join(f"{chr(ord('A') + i)}:{c}" for i, c in enumerate(counts) if c)
+
+
+def score_rows(
+    rows: Sequence[ResultRow], qc: QualityControl | None = None, n_resamples: int = 1000, seed: int = 0
+) -> list[MethodScore]:
+    """Per method in table order: its estimate, then its alternatives, scored on the questions that pass
+    `qc` with bootstrap intervals over questions. Undefined metrics (AUC with one class) are NaN."""
+    qc = qc or QualityControl()
+    by_method: dict[str, list[ResultRow]] = {}
+    for row in rows:
+        by_method.setdefault(row.method, []).append(row)
+    dropped = {row.question_id for row in rows if qc.excludes(row)} if qc.common else set()
+    scores = []
+    for name in canonical_methods(list(by_method)) if by_method else ():
+        group = by_method[name]
+        kept = [row for row in group if not (qc.excludes(row) or row.question_id in dropped)]
+        label_mass = float(np.mean([row.valid_mass_mean for row in group]))
+        estimators = sorted({alt for row in group for alt in row.alternatives})
+        for estimator in [None, *estimators]:
+            probs = [row.probs if estimator is None else row.alternatives[estimator] for row in kept]
+            targets = np.array([row.target for row in kept], dtype=np.int64)
+            summary = None
+            if kept:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", MetricWarning)
+                    try:
+                        summary = summarize(probs, targets, n_resamples=n_resamples, seed=seed)
+                    except ValueError as err:
+                        raise corrupt_row(kept, probs, estimator, err) from err
+            scores.append(MethodScore(parse_method(name), estimator, summary, len(group), len(group) - len(kept),
+                                      probs, targets, label_mass))
+    return scores
+
+
+def corrupt_row(
+    rows: Sequence[ResultRow], probs: Sequence[np.ndarray], estimator: str | None, err: ValueError
+) -> StoreError:
+    """A StoreError naming the first row whose estimate is not a probability vector over its options (`err`, what
+    the metrics said, when each row is one on its own)."""
+    def valid(row: ResultRow, p: np.ndarray) -> bool:
+        try:
+            summarize([p], [row.target], n_resamples=1)
+        except ValueError:
+            return False
+        return True
+
+    bad = next(((row, p) for row, p in zip(rows, probs, strict=True) if not valid(row, p)), None)
+    if bad is None:
+        return StoreError(f"the stored results of method {rows[0].method} cannot be scored: {err}")
+    row, p = bad
+    return StoreError(f"the stored {estimator or 'estimate'} of question {row.question_id!r}, method {row.method} is "
+                      f"not a probability vector over its {row.num_labels} options (target {row.target}): {p.tolist()}")
+
+
+def score_results(
+    results: Mapping[str, Sequence[MethodResult]],
+    questions: Sequence[MCQuestion],
+    qc: QualityControl | None = None,
+    n_resamples: int = 1000,
+) -> list[MethodScore]:
+    """`score_rows` for in-memory results: {method name: one MethodResult per question, in order}."""
+    rows = [result_row(i, q, r, math.nan) for per_question in results.values()
+            for i, (q, r) in enumerate(zip(questions, per_question, strict=True))]
+    return score_rows(rows, qc, n_resamples)
