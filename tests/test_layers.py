@@ -11,10 +11,20 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "beliefdrift"
 HEAVY = ("torch", "transformers", "peft", "accelerate", "matplotlib")
-#: Settings and names: plain data, importable without torch (the CLI's --help imports only these and commands/).
-PLAIN = ("beliefdrift.config.options", "beliefdrift.registry", "beliefdrift.config.evaluate",
-         "beliefdrift.config.diagnostics", "beliefdrift.config.train", "beliefdrift.config.reasoning",
-         "beliefdrift.cli.main", *(f"beliefdrift.cli.{path.stem}" for path in (PACKAGE / "cli").glob("*.py")))
+#: The layers from the bottom up (docs/architecture.md): a module imports its own layer and those below it only.
+LAYERS = ("root", "data", "prompts", "config", "metrics", "backend", "engine", "diagnostics", "cot", "runs",
+          "amortize", "report", "cli")
+#: The one import that goes up: the chain-of-thought figures are drawn with the report's plotting helpers.
+UPWARD = {("beliefdrift.cot.plot", "beliefdrift.report.plots")}
+
+
+def modules_of(folder: str) -> list[str]:
+    return [f"beliefdrift.{folder}.{path.stem}" for path in sorted((PACKAGE / folder).glob("*.py"))
+            if path.stem != "__init__"] + [f"beliefdrift.{folder}"]
+
+
+#: Settings and names: plain data, importable without torch (the CLI's --help imports only these and cli/).
+PLAIN = ("beliefdrift.registry", *modules_of("config"), *modules_of("cli"))
 
 
 def module_file(name: str) -> Path:
@@ -59,11 +69,33 @@ def test_settings_and_commands_import_no_torch_nor_the_backend(name: str) -> Non
     assert not {m for m in imported if m.startswith("beliefdrift.backend")}, name
 
 
-@pytest.mark.parametrize("layer", ["beliefdrift.metrics.functional", "beliefdrift.report", "beliefdrift.registry",
-                                   "beliefdrift.data"])
-def test_metrics_report_and_data_never_import_the_backend(layer: str) -> None:
-    """Metrics work on arrays, reports on stored rows, data on files: none of them needs a model."""
-    modules = [layer] if module_file(layer).name != "__init__.py" else [
-        f"{layer}.{path.stem}" for path in module_file(layer).parent.glob("*.py") if path.stem != "__init__"]
-    for module in modules:
+@pytest.mark.parametrize("folder", ["metrics", "report", "data", "config"])
+def test_metrics_report_data_and_config_never_import_the_backend(folder: str) -> None:
+    """Metrics work on arrays, reports on stored rows, data on files, settings are plain data: none needs a model."""
+    for module in modules_of(folder):
         assert not {m for m in top_level_imports(module) if m.startswith("beliefdrift.backend")}, module
+
+
+def layer_of(module: str) -> str:
+    """The folder under the package a module sits in, or "root" (`__main__`, the entry point, counts as cli)."""
+    parts = module.split(".")
+    if parts[1:] == ["__main__"]:
+        return "cli"
+    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else "root"
+
+
+def all_modules() -> list[str]:
+    return ["beliefdrift" + "".join(f".{part}" for part in path.relative_to(PACKAGE).with_suffix("").parts
+                                    if part != "__init__") for path in sorted(PACKAGE.rglob("*.py"))]
+
+
+def test_every_folder_is_a_known_layer() -> None:
+    assert {layer_of(module) for module in all_modules()} == set(LAYERS)
+
+
+@pytest.mark.parametrize("module", all_modules())
+def test_imports_only_go_down_the_layers(module: str) -> None:
+    own = LAYERS.index(layer_of(module))
+    upward = {target for target in top_level_imports(module) if target.split(".")[0] == "beliefdrift"
+              and LAYERS.index(layer_of(target)) > own and (module, target) not in UPWARD}
+    assert not upward, f"{module} ({layer_of(module)}) imports a layer above it: {sorted(upward)}"

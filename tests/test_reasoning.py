@@ -33,16 +33,15 @@ from beliefdrift.cot import (
     nucleus_sampler,
     parse_pairs,
     render_pair,
-    run_question,
 )
 from beliefdrift.cot.answers import answer_totals
 from beliefdrift.cot.embeddings import SENTENCE_PACKAGE, SentenceEmbedder, mean_pool
-from beliefdrift.cot.experiment import summarize
 from beliefdrift.cot.generation import _answer_so_far, _end_of_sequence_ids, _ends_with_tag, _RolloutState
 from beliefdrift.cot.parser import PAIR_SEPARATOR
 from beliefdrift.data import MathProblem
 from beliefdrift.engine.resampling import make_generator
 from beliefdrift.prompts import chat_context
+from beliefdrift.runs.reasoning import run_question, summarize
 from beliefdrift.runs.store import STORE_FILE, RunStore
 
 GUIDED = DecodeConfig(num_pairs=2, max_new_tokens=90, guided=True, max_solution_tokens=8, max_answer_tokens=3)

@@ -125,10 +125,10 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
 
 def run(args: argparse.Namespace) -> int:
     from beliefdrift.backend.loading import model_from
-    from beliefdrift.cot.experiment import demo_section as reasoning_section
     from beliefdrift.diagnostics.marginal import marginal_drift
     from beliefdrift.report.plots import plot_marginal_drift
     from beliefdrift.report.tables import metric_table
+    from beliefdrift.runs.reasoning import demo_section as reasoning_section
 
     config = settings_from(args, DemoConfig)
     questions = load_dataset("demo", n=config.n or None, seed=config.seed)

@@ -38,8 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from beliefdrift.diagnostics.runner import run_drift
     from beliefdrift.report.diagnostics import drift_report
+    from beliefdrift.runs.diagnostics import run_drift
     from beliefdrift.runs.distributed import Ranks
 
     config = settings_from(args, DriftConfig)

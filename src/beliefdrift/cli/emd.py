@@ -73,8 +73,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from beliefdrift.diagnostics.noise_floor import method_floors, missing_fields
-    from beliefdrift.diagnostics.runner import run_emd
     from beliefdrift.report.diagnostics import emd_report
+    from beliefdrift.runs.diagnostics import run_emd
     from beliefdrift.runs.distributed import Ranks
 
     settings = settings_from(args, EMDCommandConfig)

@@ -83,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from beliefdrift.cot.experiment import run_reasoning, summary_markdown
+    from beliefdrift.runs.reasoning import run_reasoning, summary_markdown
     from beliefdrift.runs.store import STORE_FILE
 
     settings = settings_from(args, ReasoningCommandConfig)

@@ -8,9 +8,6 @@ _EXPORTS = {
     "beliefdrift.cot.drift": ("CurveStats", "centroid_cosine_curve", "centroids", "cosine_matrix", "curve_stats"),
     "beliefdrift.config.reasoning": ("EMBEDDINGS", "ReasoningConfig"),
     "beliefdrift.cot.embeddings": ("SentenceEmbedder", "hidden_embeddings", "pair_embeddings"),
-    "beliefdrift.cot.experiment": (
-        "DEMO_CONFIG", "demo_section", "run_experiment", "run_question", "run_reasoning", "summary_markdown",
-    ),
     "beliefdrift.cot.generation": (
         "DecodeConfig", "PromptCache", "Rollout", "generate_rollouts", "nucleus_sampler",
     ),
@@ -18,7 +15,6 @@ _EXPORTS = {
     "beliefdrift.cot.task": ("ReasoningTask",),
 }
 __all__ = [
-    "DEMO_CONFIG",
     "EMBEDDINGS",
     "CurveStats",
     "DecodeConfig",
@@ -35,7 +31,6 @@ __all__ = [
     "centroids",
     "cosine_matrix",
     "curve_stats",
-    "demo_section",
     "generate_rollouts",
     "hidden_embeddings",
     "majority",
@@ -44,10 +39,6 @@ __all__ = [
     "pair_embeddings",
     "parse_pairs",
     "render_pair",
-    "run_experiment",
-    "run_question",
-    "run_reasoning",
-    "summary_markdown",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 

@@ -24,8 +24,8 @@ import torch
 import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from beliefdrift.cot.experiment import summary_markdown
 from beliefdrift.files import write_atomic
+from beliefdrift.runs.reasoning import summary_markdown
 from beliefdrift.runs.store import STORE_FILE, RunStore
 
 HTML_FILE = "report.html"

@@ -128,7 +128,7 @@ def evaluate(config: EvalConfig, lm: LanguageModel | None = None, out: str | Pat
 def drift(config: DriftConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
     """Run (or resume) `beliefdrift drift`'s units (`DriftConfig`) into `config.out` and return the run: per
     question × method its marginal drift (`marginal_mean`, `marginal_std`, `marginal_shift`) and c.i.d. check."""
-    from beliefdrift.diagnostics.runner import run_drift
+    from beliefdrift.runs.diagnostics import run_drift
 
     return Run(run_drift(config, lm, progress).path.parent)
 
@@ -136,7 +136,7 @@ def drift(config: DriftConfig, lm: LanguageModel | None = None, progress: bool =
 def emd(config: EMDCommandConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
     """Run (or resume) `beliefdrift emd`'s units (`EMDCommandConfig`) into `config.out` and return the run: per
     question × method EMD‾ (`emd_bar_l1`, …), EMD_k(b), the c.i.d. check and the noise floor's step spread."""
-    from beliefdrift.diagnostics.runner import run_emd
+    from beliefdrift.runs.diagnostics import run_emd
 
     return Run(run_emd(config, config.emd, lm, progress).path.parent)
 
@@ -144,7 +144,7 @@ def emd(config: EMDCommandConfig, lm: LanguageModel | None = None, progress: boo
 def reasoning(config: ReasoningCommandConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
     """Run (or resume) `beliefdrift reasoning` (`ReasoningCommandConfig`) into `config.out`, with its summary.json
     and figure, and return the run: per question × condition its rollouts, curve and answers."""
-    from beliefdrift.cot.experiment import run_reasoning
+    from beliefdrift.runs.reasoning import run_reasoning
 
     run_reasoning(config, lm, progress)
     return Run(Path(config.out))
