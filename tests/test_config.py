@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from beliefdrift.cli.drift import DriftConfig
-from beliefdrift.cli.emd import EMDCommandConfig
 from beliefdrift.cli.main import COMMANDS, build_parser, main
+from beliefdrift.config.diagnostics import DriftConfig, EMDCommandConfig
 from beliefdrift.config.evaluate import EvalConfig
 from beliefdrift.config.options import coerce, is_operational, load_settings, settings_from
 from beliefdrift.data.registry import load_dataset

@@ -11,25 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from dataclasses import dataclass
-from pathlib import Path
 
-from beliefdrift.config.diagnostics import DiagnosticsConfig
-from beliefdrift.config.options import SamplingOptions, add_command, option, out_option, retuned, settings_from
+from beliefdrift.config.diagnostics import DriftConfig
+from beliefdrift.config.options import add_command, settings_from
 from beliefdrift.files import write_atomic
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DriftConfig(DiagnosticsConfig):
-    """The settings of `beliefdrift drift`."""
-
-    _argument_group_name = "drift"
-
-    paths: int = retuned(SamplingOptions, "paths", 16)
-    plot_questions: int = option(1, "per-question drift figures to draw", operational=True, minimum=0)
-    out: Path = out_option("beliefdrift-out/drift")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

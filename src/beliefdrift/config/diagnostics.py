@@ -1,11 +1,20 @@
-"""Settings of the drift diagnostics as plain data (no torch): one EMD evaluation's, and the model, questions and
-methods that `drift` and `emd` share."""
+"""Settings of the drift diagnostics as plain data (no torch): one EMD evaluation's (`EMDConfig`), what `drift` and
+`emd` share (`DiagnosticsConfig`), and each command's (`DriftConfig`, `EMDCommandConfig`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from beliefdrift.config.options import BatchingOptions, DataOptions, ModelOptions, SamplingOptions, option
+from beliefdrift.config.options import (
+    BatchingOptions,
+    DataOptions,
+    ModelOptions,
+    SamplingOptions,
+    option,
+    out_option,
+    retuned,
+)
 from beliefdrift.errors import UserError
 from beliefdrift.registry import Method, parse_method
 
@@ -62,3 +71,48 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
             if method.needs_adapter and self.adapter is None:
                 raise UserError(f"{method.name} needs --adapter (a LoRA directory of the SC-tuned model)")
         return methods
+
+
+@dataclass(frozen=True)
+class DriftConfig(DiagnosticsConfig):
+    """The settings of `beliefdrift drift`."""
+
+    _argument_group_name = "drift"
+
+    paths: int = retuned(SamplingOptions, "paths", 16)
+    plot_questions: int = option(1, "per-question drift figures to draw", operational=True, minimum=0)
+    out: Path = out_option("beliefdrift-out/drift")
+
+
+@dataclass(frozen=True)
+class EMDCommandConfig(DiagnosticsConfig):
+    """The settings of `beliefdrift emd`: -J is the number of Monte Carlo continuations per k-step estimate and of
+    c.i.d. paths; -N the c.i.d. path length; --batch-questions batches the c.i.d. and floor paths of several
+    questions (each question's k-step estimates fill up to --batch-budget paths per forward pass on their own)."""
+
+    _argument_group_name = "EMD"
+
+    paths: int = retuned(SamplingOptions, "paths", 32, "Monte Carlo continuations per k-step estimate and c.i.d. "
+                                                       "paths (J)")
+    horizon: int = option(10, "EMD‾ averages k = 2 … K", "-K", minimum=2)
+    prefix_lengths: list[int] = option([0, 2, 4, 6, 8], "prefix lengths 𝒩 of EMD‾", minimum=0)
+    top_k: int = option(5, "a prefix is drawn from the top-k prefixes of each length", minimum=1)
+    burn_in: int = option(10, "EMD_k(b) for b = 0 … this", minimum=0)
+    lookahead: int = option(10, "the horizon k of EMD_k(b)", "-k", minimum=2)
+    burn_in_paths: int = option(1, "sampled burn-in prefixes per question", minimum=1)
+    distance: list[str] = option(["l1", "kl"], "distances: l1, kl and tv (total variation = ½ L1)",
+                                 choices=DISTANCE_NAMES)
+    exact_budget: int = option(EXACT_BUDGET, "enumerate p^(k) exactly when |options|^(k-1) ≤ this, else Monte Carlo",
+                                minimum=0)
+    batch_budget: int = option(BATCH_BUDGET, "most paths per forward pass", operational=True, minimum=1)
+    noise_floor_replicates: int = option(100, "EMD of R matched Pólya-urn martingales per question: the floor printed "
+                                              "beside every EMD figure, with its 95%% interval and whether EMD lies "
+                                              "above it (0: off)", operational=True, minimum=0, metavar="R")
+    out: Path = out_option("beliefdrift-out/emd")
+
+    @property
+    def emd(self) -> EMDConfig:
+        return EMDConfig(horizon=self.horizon, prefix_lengths=tuple(self.prefix_lengths), top_k=self.top_k,
+                         num_rollouts=self.paths, burn_in=self.burn_in, k=self.lookahead,
+                         burn_in_paths=self.burn_in_paths, exact_budget=self.exact_budget,
+                         batch_budget=self.batch_budget)

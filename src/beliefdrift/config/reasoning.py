@@ -1,8 +1,14 @@
-"""Settings of the chain-of-thought experiment as plain data (no torch)."""
+"""Settings of the chain-of-thought experiment as plain data (no torch): one experiment's (`ReasoningConfig`) and
+the `reasoning` command's (`ReasoningCommandConfig`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from beliefdrift.config.options import DataOptions, ModelOptions, SamplingOptions, option, out_option, retuned
+from beliefdrift.errors import UserError
+from beliefdrift.prompts.render import DEFAULT_TEMPLATE_ENDING
 
 #: How a thought–answer pair is embedded: the model's mean last hidden state, or all-MiniLM-L6-v2 (extra).
 EMBEDDINGS = ("hidden", "sentence")
@@ -37,3 +43,48 @@ class ReasoningConfig:
         """(key, title, m) of each condition: PPR, and PPR + SEED_m when m > 0."""
         plain = [("ppr", "PPR", 0)]
         return plain + ([(f"ppr-seed{self.seeds}", f"PPR + SEED_{self.seeds}", self.seeds)] if self.seeds else [])
+
+
+DEFAULTS = ReasoningConfig()
+
+
+@dataclass(frozen=True)
+class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
+    """The settings of `beliefdrift reasoning`: rollouts are its paths, thought–answer pairs its steps."""
+
+    _argument_group_name = "rollouts"
+
+    template: str | None = retuned(ModelOptions, "template", None, "pairs prompt: a .txt file with {num_lines} and "
+                                                                   "{question} (default: the dataset's)")
+    dataset: str = retuned(DataOptions, "dataset", "gsm8k")
+    n: int | None = retuned(DataOptions, "n", 20)
+    paths: int = retuned(SamplingOptions, "paths", DEFAULTS.rollouts, "rollouts per question (J; R in Appendix F)")
+    steps: int = retuned(SamplingOptions, "steps", DEFAULTS.pairs, "thought–answer pairs per rollout (N)")
+    seed_pairs: int = option(DEFAULTS.seeds, "reasoning seeds (prefilled pairs) per rollout for the seeded "
+                                             "condition (m; 0: unseeded only)", "-m", minimum=0)
+    tau: int = option(DEFAULTS.tau, "lag τ of cos(h̄_n, h̄_{n+τ})", minimum=1)
+    max_new_tokens: int = option(DEFAULTS.max_new_tokens, "token budget per rollout", minimum=1)
+    seed_max_new_tokens: int = option(DEFAULTS.seed_max_new_tokens, "token budget per reasoning seed", minimum=1)
+    max_solution_tokens: int = option(DEFAULTS.max_solution_tokens, "guided format: close a solution after this "
+                                                                    "many tokens", minimum=1)
+    temperature: float = option(DEFAULTS.temperature, "sampling temperature (0: greedy)", minimum=0)
+    top_p: float = option(DEFAULTS.top_p, "nucleus sampling mass", above=0, maximum=1)
+    format: str = option("guided" if DEFAULTS.guided else "free", "guided: the pair tags are written for the model; "
+                         "free: prompt only (the paper's)", choices=("guided", "free"))
+    embedding: str = option(DEFAULTS.embedding, "hidden: mean last hidden state of the model; sentence: "
+                                                "all-MiniLM-L6-v2 (extra)", choices=EMBEDDINGS)
+    out: Path = out_option("beliefdrift-out/reasoning")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.template_ending != DEFAULT_TEMPLATE_ENDING:
+            raise UserError("--template-ending: the pairs prompt has no question fence to end; the option applies to "
+                            "the multiple-choice commands only")
+
+    @property
+    def experiment(self) -> ReasoningConfig:
+        return ReasoningConfig(rollouts=self.paths, pairs=self.steps, seeds=self.seed_pairs, tau=self.tau,
+                               max_new_tokens=self.max_new_tokens, seed_max_new_tokens=self.seed_max_new_tokens,
+                               temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+                               embedding=self.embedding, guided=self.format == "guided",
+                               max_solution_tokens=self.max_solution_tokens)

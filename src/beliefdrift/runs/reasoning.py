@@ -52,7 +52,7 @@ from beliefdrift.runs.loop import run_loop
 from beliefdrift.runs.records import stored_records
 
 if TYPE_CHECKING:
-    from beliefdrift.cli.reasoning import ReasoningCommandConfig
+    from beliefdrift.config.reasoning import ReasoningCommandConfig
 
 log = logging.getLogger(__name__)
 

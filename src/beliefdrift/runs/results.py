@@ -30,10 +30,9 @@ from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore, StoreError
 
 if TYPE_CHECKING:
     from beliefdrift.backend import LanguageModel
-    from beliefdrift.cli.drift import DriftConfig
-    from beliefdrift.cli.emd import EMDCommandConfig
-    from beliefdrift.cli.reasoning import ReasoningCommandConfig
+    from beliefdrift.config.diagnostics import DriftConfig, EMDCommandConfig
     from beliefdrift.config.evaluate import EvalConfig
+    from beliefdrift.config.reasoning import ReasoningCommandConfig
 
 #: `beliefdrift export --format` values.
 EXPORT_FORMATS = ("jsonl", "parquet")
