@@ -665,3 +665,11 @@ def test_resample_indices_draws_as_numpy_and_torch_do() -> None:
     np.testing.assert_array_equal(index, np.random.default_rng(4).integers(0, 7, size=(50, 7)))
     drawn = resample_indices(7, 50, torch.Generator().manual_seed(4))
     np.testing.assert_array_equal(drawn, torch.randint(7, (50, 7), generator=torch.Generator().manual_seed(4)))
+
+
+def test_the_metrics_package_offers_every_public_name_of_its_modules() -> None:
+    import beliefdrift.metrics as package
+    from beliefdrift.metrics import functional, stats
+
+    assert set(package.__all__) == {*functional.__all__, "mean_std"}
+    assert package.accuracy is functional.accuracy and package.mean_std is stats.mean_std
