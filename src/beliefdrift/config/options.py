@@ -22,6 +22,7 @@ from typing import Any, NoReturn, TypeVar
 
 import yaml
 
+from beliefdrift.data.registry import DATASETS
 from beliefdrift.errors import UserError
 from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL
@@ -183,8 +184,8 @@ class ModelOptions(Settings):
 class DataOptions(Settings):
     _argument_group_name = "data"
 
-    dataset: str = option("demo", "a registered dataset (demo, csqa, arc, tinymmlu, mmlu, gpqa, gsm8k), a file, "
-                                  "lm-eval:TASK, an lm-eval task file (.yaml) or hf:OWNER/NAME[:CONFIG]")
+    dataset: str = option("demo", f"a registered dataset ({', '.join(DATASETS)}), a file, lm-eval:TASK, an lm-eval "
+                                  "task file (.yaml) or hf:OWNER/NAME[:CONFIG]")
     split: str | None = option(None, "dataset split (unset: the dataset's evaluation split)")
     fields: str | None = option(None, "a hf: dataset's columns as question=COL,choices=COL,answer=COL[,labels=COL]"
                                       "[,id=COL], or a YAML file of that mapping", when_set=True)
