@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,26 @@ def test_quiet_silences_the_progress_bars_too(tmp_path) -> None:
         assert beliefdrift.progress_bar(range(2)).disable is not shown
     assert beliefdrift.progress_bar(range(2), disable=True).disable  # one bar can still be turned off
     beliefdrift.show_progress(True)
+
+
+def test_quiet_silences_hugging_face_bars_too(tmp_path, monkeypatch) -> None:
+    """Hub downloads and `datasets`' split generation draw their own bars: --quiet switches those off as well, for a
+    library imported already and (through its environment variable) one imported later."""
+    import datasets
+    import huggingface_hub.utils
+
+    import beliefdrift
+
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.delenv("HF_DATASETS_DISABLE_PROGRESS_BARS", raising=False)
+    try:
+        assert main(["--quiet", "report", str(tmp_path)]) == 2
+        assert datasets.utils.are_progress_bars_disabled() and huggingface_hub.utils.are_progress_bars_disabled()
+        assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1"
+    finally:
+        beliefdrift.show_progress(True)
+    assert not datasets.utils.are_progress_bars_disabled() and not huggingface_hub.utils.are_progress_bars_disabled()
+    assert "HF_DATASETS_DISABLE_PROGRESS_BARS" not in os.environ
 
 
 @pytest.mark.parametrize("quiet", [False, True])
