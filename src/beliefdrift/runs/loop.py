@@ -89,9 +89,11 @@ def run_loop(
     ranks: Ranks | None = None,
     progress: bool = True,
     desc: str | None = None,
+    kind: str = "method",
 ) -> Path:
-    """Store `compute`'s units for every question × name of `names` not stored yet in `<out>/run.sqlite` (table
-    `table`), `batch` questions per call (this rank's share under torchrun); return the store's path."""
+    """Store `compute`'s units for every question × name of `names` (each a `kind`: a method, for reasoning a
+    condition) not stored yet in `<out>/run.sqlite` (table `table`), `batch` questions per call (this rank's share
+    under torchrun); return the store's path."""
     ranks = ranks or Ranks.from_env()
     path = Path(out) / STORE_FILE
     stored_units, save = TABLES[table]
@@ -100,8 +102,9 @@ def run_loop(
         stored = stored_units(store)
         done = sum((q.id, name) in stored for _, q in mine for name in names)
         todo = [(i, q) for i, q in mine if any((q.id, name) not in stored for name in names)]
-        log.info("%d questions × %d methods (%d done)", len(mine), len(names), done)
-        with tqdm(total=len(mine) * len(names), initial=done, desc=desc, unit="question×method", dynamic_ncols=True,
+        rank = f"rank {ranks.rank}: " if ranks.world_size > 1 else ""
+        log.info("%s%d questions × %d %ss (%d done)", rank, len(mine), len(names), kind, done)
+        with tqdm(total=len(mine) * len(names), initial=done, desc=desc, unit=f"question×{kind}", dynamic_ncols=True,
                   disable=not progress or ranks.rank != 0) as bar:
             for start in range(0, len(todo), batch):
                 stored = stored_units(store)  # another process on this directory may have stored some meanwhile

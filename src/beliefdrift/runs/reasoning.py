@@ -217,7 +217,8 @@ def run_experiment(
     def compute(batch: Sequence[tuple[int, ReasoningTask]], names: tuple[str, ...]) -> dict[str, dict]:
         return {task.id: _units(run_question(lm, task, config, embedder)) for _, task in batch}
 
-    run_loop(out, identity, tasks, keys, compute, ranks=ranks, progress=progress, desc="reasoning")
+    run_loop(out, identity, tasks, keys, compute, ranks=ranks, progress=progress, desc="reasoning",
+             kind="condition")
     if ranks.rank != 0:
         return None
     stored = stored_records(out, [task.id for task in tasks], keys)
