@@ -1,8 +1,9 @@
-"""The one run loop (`runloop.run_loop`): drift, emd and reasoning sharded over two torchrun ranks store what one
+"""The one run loop (`runs.loop.run_loop`): drift, emd and reasoning sharded over two torchrun ranks store what one
 process stores (as evaluate's test in test_evaluate.py), and a store holding some units resumes with the others."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,19 +49,33 @@ def stored(out: Path) -> tuple[dict, dict]:
         return store.config(), records
 
 
+#: What each torchrun worker runs: the commands one after the other in one process group (one launch for all three).
+WORKER = """import json, sys
+import torch.distributed as dist
+from beliefdrift.cli.main import main
+dist.init_process_group("gloo")
+codes = [main(args) for args in json.loads(sys.argv[1])]
+dist.destroy_process_group()
+sys.exit(max(codes))
+"""
+
+
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("name", COMMANDS)
-def test_two_ranks_store_what_one_process_stores(name: str, tiny_model_dir: Path, tmp_path: Path) -> None:
-    in_process(command(name, tiny_model_dir, tmp_path / "one"))
+def test_two_ranks_store_what_one_process_stores(tiny_model_dir: Path, tmp_path: Path) -> None:
+    for name in COMMANDS:
+        in_process(command(name, tiny_model_dir, tmp_path / "one" / name))
+    (tmp_path / "worker.py").write_text(WORKER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-              "beliefdrift", *command(name, tiny_model_dir, tmp_path / "two")]
+    commands = [command(name, tiny_model_dir, tmp_path / "two" / name) for name in COMMANDS]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+              str(tmp_path / "worker.py"), json.dumps(commands)]
     result = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    one, two = stored(tmp_path / "one"), stored(tmp_path / "two")
-    assert two[0] == one[0] and len(one[1]) == 3 * (2 if name != "emd" else 1)
-    assert two[1] == one[1]
-    assert (tmp_path / "two" / "summary.json").exists()  # rank 0 reported, once both ranks had stored
+    for name in COMMANDS:
+        one, two = stored(tmp_path / "one" / name), stored(tmp_path / "two" / name)
+        assert two[0] == one[0] and len(one[1]) == 3 * (2 if name != "emd" else 1), name
+        assert two[1] == one[1], name
+        assert (tmp_path / "two" / name / "summary.json").exists()  # rank 0 reported, once both ranks had stored
 
 
 def test_a_partial_store_resumes_to_the_uninterrupted_run(tiny_model_dir: Path, tmp_path: Path) -> None:
