@@ -1,4 +1,4 @@
-"""The question × method runs of the diagnostics (`drift`, `emd`) through the one run loop (`runloop.run_loop`):
+"""The question × method runs of the diagnostics (`drift`, `emd`) through the one run loop (`runs.loop.run_loop`):
 what each stores per unit, computed a batch of units at a time, resumable and sharded over torchrun ranks.
 
 A unit is one (question, method). Its quantities come from generators keyed by run seed, question id and method

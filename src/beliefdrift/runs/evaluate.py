@@ -2,8 +2,8 @@
 
 A unit of work is one (question, method); it draws its randomness from `make_generator(seed, question id,
 method name)`, so a run gives the same numbers whether it runs in one go, resumes after a kill, or is
-sharded over ranks. The loop (resume, sharding, storing) is `runloop.run_loop`; settings live in
-`evaluation_config`, scoring in `scoring`.
+sharded over ranks. The loop (resume, sharding, storing) is `runs.loop.run_loop`; settings live in
+`config.evaluate`, scoring in `runs.scoring`.
 """
 
 from __future__ import annotations

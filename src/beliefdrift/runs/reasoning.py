@@ -203,7 +203,7 @@ def run_experiment(
     progress: bool = True,
     ranks: Ranks | None = None,
 ) -> dict | None:
-    """Run every task not finished yet in `out`'s run store through the run loop (`runloop.run_loop`: resumable,
+    """Run every task not finished yet in `out`'s run store through the run loop (`runs.loop.run_loop`: resumable,
     each question's conditions stored together, the tasks sharded over torchrun ranks); the store must hold the
     same run `identity`, by default `config` itself (a different one is a StoreError). Then write records.csv,
     summary.json and the figure and return the summary; on a rank other than 0, write nothing and return None."""

@@ -1,5 +1,5 @@
 """Results of the diagnostic commands (drift, emd, reasoning): named quantities per question × method in the run
-store (`<out>/run.sqlite`, table `records`, written unit by unit by `runloop.run_loop`), read back for the report,
+store (`<out>/run.sqlite`, table `records`, written unit by unit by `runs.loop.run_loop`), read back for the report,
 and `records.csv`: every scalar record (question_id, method, quantity, value) for spreadsheets.
 """
 
