@@ -48,13 +48,13 @@ class Diagnosed:
 
 def compute_batch(
     models: Models, questions: Sequence[MCQuestion], methods: Sequence[Method], compute: Compute, template: str,
-    ending: str,
+    template_ending: str,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """{question id: {method: quantities}} of `methods` on `questions`: one `compute` call per model (base, then
     tuned) for all their units, each question's prompts prefilled once per model."""
     results: dict[str, dict[str, dict[str, Any]]] = {q.id: {} for q in questions}
     for lm, group in models.groups(methods):
-        runners = [QuestionRunner(lm, question, template, ending) for question in questions]
+        runners = [QuestionRunner(lm, question, template, template_ending) for question in questions]
         units = [(runner, method) for runner in runners for method in group]
         for (runner, method), quantities in zip(units, compute(units), strict=True):
             results[runner.question.id][method.name] = quantities
