@@ -306,10 +306,14 @@ class CommandParser(argparse.ArgumentParser):
             name = cls.__dict__.get("_argument_group_name")
             if name and name not in groups:
                 groups[name] = self.add_argument_group(name)
-        for field in dataclasses.fields(dtype):
+        def group(field: dataclasses.Field) -> str:
             owner = next(cls for cls in reversed(dtype.__mro__) if field.name in getattr(cls, "__dataclass_fields__",
                                                                                         {}))
-            add_field_argument(groups[owner._argument_group_name], field, hints[field.name])
+            return owner._argument_group_name
+
+        order = list(groups)  # the usage line lists the flags group by group, as --help does
+        for field in sorted(dataclasses.fields(dtype), key=lambda field: order.index(group(field))):
+            add_field_argument(groups[group(field)], field, hints[field.name])
 
     def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (see {self.prog} --help)")
@@ -330,9 +334,10 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def add_field_argument(group: argparse._ArgumentGroup, field: dataclasses.Field, hint: Any) -> None:
-    """The flags of one setting: `--name` and `--name-with-dashes` (and its short aliases); lists take several
-    words, a bool flag alone means true (`--no-name` too when it defaults to true), `X | None` reads an X."""
-    names = [f"--{field.name}", *([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])]
+    """The flags of one setting: `--name-with-dashes` (as `--help` shows it), `--name_with_underscores` and its
+    short aliases; lists take several words, a bool flag alone means true (`--no-name` too when it defaults to
+    true), `X | None` reads an X."""
+    names = [f"--{field.name.replace('_', '-')}", *([f"--{field.name}"] if "_" in field.name else [])]
     kwargs = {k: v for k, v in field.metadata.items() if k not in (*OWN_METADATA, "aliases")}
     if field.metadata.get("range"):  # the allowed numbers, declared once in `option`
         kwargs["help"] = f"{kwargs['help']} ({field.metadata['range']})"
@@ -346,9 +351,9 @@ def add_field_argument(group: argparse._ArgumentGroup, field: dataclasses.Field,
         kwargs.update(type=typing.get_args(hint)[0], nargs="+")
     else:
         kwargs["type"] = hint
-    group.add_argument(*names, *aliases, default=default, **kwargs)
+    group.add_argument(*names, *aliases, dest=field.name, default=default, **kwargs)
     if hint is bool and default is True:
-        group.add_argument(f"--no_{field.name}", f"--no-{field.name.replace('_', '-')}", action="store_false",
+        group.add_argument(f"--no-{field.name.replace('_', '-')}", f"--no_{field.name}", action="store_false",
                            dest=field.name, help=kwargs.get("help"))
 
 
