@@ -103,8 +103,9 @@ def test_confidence_one_goes_to_last_bin() -> None:
 
 def test_confidence_on_edge_goes_to_lower_bin() -> None:
     # 0.4 = 6/15 is the upper edge of bin (5/15, 6/15] (0-based index 5), 0.6 = 9/15 of index 8.
-    idx, edges = _bin_index(np.array([0.4, 0.6, 1 / 3, 2 / 3, np.nextafter(0.4, 1.0)]), 15)
-    assert idx.tolist() == [5, 8, 4, 9, 6]
+    # One ulp above 0.4 is float noise on the edge (lower bin); 2e-9 above is past it.
+    idx, edges = _bin_index(np.array([0.4, 0.6, 1 / 3, 2 / 3, np.nextafter(0.4, 1.0), 0.4 + 2e-9]), 15)
+    assert idx.tolist() == [5, 8, 4, 9, 5, 6]
     assert edges[6] == 0.4 and edges[9] == 0.6
     # and with 10 bins, 0.3 is the top of (0.2, 0.3]
     assert _bin_index(np.array([0.3, 0.7]), 10)[0].tolist() == [2, 6]
@@ -117,6 +118,21 @@ def test_confidence_on_edge_goes_to_lower_bin() -> None:
     assert bins.count[8] == 1 and bins.count[9] == 1
     # separate bins: 0.5*|1-0.6| + 0.5*|0-0.62| = 0.51  (one shared bin would give |0.5-0.61| = 0.11)
     assert ece(probs, targets, n_bins=15) == pytest.approx(0.51, abs=1e-12)
+
+
+def test_edge_confidence_from_a_mean_over_paths_goes_to_the_lower_bin() -> None:
+    # q* is a mean of per-path answer frequencies: 0.1 + 0.2 + 0.3 is 9/15 in exact arithmetic but one ulp above
+    # 0.6 in float64 (another summation order gives 0.6 exactly); the paper's bin ((b−1)/B, b/B] must not depend on
+    # that rounding, so both land in (8/15, 9/15], as do values a few ulps below an edge.
+    fractions = np.array([0.1, 0.2, 0.3])
+    on_edge = [fractions.sum(), fractions[::-1].sum(), np.nextafter(0.4, 0.0)]
+    assert on_edge[0] > 0.6 == on_edge[1]
+    assert _bin_index(np.array(on_edge), 15)[0].tolist() == [8, 8, 5]
+    # beside a wrong 0.58 in the same bin: ECE = |0.5 − 0.59| = 0.09 whichever way q* was summed (not 0.49)
+    for c in on_edge[:2]:
+        probs = np.array([[c, 1.0 - c], [0.58, 0.42]])
+        assert reliability_bins(probs, np.array([0, 1]), n_bins=15).count[8] == 2
+        assert ece(probs, np.array([0, 1])) == pytest.approx(0.09, abs=1e-12)
 
 
 def test_confidence_a_hair_above_one_goes_to_last_bin() -> None:

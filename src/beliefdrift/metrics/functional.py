@@ -71,6 +71,9 @@ PAIRED_EXACT_N = 30
 
 #: A row of ``probs`` must sum to 1 within this absolute tolerance.
 SUM_TOLERANCE = 1e-3
+#: A confidence within this distance of a calibration bin edge counts as on the edge (float noise of a mean of
+#: frequencies is ~1e-15; no meaningful difference in confidence is this small).
+EDGE_TOLERANCE = 1e-9
 
 
 class MetricWarning(UserWarning):
@@ -204,15 +207,17 @@ def _offset_bincount(keys: np.ndarray, size: int, weights: np.ndarray | None = N
 
 
 def _bin_index(confidences: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bin b (0-based) of each confidence under the right-closed convention ((b)/B, (b+1)/B].
+    """Bin b (0-based) of each confidence under the right-closed convention (b/B, (b+1)/B], a confidence within
+    `EDGE_TOLERANCE` of an edge counting as on it: b = the i − 1 with edges[i−1] < c − tol ≤ edges[i].
 
-    Edges are ``k / B`` computed by true division, so a confidence given as e.g. ``0.4`` (= 6/15
-    rounded) sits exactly on its edge and goes to the lower bin.  Confidence 0 goes to the first bin,
-    confidence 1 (or a hair above, within the row-sum tolerance) to the last.
+    Edges are ``k / B`` computed by true division.  The tolerance keeps float rounding from deciding a tie: q*
+    (a mean of per-path answer frequencies) is often exactly an edge such as 9/15, yet one ulp above it in
+    float64 for some summation orders.  Confidence 0 goes to the first bin, confidence 1 (or a hair above,
+    within the row-sum tolerance) to the last.
     """
     edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-    # side="left": index i with edges[i-1] < c <= edges[i], i.e. the right-closed bin i-1.
-    idx = np.searchsorted(edges, confidences, side="left") - 1
+    # side="left": index i with edges[i-1] < c - tol <= edges[i], i.e. the right-closed bin i-1.
+    idx = np.searchsorted(edges, confidences - EDGE_TOLERANCE, side="left") - 1
     return np.clip(idx, 0, n_bins - 1), edges
 
 
