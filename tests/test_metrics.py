@@ -26,6 +26,7 @@ from beliefdrift.metrics.functional import (
     _bin_index,
     _brier_core,
     _ece_core,
+    _identity,
     _nll_core,
     _normalise,
     accuracy,
@@ -207,6 +208,16 @@ def test_auroc_all_ties_is_one_half() -> None:
     probs = np.tile([0.6, 0.4], (4, 1))
     targets = np.array([0, 1, 0, 1])
     assert auroc(probs, targets) == pytest.approx(0.5)
+
+
+def test_auroc_ties_survive_float_noise() -> None:
+    # Two q* of exactly 0.6, one summed as 0.1 + 0.2 + 0.3 (one ulp above): a tie, AUROC ½ (not 1), as in the
+    # bootstrap's vectorised core; 2e-9 apart they are distinct scores.
+    for above, expected in ((np.array([0.1, 0.2, 0.3]).sum(), 0.5), (0.6 + 2e-9, 1.0)):
+        probs = np.array([[above, 1.0 - above], [0.6, 0.4]])
+        assert auroc(probs, np.array([0, 1])) == expected
+    probs = np.array([[0.1 + 0.2 + 0.3, 0.4], [0.6, 0.4], [0.9, 0.1], [0.7, 0.3]])
+    assert _auroc_core(_normalise(probs, np.array([0, 1, 0, 1])), _identity(4))[0] == 0.625
 
 
 @pytest.mark.parametrize("targets", [[0, 0, 1], [1, 1, 0]], ids=["all-correct", "all-wrong"])
