@@ -304,6 +304,9 @@ def test_accuracy_ties_go_to_lowest_index() -> None:
     targets = np.array([0, 1, 1, 2, 3])
     assert accuracy(probs, targets) == pytest.approx(2 / 5)
     assert accuracy(np.array([[0.5, 0.5]] * 2), np.array([0, 1])) == 0.5
+    # a tie broken only by float noise (q* = 0.3, 0.3 with the second summed as 0.1 + 0.2) is still a tie
+    noisy = np.array([[0.3, 0.1 + 0.2, 0.2, 0.2]])
+    assert noisy[0, 1] > noisy[0, 0] and accuracy(noisy, np.array([0])) == 1.0
 
 
 def test_ties_in_argmax_affect_ece_and_auroc_consistently() -> None:

@@ -10,7 +10,9 @@ floats, a paired comparison a :class:`PairedDelta`.  Every function takes
 * ``targets``: integer array ``[N]``, the index of the correct option of each question.
 
 Notation: ŷ_i = argmax_k p_i^(k) (ties go to the lowest index), c_i = max_k p_i^(k) (confidence),
-t_i = 1{ŷ_i = y_i} (correctness).
+t_i = 1{ŷ_i = y_i} (correctness).  Probabilities closer than ``TIE_TOLERANCE`` (1e-9) count as equal, in the
+argmax, in AUROC's scores and at the calibration bin edges: q* is a mean of path frequencies, and float rounding
+must not decide its ties.
 
 Ragged input is handled by padding every row with zeros up to the largest K.  Zero-padding changes
 none of the metrics: a padded option never wins the argmax (the real maximum of a probability vector
@@ -99,8 +101,9 @@ class _Batch:
 
     @cached_property
     def predictions(self) -> np.ndarray:
-        # np.argmax returns the first maximal index: ties are broken toward the lowest index.
-        return np.argmax(self.probs, axis=1)
+        """ŷ_i = the lowest k with p_i^(k) ≥ c_i − `TIE_TOLERANCE`: ties, float noise included, go to the lowest
+        index (np.argmax of a boolean row returns its first True)."""
+        return np.argmax(self.probs >= self.confidences[:, None] - TIE_TOLERANCE, axis=1)
 
     @cached_property
     def confidences(self) -> np.ndarray:
@@ -300,8 +303,8 @@ def _brier_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
 def accuracy(probs: Any, targets: Any) -> float:
     """Accuracy: ACC = (1/N) Σ_i 1{argmax_k p_i^(k) = y_i}.
 
-    Ties in the argmax are broken toward the lowest option index (numpy's ``argmax`` convention), so a
-    uniform row predicts option 0.
+    Ties in the argmax (within ``TIE_TOLERANCE``) are broken toward the lowest option index, so a uniform row
+    predicts option 0.
     """
     batch = _normalise(probs, targets)
     return float(_accuracy_core(batch, _identity(batch.n))[0])
