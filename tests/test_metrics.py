@@ -702,4 +702,7 @@ def test_the_metrics_package_offers_every_public_name_of_its_modules() -> None:
     from beliefdrift.metrics import functional, stats
 
     assert set(package.__all__) == {*functional.__all__, "mean_std"}
+    defined = {name for name, value in vars(functional).items() if not name.startswith("_")
+               and callable(value) and getattr(value, "__module__", None) == functional.__name__}
+    assert defined <= set(functional.__all__)  # e.g. metrics.sign_flip_p, which docs/statistics.md names
     assert package.accuracy is functional.accuracy and package.mean_std is stats.mean_std

@@ -58,6 +58,7 @@ __all__ = [
     "paired_summary",
     "reliability_bins",
     "resample_indices",
+    "sign_flip_p",
     "summarize",
 ]
 
