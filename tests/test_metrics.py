@@ -26,6 +26,7 @@ from beliefdrift.metrics.functional import (
     _bin_index,
     _brier_core,
     _ece_core,
+    _identity,
     _nll_core,
     _normalise,
     accuracy,
@@ -103,8 +104,9 @@ def test_confidence_one_goes_to_last_bin() -> None:
 
 def test_confidence_on_edge_goes_to_lower_bin() -> None:
     # 0.4 = 6/15 is the upper edge of bin (5/15, 6/15] (0-based index 5), 0.6 = 9/15 of index 8.
-    idx, edges = _bin_index(np.array([0.4, 0.6, 1 / 3, 2 / 3, np.nextafter(0.4, 1.0)]), 15)
-    assert idx.tolist() == [5, 8, 4, 9, 6]
+    # One ulp above 0.4 is float noise on the edge (lower bin); 2e-9 above is past it.
+    idx, edges = _bin_index(np.array([0.4, 0.6, 1 / 3, 2 / 3, np.nextafter(0.4, 1.0), 0.4 + 2e-9]), 15)
+    assert idx.tolist() == [5, 8, 4, 9, 5, 6]
     assert edges[6] == 0.4 and edges[9] == 0.6
     # and with 10 bins, 0.3 is the top of (0.2, 0.3]
     assert _bin_index(np.array([0.3, 0.7]), 10)[0].tolist() == [2, 6]
@@ -117,6 +119,21 @@ def test_confidence_on_edge_goes_to_lower_bin() -> None:
     assert bins.count[8] == 1 and bins.count[9] == 1
     # separate bins: 0.5*|1-0.6| + 0.5*|0-0.62| = 0.51  (one shared bin would give |0.5-0.61| = 0.11)
     assert ece(probs, targets, n_bins=15) == pytest.approx(0.51, abs=1e-12)
+
+
+def test_edge_confidence_from_a_mean_over_paths_goes_to_the_lower_bin() -> None:
+    # q* is a mean of per-path answer frequencies: 0.1 + 0.2 + 0.3 is 9/15 in exact arithmetic but one ulp above
+    # 0.6 in float64 (another summation order gives 0.6 exactly); the paper's bin ((b−1)/B, b/B] must not depend on
+    # that rounding, so both land in (8/15, 9/15], as do values a few ulps below an edge.
+    fractions = np.array([0.1, 0.2, 0.3])
+    on_edge = [fractions.sum(), fractions[::-1].sum(), np.nextafter(0.4, 0.0)]
+    assert on_edge[0] > 0.6 == on_edge[1]
+    assert _bin_index(np.array(on_edge), 15)[0].tolist() == [8, 8, 5]
+    # beside a wrong 0.58 in the same bin: ECE = |0.5 − 0.59| = 0.09 whichever way q* was summed (not 0.49)
+    for c in on_edge[:2]:
+        probs = np.array([[c, 1.0 - c], [0.58, 0.42]])
+        assert reliability_bins(probs, np.array([0, 1]), n_bins=15).count[8] == 2
+        assert ece(probs, np.array([0, 1])) == pytest.approx(0.09, abs=1e-12)
 
 
 def test_confidence_a_hair_above_one_goes_to_last_bin() -> None:
@@ -191,6 +208,16 @@ def test_auroc_all_ties_is_one_half() -> None:
     probs = np.tile([0.6, 0.4], (4, 1))
     targets = np.array([0, 1, 0, 1])
     assert auroc(probs, targets) == pytest.approx(0.5)
+
+
+def test_auroc_ties_survive_float_noise() -> None:
+    # Two q* of exactly 0.6, one summed as 0.1 + 0.2 + 0.3 (one ulp above): a tie, AUROC ½ (not 1), as in the
+    # bootstrap's vectorised core; 2e-9 apart they are distinct scores.
+    for above, expected in ((np.array([0.1, 0.2, 0.3]).sum(), 0.5), (0.6 + 2e-9, 1.0)):
+        probs = np.array([[above, 1.0 - above], [0.6, 0.4]])
+        assert auroc(probs, np.array([0, 1])) == expected
+    probs = np.array([[0.1 + 0.2 + 0.3, 0.4], [0.6, 0.4], [0.9, 0.1], [0.7, 0.3]])
+    assert _auroc_core(_normalise(probs, np.array([0, 1, 0, 1])), _identity(4))[0] == 0.625
 
 
 @pytest.mark.parametrize("targets", [[0, 0, 1], [1, 1, 0]], ids=["all-correct", "all-wrong"])
@@ -277,6 +304,9 @@ def test_accuracy_ties_go_to_lowest_index() -> None:
     targets = np.array([0, 1, 1, 2, 3])
     assert accuracy(probs, targets) == pytest.approx(2 / 5)
     assert accuracy(np.array([[0.5, 0.5]] * 2), np.array([0, 1])) == 0.5
+    # a tie broken only by float noise (q* = 0.3, 0.3 with the second summed as 0.1 + 0.2) is still a tie
+    noisy = np.array([[0.3, 0.1 + 0.2, 0.2, 0.2]])
+    assert noisy[0, 1] > noisy[0, 0] and accuracy(noisy, np.array([0])) == 1.0
 
 
 def test_ties_in_argmax_affect_ece_and_auroc_consistently() -> None:
@@ -672,4 +702,7 @@ def test_the_metrics_package_offers_every_public_name_of_its_modules() -> None:
     from beliefdrift.metrics import functional, stats
 
     assert set(package.__all__) == {*functional.__all__, "mean_std"}
+    defined = {name for name, value in vars(functional).items() if not name.startswith("_")
+               and callable(value) and getattr(value, "__module__", None) == functional.__name__}
+    assert defined <= set(functional.__all__)  # e.g. metrics.sign_flip_p, which docs/statistics.md names
     assert package.accuracy is functional.accuracy and package.mean_std is stats.mean_std

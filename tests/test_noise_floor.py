@@ -16,6 +16,7 @@ from beliefdrift.diagnostics.emd import EMDConfig, aggregate_emd, kstep_drift
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
 from beliefdrift.diagnostics.noise_floor import (
     StepProcess,
+    _band,
     fit_weight,
     missing_fields,
     question_floor,
@@ -129,6 +130,19 @@ def test_self_reinforcing_process_is_above_its_floor():
     assert row.questions_above_floor >= QUESTIONS // 2
 
 
+def test_above_floor_is_the_monte_carlo_test_at_2_5_percent():
+    # 2 of R = 100 replicates reach the measured value: p = 3/101 > 2.5%, not flagged, though it exceeds the
+    # interpolated 97.5% quantile; at R = 20 even the largest value has p = 1/21 and nothing is flagged.
+    _, _, high, above, p = _band(torch.arange(100, dtype=torch.float64), torch.tensor(97.5, dtype=torch.float64))
+    assert high < 97.5 and p.item() == 3 / 101 and not above  # p in float64, exactly (1 + 2) / (100 + 1)
+    assert _band(torch.arange(100, dtype=torch.float64), torch.tensor(98.5, dtype=torch.float64))[3]
+    assert not _band(torch.arange(20, dtype=torch.float64), torch.tensor(99.0, dtype=torch.float64))[3]
+    # under the null (measured exchangeable with the replicates) the flag rate is at most 2.5%
+    draws = torch.rand(101, 20000, generator=make_generator(6), dtype=torch.float64)
+    _, _, _, above, p = _band(draws[:100], draws[100])
+    assert torch.equal(above, p <= 0.025) and above.double().mean() <= 0.025
+
+
 def test_old_records_are_refused_clearly():
     record = urn_record(UNIFORM[0], 0.2, horizon=3)
     del record["theta_room"]
@@ -156,7 +170,7 @@ def test_emd_command_prints_and_stores_the_floor(tiny_model_dir, short_template,
             assert old["floor"] is None and new["floor_replicates"] == 20
             assert new["emd_bar"] == old["emd_bar"] and new["burn_in"] == old["burn_in"]  # measured: unchanged
             assert 0 <= new["floor_low"] <= new["floor"] <= new["floor_high"]
-            assert new["above_floor"] == (new["emd_bar"] > new["floor_high"]) and len(new["burn_in_floor"]) == 2
+            assert new["above_floor"] == (new["floor_p"] <= 0.025) and len(new["burn_in_floor"]) == 2
     assert after["ppr"]["l1"]["floor"] > 0
     drift = after["ppr"]["l1"]["drift"]  # one question: an estimate, no test
     assert drift == before["ppr"]["kl"]["drift"] and drift["p"] is None and drift["questions"] == 1

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from beliefdrift.cli.main import main
+from beliefdrift.engine.methods import parse_method
 from beliefdrift.metrics.functional import (
     METRIC_NAMES,
     MetricWarning,
@@ -33,7 +34,14 @@ from beliefdrift.metrics.functional import (
     resample_indices,
     sign_flip_p,
 )
-from beliefdrift.report.paired import comparisons, emd_comparisons, emd_markdown, paired_scores
+from beliefdrift.report.paired import (
+    PairedComparison,
+    comparisons,
+    emd_comparisons,
+    emd_markdown,
+    metrics_markdown,
+    paired_scores,
+)
 from beliefdrift.runs.scoring import QualityControl
 from beliefdrift.runs.store import ResultRow, RunStore
 
@@ -185,6 +193,29 @@ def test_emd_comparisons_pair_the_questions() -> None:
     assert lines[2] == "| Method | vs | n | Δ EMD‾ (L1) | p | Δ EMD‾ (KL) | p |"
     assert lines[4].startswith("| AM-PPR + NoSEED | PPR + NoSEED | 3 | -0.2000 [")
     assert emd_markdown(emd_comparisons({"ppr": records["ppr"]}, ["l1"])) == ""
+
+
+def test_delta_ece_is_printed_without_interval_or_p() -> None:
+    # Two calibrated methods (true ECE 0 for both) whose confidences spread differently: the binned plug-in's bias
+    # differs, so Δ ECE's paired p falls below 5% far more often than 5% of the time. The table marks Δ ECE † with
+    # no interval and no p, as Table 2 prints ECE; the other metrics keep theirs.
+    rng = np.random.default_rng(0)
+    n, rejected = 100, 0
+    for seed in range(40):
+        conf_a, conf_b = 0.25 + 0.75 * rng.beta(2, 2, n), 0.25 + 0.75 * rng.beta(5, 1, n)
+        right_a, right_b = rng.random(n) < conf_a, rng.random(n) < conf_b
+        a = np.column_stack([conf_a, (1 - conf_a) / 3, (1 - conf_a) / 3, (1 - conf_a) / 3])
+        b = np.column_stack([conf_b, (1 - conf_b) / 3, (1 - conf_b) / 3, (1 - conf_b) / 3])
+        b[right_b != right_a] = b[right_b != right_a][:, [1, 0, 2, 3]]  # b right exactly where right_b
+        targets = np.where(right_a, 0, 1)
+        rejected += paired_bootstrap(partial(ece, n_bins=15), a, b, targets, n_resamples=200, seed=seed).p < 0.05
+    assert rejected / 40 > 0.15
+    pair = PairedComparison(parse_method("am-ppr"), parse_method("ppr"), n,
+                            paired_summary(a, b, targets, n_resamples=200))
+    cells = metrics_markdown("X", [pair]).splitlines()[4].rstrip(" |").split(" | ")[3:]  # Δ and p per metric
+    ece_at, bs_at = 2 * METRIC_NAMES.index("ECE"), 2 * METRIC_NAMES.index("BS")
+    assert cells[ece_at : ece_at + 2] == [f"{pair.deltas['ECE'].delta:.4f} †", "–"]
+    assert "[" in cells[bs_at] and cells[bs_at + 1] == f"{pair.deltas['BS'].p:.3f}"
 
 
 def test_evaluate_then_report_writes_the_paired_tables(tiny_model_dir: Path, tmp_path: Path,

@@ -214,7 +214,7 @@ class EMDRow:
     burn_in_floor_low: list[float] | None = None
     burn_in_floor_high: list[float] | None = None
     burn_in_above_floor: list[bool] | None = None
-    questions_above_floor: int | None = None  # questions whose own EMD‾ is above their own floor's upper bound
+    questions_above_floor: int | None = None  # questions whose own EMD‾ is above their own floor (its p ≤ 2.5%)
 
 
 def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: str) -> EMDRow:

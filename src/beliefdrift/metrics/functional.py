@@ -10,7 +10,9 @@ floats, a paired comparison a :class:`PairedDelta`.  Every function takes
 * ``targets``: integer array ``[N]``, the index of the correct option of each question.
 
 Notation: ŷ_i = argmax_k p_i^(k) (ties go to the lowest index), c_i = max_k p_i^(k) (confidence),
-t_i = 1{ŷ_i = y_i} (correctness).
+t_i = 1{ŷ_i = y_i} (correctness).  Probabilities closer than ``TIE_TOLERANCE`` (1e-9) count as equal, in the
+argmax, in AUROC's scores and at the calibration bin edges: q* is a mean of path frequencies, and float rounding
+must not decide its ties.
 
 Ragged input is handled by padding every row with zeros up to the largest K.  Zero-padding changes
 none of the metrics: a padded option never wins the argmax (the real maximum of a probability vector
@@ -56,6 +58,7 @@ __all__ = [
     "paired_summary",
     "reliability_bins",
     "resample_indices",
+    "sign_flip_p",
     "summarize",
 ]
 
@@ -71,6 +74,9 @@ PAIRED_EXACT_N = 30
 
 #: A row of ``probs`` must sum to 1 within this absolute tolerance.
 SUM_TOLERANCE = 1e-3
+#: Confidences closer than this count as equal: a tied AUROC score, a confidence on a calibration bin edge (the
+#: float noise of q*, a mean of path frequencies, is ~1e-15; no meaningful difference in confidence is this small).
+TIE_TOLERANCE = 1e-9
 
 
 class MetricWarning(UserWarning):
@@ -96,8 +102,9 @@ class _Batch:
 
     @cached_property
     def predictions(self) -> np.ndarray:
-        # np.argmax returns the first maximal index: ties are broken toward the lowest index.
-        return np.argmax(self.probs, axis=1)
+        """ŷ_i = the lowest k with p_i^(k) ≥ c_i − `TIE_TOLERANCE`: ties, float noise included, go to the lowest
+        index (np.argmax of a boolean row returns its first True)."""
+        return np.argmax(self.probs >= self.confidences[:, None] - TIE_TOLERANCE, axis=1)
 
     @cached_property
     def confidences(self) -> np.ndarray:
@@ -204,16 +211,27 @@ def _offset_bincount(keys: np.ndarray, size: int, weights: np.ndarray | None = N
 
 
 def _bin_index(confidences: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bin b (0-based) of each confidence under the right-closed convention ((b)/B, (b+1)/B].
+    """Bin b (0-based) of each confidence under the right-closed convention (b/B, (b+1)/B], a confidence within
+    `TIE_TOLERANCE` of an edge counting as on it: b = the i − 1 with edges[i−1] < c − tol ≤ edges[i].
 
-    Edges are ``k / B`` computed by true division, so a confidence given as e.g. ``0.4`` (= 6/15
-    rounded) sits exactly on its edge and goes to the lower bin.  Confidence 0 goes to the first bin,
-    confidence 1 (or a hair above, within the row-sum tolerance) to the last.
+    Edges are ``k / B`` computed by true division.  The tolerance keeps float rounding from deciding a tie: q*
+    (a mean of per-path answer frequencies) is often exactly an edge such as 9/15, yet one ulp above it in
+    float64 for some summation orders.  Confidence 0 goes to the first bin, confidence 1 (or a hair above,
+    within the row-sum tolerance) to the last.
     """
     edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-    # side="left": index i with edges[i-1] < c <= edges[i], i.e. the right-closed bin i-1.
-    idx = np.searchsorted(edges, confidences, side="left") - 1
+    # side="left": index i with edges[i-1] < c - tol <= edges[i], i.e. the right-closed bin i-1.
+    idx = np.searchsorted(edges, confidences - TIE_TOLERANCE, side="left") - 1
     return np.clip(idx, 0, n_bins - 1), edges
+
+
+def _tie_levels(scores: np.ndarray) -> np.ndarray:
+    """0-based rank of each score among the distinct ones, a score within `TIE_TOLERANCE` of the next lower one
+    sharing its rank: float noise (q* = 0.6 summed as 0.6000000000000001) must not break a tie."""
+    order = np.argsort(scores, kind="stable")
+    level = np.empty(scores.shape[0], dtype=np.int64)
+    level[order] = np.concatenate(([0], np.cumsum(np.diff(scores[order]) > TIE_TOLERANCE)))
+    return level
 
 
 def _accuracy_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
@@ -224,9 +242,10 @@ def _accuracy_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
 def _auroc_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
     """With the distinct scores v_1 < … < v_U and a resample's correct (P_u) and wrong (N_u) counts at v_u:
     AUC = Σ_u P_u (Σ_{w<u} N_w + ½ N_u) / (P N), P = Σ P_u, N = Σ N_u (the midrank statistic), NaN when
-    P = 0 or N = 0.  Twice the numerator is a sum of integers, so the division is the only rounding.
+    P = 0 or N = 0, scores within `TIE_TOLERANCE` tied (`_tie_levels`).  Twice the numerator is a sum of integers, so
+    the division is the only rounding.
     """
-    _, level = np.unique(batch.confidences, return_inverse=True)
+    level = _tie_levels(batch.confidences)
     n_levels = int(level.max()) + 1
     counts = _offset_bincount((2 * level + batch.correct)[index], 2 * n_levels)
     wrong, right = counts[:, 0::2], counts[:, 1::2]  # [R, U]
@@ -285,8 +304,8 @@ def _brier_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
 def accuracy(probs: Any, targets: Any) -> float:
     """Accuracy: ACC = (1/N) Σ_i 1{argmax_k p_i^(k) = y_i}.
 
-    Ties in the argmax are broken toward the lowest option index (numpy's ``argmax`` convention), so a
-    uniform row predicts option 0.
+    Ties in the argmax (within ``TIE_TOLERANCE``) are broken toward the lowest option index, so a uniform row
+    predicts option 0.
     """
     batch = _normalise(probs, targets)
     return float(_accuracy_core(batch, _identity(batch.n))[0])
@@ -294,7 +313,7 @@ def accuracy(probs: Any, targets: Any) -> float:
 
 def auroc(probs: Any, targets: Any) -> float:
     """AUROC of correctness detection: P(s⁺ > s⁻) + ½ P(s⁺ = s⁻), with score s_i = max_k p_i^(k)
-    and label t_i = 1{ŷ_i = y_i} (s⁺ from correct, s⁻ from incorrect questions).
+    and label t_i = 1{ŷ_i = y_i} (s⁺ from correct, s⁻ from incorrect questions; scores within `TIE_TOLERANCE` equal).
 
     When all predictions are correct or all are wrong the metric is undefined: returns NaN and warns with
     :class:`MetricWarning`.

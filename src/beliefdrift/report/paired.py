@@ -6,8 +6,10 @@ for both methods, with `metrics.paired_summary`: one bootstrap index matrix over
 methods on the same resamples; the interval is the percentile interval of the resampled Δ*, the p-value the
 two-sided paired bootstrap one, 2 (1 + #{Δ* on the far side of 0}) / (R + 1); below `metrics.PAIRED_EXACT_N`
 (30) questions the p-value is a sign-flip permutation test of the per-question differences (exact up to 13
-questions) for the mean metrics (ACC, NLL, BS) and none (–) for AUC and ECE. EMD‾ is compared the same way over
-the per-question EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).
+questions) for the mean metrics (ACC, NLL, BS) and none (–) for AUC. Δ ECE is printed without interval or p (†,
+as Table 2 prints ECE; paired.csv keeps them): the binned plug-in's upward bias depends on how a method's
+confidences spread over the bins, so Δ ECE is biased even between two calibrated methods. EMD‾ is compared the
+same way over the per-question EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).
 
 Writes paired.md (one table per run, `Δ [low, high]` and p per metric) and paired.csv (one row per run × pair ×
 metric) beside the report's tables.
@@ -36,7 +38,7 @@ from beliefdrift.metrics.functional import (
 )
 from beliefdrift.registry import canonical_methods
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS
-from beliefdrift.report.tables import MISSING, format_value
+from beliefdrift.report.tables import DAGGER, MISSING, NO_INTERVAL, format_value
 from beliefdrift.report.text import markdown_table
 from beliefdrift.runs.scoring import QualityControl
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
@@ -47,7 +49,7 @@ SEEDED_BASELINE = "ppr-seed5"
 PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
 #: How the p-values are computed, as the captions say it.
 SMALL_N_P = (f"paired bootstrap from {PAIRED_EXACT_N} questions, below that a sign-flip permutation test, none (–) "
-             "for AUC and ECE")
+             "for AUC")
 #: The level of the paired intervals.
 LEVEL = 0.95
 CSV_COLUMNS = ["dataset", "method", "baseline", "metric", "n", "delta", "low", "high", "p", "level", "n_resamples"]
@@ -116,17 +118,22 @@ def emd_comparisons(
 
 
 def delta_cell(metric: str, delta: PairedDelta | None) -> str:
-    """`Δ [low, high]` in the units of the metric's table (ACC/AUC in points of %); `–` when not computed."""
+    """`Δ [low, high]` in the units of the metric's table (ACC/AUC in points of %); `Δ †` for a metric without a
+    valid interval (`NO_INTERVAL`); `–` when not computed."""
     if delta is None:
         return MISSING
     text = format_value(metric, delta.delta)
+    if metric in NO_INTERVAL:
+        return f"{text} {DAGGER}"
     if math.isnan(delta.low):
         return text
     return f"{text} [{format_value(metric, delta.low)}, {format_value(metric, delta.high)}]"
 
 
-def p_cell(delta: PairedDelta | None) -> str:
-    return MISSING if delta is None or math.isnan(delta.p) else f"{delta.p:.3f}"
+def p_cell(metric: str, delta: PairedDelta | None) -> str:
+    """The p-value to three decimals; `–` when not computed, NaN, or the metric has no valid interval
+    (`NO_INTERVAL`: its p is the same resamples' and no more valid)."""
+    return MISSING if delta is None or metric in NO_INTERVAL or math.isnan(delta.p) else f"{delta.p:.3f}"
 
 
 def comparison_table(pairs: Sequence[PairedComparison], metrics: Sequence[str], caption: str) -> str:
@@ -134,7 +141,7 @@ def comparison_table(pairs: Sequence[PairedComparison], metrics: Sequence[str], 
     header = ["Method", "vs", "n"] + [cell for metric in metrics for cell in (f"Δ {metric}", "p")]
     rows = [[pair.method.title, pair.baseline.title, str(pair.n)]
             + [cell for metric in metrics
-               for cell in (delta_cell(metric, pair.deltas.get(metric)), p_cell(pair.deltas.get(metric)))]
+               for cell in (delta_cell(metric, pair.deltas.get(metric)), p_cell(metric, pair.deltas.get(metric)))]
             for pair in pairs]
     return f"{caption}\n\n{markdown_table(header, rows)}"
 
@@ -143,7 +150,8 @@ def metrics_markdown(label: str, pairs: Sequence[PairedComparison]) -> str:
     """The metric Δ table of one run."""
     caption = (f"**Paired differences, {label}.** Δ = method − baseline on the n questions quality control keeps "
                f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}); "
-               "ACC/AUC in points of %; lower is better for ECE, NLL and BS.")
+               f"{DAGGER}: Δ of the binned ECE without interval or p (its bias differs between methods, "
+               "docs/statistics.md); ACC/AUC in points of %; lower is better for ECE, NLL and BS.")
     return comparison_table(pairs, METRIC_NAMES, caption)
 
 

@@ -42,7 +42,7 @@ TABLES = (
     ("Table 2", _table_metrics(2), "ECE (the paper's binned plug-in, no interval), CE2 (debiased L2 "
      "calibration error), NLL and Brier score", True),
 )
-NO_INTERVAL = ("ECE",)  # metrics printed without their bootstrap interval: not valid at the sizes we run
+NO_INTERVAL = ("ECE",)  # printed without bootstrap interval (and without paired p): not valid at the sizes we run
 DAGGER, LATEX_DAGGER = "†", r"$^\dagger$"
 COUNT_HEADER = "n (excl.)"
 MISSING = "–"
