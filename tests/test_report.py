@@ -268,7 +268,8 @@ def test_report_writes_pdfs_on_request(tmp_path: Path, capsys: pytest.CaptureFix
     pdfs = {p.name for p in tmp_path.glob("reliability-*.pdf")}
     assert pdfs == {f"reliability-csqa-{m}.pdf" for m in ("am-ppr-seed1", "direct", "ppr", "ppr-seed5")}
     assert main(["report", str(tmp_path), "--figure-formats", "png", "jpg"]) == 2
-    assert "--figure-formats: invalid choice: 'jpg' (choose from 'png', 'pdf')" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "--figure-formats/--figure_formats: invalid choice: 'jpg' (choose from 'png', 'pdf')" in error
 
 
 def test_common_question_set_scores_every_method_on_the_same_questions() -> None:
