@@ -3,6 +3,7 @@ files and the `drift` / `emd` commands end to end on the tiny model."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import replace
@@ -12,7 +13,7 @@ import torch
 from process_stubs import HistoryProcess, count_drift, history_blind, polya, runner_for
 
 from beliefdrift.cli.main import main
-from beliefdrift.diagnostics.cid import cid_check, half_differences
+from beliefdrift.diagnostics.cid import cid_check, half_differences, sign_flip_l1_p
 from beliefdrift.diagnostics.emd import (
     EMDConfig,
     aggregate_emd,
@@ -118,6 +119,31 @@ def test_cid_statistic_by_hand():
     torch.testing.assert_close(half_differences(drifting, 2)[0], torch.tensor([1.0, -1.0], dtype=torch.float64))
     flagged = cid_check(drifting, 2, make_generator(0))
     assert flagged.l1 == pytest.approx(2.0) and not flagged.consistent
+
+
+def test_cid_p_is_the_sign_flip_test_of_the_l1_statistic_over_every_pattern():
+    answers = torch.randint(4, (7, 6), generator=torch.Generator().manual_seed(3))
+    differences = half_differences(answers, 4)
+    observed = differences.mean(0).abs().sum()
+    flips = [bool((torch.tensor(signs, dtype=torch.float64)[:, None] * differences).mean(0).abs().sum()
+                  >= observed - 1e-12) for signs in itertools.product((1, -1), repeat=7)]
+    assert cid_check(answers, 4, make_generator(0)).p == pytest.approx(sum(flips) / 2**7, abs=1e-15)
+    many = torch.randint(4, (20, 6), generator=torch.Generator().manual_seed(3))  # above EXACT_PATHS: random patterns
+    p = sign_flip_l1_p(half_differences(many, 4), make_generator(1), resamples=99)
+    assert p * 100 == pytest.approx(round(p * 100)) and 0.01 <= p <= 1
+
+
+def test_cid_check_rejects_exchangeable_answers_at_its_level_over_all_options():
+    """i.i.d. answers are c.i.d.: 5% of questions at most may reject at level 95%. One band per option would reject
+    several times as many (its size grows with the options), and a band-based verdict fails this test."""
+    generator = torch.Generator().manual_seed(0)
+    exponential = -torch.rand(400, 5, generator=generator, dtype=torch.float64).log()
+    probs = exponential / exponential.sum(1, keepdim=True)  # each question's answer distribution, Dirichlet(1)
+    checks = [cid_check(torch.multinomial(p, 8 * 10, replacement=True, generator=generator).view(8, 10), 5,
+                        make_generator(i), resamples=200) for i, p in enumerate(probs)]
+    rejected = sum(not check.consistent for check in checks) / len(checks)
+    banded = sum(not ((c.low <= 0) & (c.high >= 0)).all() for c in checks) / len(checks)
+    assert rejected <= 0.07 and banded > 0.15, (rejected, banded)
 
 
 def test_cid_band_is_the_percentile_bootstrap_over_paths():

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from beliefdrift.cli.main import main
+from beliefdrift.diagnostics.cid import CID_TEST
 from beliefdrift.runs.store import STORE_FILE, RunStore
 
 #: The tiniest settings that give each rank questions (3 questions: rank 0 takes two, rank 1 one).
@@ -53,6 +54,7 @@ def stored(out: Path) -> tuple[dict, dict]:
 WORKER = """import json, sys
 import torch.distributed as dist
 from beliefdrift.cli.main import main
+from beliefdrift.diagnostics.cid import CID_TEST
 dist.init_process_group("gloo")
 codes = [main(args) for args in json.loads(sys.argv[1])]
 dist.destroy_process_group()
@@ -91,3 +93,19 @@ def test_a_partial_store_resumes_to_the_uninterrupted_run(tiny_model_dir: Path, 
         store._db.commit()
     in_process(command("drift", tiny_model_dir, partial))
     assert stored(partial)[1] == stored(tmp_path / "full")[1]
+
+
+def test_a_store_of_another_cid_check_is_not_resumed(tiny_model_dir: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    """The identity names the c.i.d. test whose verdicts the records hold: a store written before it (no key) is
+    refused, naming it, rather than resumed with verdicts of two tests mixed."""
+    out = tmp_path / "drift"
+    in_process(command("drift", tiny_model_dir, out))
+    assert stored(out)[0]["cid_test"] == CID_TEST
+    assert all(0 < records["cid_p"] <= 1 for records in stored(out)[1].values())
+    with RunStore.open(out / STORE_FILE) as store:
+        store._db.execute("DELETE FROM config WHERE key = 'cid_test'")
+        store._db.commit()
+    capsys.readouterr()
+    assert main(command("drift", tiny_model_dir, out)) == 2
+    assert "cid_test: stored None" in capsys.readouterr().err

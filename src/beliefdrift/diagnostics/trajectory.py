@@ -79,6 +79,7 @@ def _quantities(traj: Trajectories, question_id: str, method: Method, seed: int)
         "cid_low": cid.low.tolist(),
         "cid_high": cid.high.tolist(),
         "cid_l1": cid.l1,
+        "cid_p": cid.p,
         "cid_consistent": cid.consistent,
     }
 

@@ -39,6 +39,11 @@ class DiagnosticsReport:
     figures: list[Path]
 
 
+#: The caption of the c.i.d. columns (`diagnostics.cid`).
+CID_NOTE = ("c.i.d. ‖D̄‖₁: first-half minus second-half answer frequencies of each path, averaged over paths, mean ± "
+            "std over questions; c.i.d. rejected: questions whose sign-flip p of ‖D̄‖₁ over paths is ≤ 0.05")
+
+
 def drift_report(
     questions: Sequence[MCQuestion], methods: Sequence[Method], records: Records, out: Path, dataset: str,
     plot_questions: int,
@@ -55,6 +60,7 @@ def drift_report(
         rows.append([method.title, str(len(questions)), plus_minus(shift_mean[-1], shift_std[-1]),
                      plus_minus(s["cid_l1_mean"], s["cid_l1_std"]), f"{s['cid_rejected']}/{len(questions)}"])
     table = markdown_table(["method", "questions", "‖E[θ_N] − E[θ_0]‖₁", "c.i.d. ‖D̄‖₁", "c.i.d. rejected"], rows)
+    table += f"\n\n{CID_NOTE}"
 
     figures = plot_curves([(m.title, summary[m.name]["marginal_shift_mean"], summary[m.name]["marginal_shift_std"])
                            for m in methods], "n (answers generated)", r"$\|E[\theta_n] - E[\theta_0]\|_1$",
@@ -117,15 +123,16 @@ def emd_report(
         rows[method.name] += [f"{cid['cid_l1_mean']:.3f} ± {cid['cid_l1_std']:.3f}",
                               f"{cid['cid_rejected']}/{cid['questions']}"]
     table = markdown_table(header, list(rows.values()))
-    table += (f"\n\ndrift Û: mean ± s.e. over questions of the unbiased ‖p^(k) − p^(1)‖₂² (×10³; 0 in expectation "
-              f"for every martingale), one-sided t-test p, * where p < {DRIFT_LEVEL}; exact: enumerated, no noise, "
-              "no p; —: records stored before it")
+    table += (f"\n\n{CID_NOTE}\n\ndrift Û: mean ± s.e. over questions of the unbiased ‖p^(k) − p^(1)‖₂² (×10³; 0 "
+              f"in expectation for every martingale), one-sided t-test p, * where p < {DRIFT_LEVEL}; exact: "
+              "enumerated, no noise, no p; —: records stored before it")
     if floors:
         replicates = len(next(iter(floors.values())))
         table += (f"\n\nurn floor (a reference, valid for urns only): mean [2.5%, 97.5%] of the same figure for "
                   f"{replicates} replicates of Pólya-urn martingales matched to each question's θ and spread (exact "
-                  "martingales: EMD = 0, so the floor is the estimator's noise); > urn floor: EMD‾ above the 97.5% "
-                  "point (one-sided p), and how many questions have an EMD‾ above the 97.5% point of their own floor; "
+                  "martingales: EMD = 0, so the floor is the estimator's noise); > urn floor: yes where the one-sided "
+                  "Monte Carlo p ≤ 0.025 (EMD‾ then also lies above the 97.5% point), and how many questions pass the "
+                  "same test against their own floor; "
                   "exact: the predictives were enumerated, so there is no noise, no floor and no p")
     paired = emd_markdown(emd_comparisons(records, distances))
     table += f"\n\n{paired}" if paired else ""

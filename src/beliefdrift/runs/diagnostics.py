@@ -17,12 +17,14 @@ from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.path_cache import questions_per_batch
 from beliefdrift.config.diagnostics import DiagnosticsConfig, EMDConfig
 from beliefdrift.data.question import MCQuestion
+from beliefdrift.diagnostics.cid import CID_TEST
 from beliefdrift.diagnostics.emd import emd_generator, question_emd
 from beliefdrift.diagnostics.noise_floor import floor_generator, spread_fields
 from beliefdrift.diagnostics.trajectory import trajectory_quantities_many, unit_trajectories
 from beliefdrift.engine.methods import Method, parse_method
 from beliefdrift.engine.resampling import QuestionRunner
 from beliefdrift.runs.distributed import Ranks
+from beliefdrift.runs.identity import identity_hash
 from beliefdrift.runs.loop import Models, prepare, run_loop
 from beliefdrift.runs.records import stored_records
 
@@ -68,12 +70,14 @@ def diagnose(command: str, config: DiagnosticsConfig, compute: Compute, answers:
     check against the context); `lm`: the model `config` names, already loaded."""
     ranks = Ranks.from_env()
     run = prepare(command, config, config.method_list, answers, lm, ranks)
+    identity = {**run.identity, "cid_test": CID_TEST}  # the stored c.i.d. verdicts are this test's
+    identity["sha256"] = identity_hash(identity)
 
     def batch_records(batch: Sequence[tuple[int, MCQuestion]], names: tuple[str, ...]) -> dict[str, Any]:
         return compute_batch(run.models, [q for _, q in batch], [parse_method(name) for name in names], compute,
                              config.template, config.template_ending)
 
-    path = run_loop(config.out, run.identity, run.questions, [m.name for m in run.methods], batch_records,
+    path = run_loop(config.out, identity, run.questions, [m.name for m in run.methods], batch_records,
                     batch=questions_per_batch(config.batch_questions, run.models.base.device), ranks=ranks,
                     progress=progress, desc=command)
     return Diagnosed(path, run.questions, run.methods)
