@@ -706,3 +706,15 @@ def test_the_metrics_package_offers_every_public_name_of_its_modules() -> None:
                and callable(value) and getattr(value, "__module__", None) == functional.__name__}
     assert defined <= set(functional.__all__)  # e.g. metrics.sign_flip_p, which docs/statistics.md names
     assert package.accuracy is functional.accuracy and package.mean_std is stats.mean_std
+
+
+
+def test_the_predicted_counts_break_ties_as_the_metrics_do():
+    """`metrics.csv`'s predicted counts use the metrics' argmax: float noise of q* does not split a tie."""
+    from beliefdrift.engine.methods import parse_method
+    from beliefdrift.runs.scoring import MethodScore
+
+    noisy = np.array([0.3, 0.1 + 0.2, 0.2, 0.2])  # option B holds 0.30000000000000004: a tie with A
+    assert np.argmax(noisy) == 1 and accuracy([noisy], [0]) == 1.0
+    score = MethodScore(parse_method("ppr"), None, None, total=2, excluded=0, probs=[noisy, np.array([0.1, 0.9])])
+    assert score.predicted == "A:1 B:1"

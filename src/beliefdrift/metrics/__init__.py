@@ -9,8 +9,8 @@ _EXPORTS = {
     "beliefdrift.metrics.functional": (
         "METRICS", "METRIC_NAMES", "MetricSpec", "SUM_TOLERANCE", "Interval", "MetricWarning", "PairedDelta",
         "ReliabilityBins", "accuracy", "auroc", "bootstrap_ci", "brier", "ce2", "ce2_squared", "ce2_interval", "ece",
-        "nll", "nll_clipped", "paired_bootstrap", "paired_mean_bootstrap", "paired_summary", "reliability_bins",
-        "resample_indices", "sign_flip_p", "summarize",
+        "nll", "nll_clipped", "paired_bootstrap", "paired_mean_bootstrap", "paired_summary", "predictions",
+        "reliability_bins", "resample_indices", "sign_flip_p", "summarize",
     ),
     "beliefdrift.metrics.stats": ("mean_std",),
 }

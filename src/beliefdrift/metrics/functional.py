@@ -56,6 +56,7 @@ __all__ = [
     "paired_bootstrap",
     "paired_mean_bootstrap",
     "paired_summary",
+    "predictions",
     "reliability_bins",
     "resample_indices",
     "sign_flip_p",
@@ -77,6 +78,12 @@ SUM_TOLERANCE = 1e-3
 #: Confidences closer than this count as equal: a tied AUROC score, a confidence on a calibration bin edge (the
 #: float noise of q*, a mean of path frequencies, is ~1e-15; no meaningful difference in confidence is this small).
 TIE_TOLERANCE = 1e-9
+
+
+def predictions(probs: np.ndarray) -> np.ndarray:
+    """ŷ_i = the lowest k with p_i^(k) ≥ max_k p_i^(k) − `TIE_TOLERANCE` for probs [N, K]: ties, float noise
+    included, go to the lowest index (np.argmax of a boolean row returns its first True)."""
+    return np.argmax(probs >= np.max(probs, axis=1, keepdims=True) - TIE_TOLERANCE, axis=1)
 
 
 class MetricWarning(UserWarning):
@@ -102,9 +109,7 @@ class _Batch:
 
     @cached_property
     def predictions(self) -> np.ndarray:
-        """ŷ_i = the lowest k with p_i^(k) ≥ c_i − `TIE_TOLERANCE`: ties, float noise included, go to the lowest
-        index (np.argmax of a boolean row returns its first True)."""
-        return np.argmax(self.probs >= self.confidences[:, None] - TIE_TOLERANCE, axis=1)
+        return predictions(self.probs)
 
     @cached_property
     def confidences(self) -> np.ndarray:

@@ -19,7 +19,7 @@ import torch
 from beliefdrift.config.options import QualityControl
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.methods import Method, MethodResult
-from beliefdrift.metrics.functional import MetricWarning, summarize
+from beliefdrift.metrics.functional import MetricWarning, predictions, summarize
 from beliefdrift.registry import canonical_methods, parse_method
 from beliefdrift.runs.store import ResultRow, StoreError
 
@@ -88,7 +88,7 @@ class MethodScore:
     @property
     def predicted(self) -> str:
         """How often each option is the argmax over the kept questions, e.g. `C:2 E:98` (options A, B, …)."""
-        counts = np.bincount([int(np.argmax(p)) for p in self.probs], minlength=1)
+        counts = np.bincount([int(predictions(np.asarray(p)[None])[0]) for p in self.probs], minlength=1)
         return " ".join(f"{chr(ord('A') + i)}:{c}" for i, c in enumerate(counts) if c)
 
 
