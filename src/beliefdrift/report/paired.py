@@ -48,8 +48,7 @@ BASELINE = "ppr"
 SEEDED_BASELINE = "ppr-seed5"
 PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
 #: How the p-values are computed, as the captions say it.
-SMALL_N_P = (f"paired bootstrap from {PAIRED_EXACT_N} questions, below that a sign-flip permutation test, none (–) "
-             "for AUC")
+SMALL_N_P = f"paired bootstrap from {PAIRED_EXACT_N} questions, below that a sign-flip permutation test"
 #: The level of the paired intervals.
 LEVEL = 0.95
 CSV_COLUMNS = ["dataset", "method", "baseline", "metric", "n", "delta", "low", "high", "p", "level", "n_resamples"]
@@ -149,9 +148,9 @@ def comparison_table(pairs: Sequence[PairedComparison], metrics: Sequence[str], 
 def metrics_markdown(label: str, pairs: Sequence[PairedComparison]) -> str:
     """The metric Δ table of one run."""
     caption = (f"**Paired differences, {label}.** Δ = method − baseline on the n questions quality control keeps "
-               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}); "
-               f"{DAGGER}: Δ of the binned ECE without interval or p (its bias differs between methods, "
-               "docs/statistics.md); ACC/AUC in points of %; lower is better for ECE, NLL and BS.")
+               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}, "
+               f"none (–) for AUC); {DAGGER}: Δ of the binned ECE without interval or p (its bias differs between "
+               "methods, docs/statistics.md); ACC/AUC in points of %; lower is better for ECE, NLL and BS.")
     return comparison_table(pairs, METRIC_NAMES, caption)
 
 
