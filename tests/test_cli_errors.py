@@ -45,6 +45,11 @@ def write(path: Path, text: str) -> str:
     return str(path)
 
 
+def write_bytes(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
 def write_parquet(path: Path, rows: list[dict]) -> str:
     pq.write_table(pa.Table.from_pylist(rows), path)
     return str(path)
@@ -120,6 +125,9 @@ BAD_INPUTS = {
                         "layout"),
     "empty csv file": (lambda m, t: evaluate(m, t, "--dataset", write(t / "empty.csv", "\n")),
                        "empty.csv: no questions in the file; expected"),
+    "csv file not UTF-8": (lambda m, t: evaluate(m, t, "--dataset", write_bytes(t / "d.csv", b"Q?,a,b,c,d,A\n"
+                                                                                b"Caf\xe9?,a,b,c,d,B\n")),
+                           "d.csv:2: not UTF-8 (invalid continuation byte)"),
     "parquet file of other columns": (
         lambda m, t: evaluate(m, t, "--dataset", write_parquet(t / "data.parquet", [{"text": "hi", "label": 1}])),
         "data.parquet: columns 'text', 'label' match no known layout; expected a .parquet file in the CSQA/ARC layout"),

@@ -66,15 +66,19 @@ def read_jsonl(path: PathLike) -> Iterator[tuple[int, Record]]:
             yield line_no, record
 
 
-def _read_csv(path: PathLike) -> Iterator[tuple[int, list[str]]]:
-    """Yield (first line number, cells) for each non-blank CSV row (quoted cells may span lines)."""
+def read_text(path: PathLike) -> str:
+    """The text of a UTF-8 file (a leading byte-order mark dropped); other bytes raise `DataError` naming the line."""
     data = Path(path).read_bytes()
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{line}: not UTF-8 ({e.reason})") from None
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+
+
+def _read_csv(path: PathLike) -> Iterator[tuple[int, list[str]]]:
+    """Yield (first line number, cells) for each non-blank CSV row (quoted cells may span lines)."""
+    reader = csv.reader(io.StringIO(read_text(path), newline=""), strict=True)
     start = 1
     try:
         for row in reader:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import random
@@ -31,6 +32,7 @@ from beliefdrift.data.loaders import (
     parquet_layout,
     questions_from_records,
     read_jsonl,
+    read_text,
     record_layout,
 )
 from beliefdrift.data.question import MCQuestion
@@ -204,8 +206,7 @@ def detect_format(path: PathLike) -> str:
     as on the Hugging Face hub)."""
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
-        with open(path, encoding="utf-8-sig") as f:
-            header = f.readline()
+        header = io.StringIO(read_text(path), newline=None).readline()  # as a text file's readline()
         return "gpqa" if "Correct Answer" in header and "Question" in header else "mmlu"
     if suffix == ".jsonl":
         for line, record in read_jsonl(path):
