@@ -150,6 +150,12 @@ BAD_INPUTS = {
     "hf field mapping without an answer": (
         lambda m, t: evaluate(m, t, "--dataset", "hf:" + write(t / "d.jsonl", '{"q": "hi"}\n'), "--fields",
                               "question=q,choices=c"), "--fields question=q,choices=c: missing answer"),
+    "template without the question": (
+        lambda m, t: evaluate(m, t, "--methods", "ppr", "--template", write(t / "t.txt", "Answer {choice_str}.\n")),
+        "t.txt: no {question} placeholder; expected a template that shows the question with {question}"),
+    "template with an unknown placeholder": (
+        lambda m, t: evaluate(m, t, "--methods", "ppr", "--template", write(t / "t.txt", "{question} {choices}\n")),
+        "t.txt: unknown placeholder(s) {choices}; expected"),
     "model args without a value": (lambda m, t: evaluate(m, t, "--model-args", "oops"),
                                    "--model-args oops: 'oops' is not key=value"),
     "missing adapter": (lambda m, t: ["drift", "--model", str(m), "--methods", "am-ppr", "--out", str(t)],
