@@ -382,6 +382,19 @@ def test_demo_set() -> None:
     assert all(len(set(q.choices)) == q.num_choices for q in questions)
 
 
+def test_a_bad_fields_file_is_one_error_naming_it(tmp_path: Path) -> None:
+    """A `--fields` YAML file: not UTF-8, or keys that are not field names, is one error naming it."""
+    from beliefdrift.data.hf import parse_fields
+
+    path = tmp_path / "fields.yaml"
+    path.write_bytes(b"question: q\nchoices: c\nanswer: a  # caf\xe9\n")
+    with pytest.raises(ValueError, match=rf"^--fields {re.escape(str(path))}:3: not UTF-8 \(invalid continuation"):
+        parse_fields(str(path))
+    path.write_text("question: q\nchoices: c\nanswer: a\n1: x\n")
+    with pytest.raises(DataError, match=rf"^--fields {re.escape(str(path))}: expected a mapping of question, "):
+        parse_fields(str(path))
+
+
 def test_a_missing_lm_eval_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the lm-eval extra an lm-eval dataset is one error naming it (installed or not, this runs)."""
     monkeypatch.setitem(sys.modules, "lm_eval.tasks", None)

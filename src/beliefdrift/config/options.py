@@ -23,7 +23,7 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 
 from beliefdrift.data.registry import DATASETS
-from beliefdrift.errors import UserError
+from beliefdrift.errors import UserError, read_yaml
 from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL
 
@@ -400,11 +400,7 @@ def read_settings(path: Path, classes: Iterable[type]) -> dict[str, Any]:
     type is one error naming the file and the key."""
     if not path.is_file():
         raise FileNotFoundError(f"--config {path}: no such file or bundled preset ({', '.join(bundled_presets())})")
-    try:
-        values = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise UserError(f"--config {path}: not valid YAML ({' '.join(str(err).split())})") from err
-    values = values or {}
+    values = read_yaml(path, f"--config {path}") or {}
     if not isinstance(values, dict):
         raise UserError(f"--config {path}: expected a mapping of settings, got {type(values).__name__}")
     return checked_settings(values, classes, f"--config {path}: ")
@@ -416,7 +412,7 @@ def checked_settings(values: Mapping[str, Any], classes: Iterable[type], where: 
     classes = list(classes)
     fields = {f.name: f for cls in classes for f in dataclasses.fields(cls) if f.init}
     hints = {name: hint for cls in classes for name, hint in typing.get_type_hints(cls).items()}
-    unknown = sorted(set(values) - set(fields))
+    unknown = sorted(set(values) - set(fields), key=str)  # YAML keys may be numbers, null, …
     if unknown:
         raise UserError(f"{where}unknown settings {unknown}; known: {', '.join(fields)}")
     checked = {}

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from beliefdrift.data.loaders import (
     RECORD_LAYOUTS,
     DataError,
@@ -27,7 +25,7 @@ from beliefdrift.data.loaders import (
     require,
 )
 from beliefdrift.data.question import LETTERS, MCQuestion
-from beliefdrift.errors import first_line
+from beliefdrift.errors import first_line, read_yaml
 
 HF_PREFIX = "hf:"
 FIELDS = ("question", "choices", "answer", "labels", "id")
@@ -40,11 +38,9 @@ def parse_fields(spec: str) -> dict[str, str]:
     """`--fields question=…,choices=…,answer=…` (or the path of a YAML mapping of the same keys) as a mapping."""
     where = f"--fields {spec}"
     if Path(spec).suffix.lower() in (".yaml", ".yml"):
-        try:
-            mapping = yaml.safe_load(Path(spec).read_text())
-        except (OSError, yaml.YAMLError) as err:
-            raise DataError(f"{where}: not a readable YAML file ({first_line(err)})") from None
-        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+        mapping = read_yaml(Path(spec), where)
+        if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in mapping.items()):
             raise DataError(f"{where}: expected a mapping of {', '.join(FIELDS)} to column names")
     else:
         pairs = [item.partition("=") for item in spec.split(",") if item.strip()]

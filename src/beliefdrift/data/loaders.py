@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from beliefdrift.data.question import LETTERS, MCQuestion
-from beliefdrift.errors import first_line
+from beliefdrift.errors import first_line, not_utf8
 
 PathLike = str | os.PathLike[str]
 Record = dict[str, Any]
@@ -68,12 +68,10 @@ def read_jsonl(path: PathLike) -> Iterator[tuple[int, Record]]:
 
 def read_text(path: PathLike) -> str:
     """The text of a UTF-8 file (a leading byte-order mark dropped); other bytes raise `DataError` naming the line."""
-    data = Path(path).read_bytes()
     try:
-        return data.decode("utf-8-sig")
+        return Path(path).read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}:{line}: not UTF-8 ({e.reason})") from None
+        raise DataError(not_utf8(str(path), e)) from None
 
 
 def _read_csv(path: PathLike) -> Iterator[tuple[int, list[str]]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.errors import UserError
+from beliefdrift.errors import UserError, not_utf8
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -55,9 +55,9 @@ def read_template_file(path: Path) -> str:
     """A template file's text: UTF-8, showing the question (`{question}`), with no placeholder outside
     `PLACEHOLDERS` (else a UserError naming the file)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
-        raise UserError(f"--template {path}: not UTF-8 text ({err.reason})") from None
+        raise UserError(not_utf8(f"--template {path}", err)) from None
     unknown = sorted(set(_PLACEHOLDER.findall(text)) - set(PLACEHOLDERS))
     if "{question}" not in text or unknown:
         problem = f"unknown placeholder(s) {_braced(unknown)}" if unknown else "no {question} placeholder"
