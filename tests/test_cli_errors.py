@@ -223,6 +223,13 @@ BAD_INPUTS = {
         lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages:\n  ../escaped:\n    command: report\n"),
                       "--out", str(t / "o")],
         "stage '../escaped': a stage's name names its directory"),
+    "paper preset not valid YAML": (
+        lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages: [\n"), "--out", str(t / "o")],
+        "p.yaml: not valid YAML (while parsing a flow node"),
+    "paper stage args not a mapping": (
+        lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages:\n  e:\n    command: evaluate\n"
+                                                               "    args: [n, 2]\n"), "--out", str(t / "o")],
+        "p.yaml: stage e: args: expected a mapping of the command's settings, got ['n', 2]"),
 }
 #: Cases refused before any model loads (the test makes loading one fail).
 MODEL_NOT_LOADED = {case for case in BAD_INPUTS if case.startswith(("adapter config", "adapter without", "math "))}
