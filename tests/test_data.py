@@ -180,6 +180,13 @@ def test_malformed_files(loader, name: str, line: int, problem: str) -> None:
         loader(FIXTURES / name)
 
 
+def test_json_nested_too_deeply_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"question": "x?", "choices": ["a", "b"], "answer": 1}\n' + "[" * 100_000 + "\n")
+    with pytest.raises(DataError, match=r"deep\.jsonl:2: bad JSON: nested too deeply"):
+        load_dataset(str(path))
+
+
 def without_source(items: list) -> list:
     return [dataclasses.replace(item, source="") for item in items]
 

@@ -61,6 +61,8 @@ def read_jsonl(path: PathLike) -> Iterator[tuple[int, Record]]:
                 raise DataError(f"{path}:{line_no}: bad JSON: {e.msg} (column {e.colno})") from None
             except UnicodeDecodeError as e:
                 raise DataError(f"{path}:{line_no}: bad JSON: not UTF-8 ({e.reason})") from None
+            except RecursionError:
+                raise DataError(f"{path}:{line_no}: bad JSON: nested too deeply") from None
             if not isinstance(record, dict):
                 raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
             yield line_no, record
