@@ -156,6 +156,10 @@ BAD_INPUTS = {
     "template with an unknown placeholder": (
         lambda m, t: evaluate(m, t, "--methods", "ppr", "--template", write(t / "t.txt", "{question} {choices}\n")),
         "t.txt: unknown placeholder(s) {choices}; expected"),
+    "output directory that is a file": (lambda m, t: evaluate(m, Path(write(t / "f", ""))),
+                                        "/f: is a file; expected a directory (an existing one, or one to create)"),
+    "output directory inside a file": (lambda m, t: ["drift", "--model", str(m), "--out", write(t / "f", "") + "/run"],
+                                       "/f/run: lies inside "),
     "model args without a value": (lambda m, t: evaluate(m, t, "--model-args", "oops"),
                                    "--model-args oops: 'oops' is not key=value"),
     "missing adapter": (lambda m, t: ["drift", "--model", str(m), "--methods", "am-ppr", "--out", str(t)],

@@ -36,6 +36,17 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def check_directory(path: Path, flag: str) -> None:
+    """`path` can be an output directory: it is one, or would be created where no file stands in the way; else a
+    UserError naming `flag`."""
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                where = "is a file" if part == path else f"lies inside {part}, which is a file"
+                raise UserError(f"{flag} {path}: {where}; expected a directory (an existing one, or one to create)")
+            return
+
+
 #: A name `safe_name` keeps as it is: short, lowercase ASCII letters, digits, `-` and `_`, not starting with `-`.
 PLAIN_NAME = re.compile(r"[a-z0-9_][a-z0-9_-]{0,47}")
 #: Characters kept in the readable part of any other name (every other run of characters becomes one `-`).
