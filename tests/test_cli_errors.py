@@ -86,6 +86,14 @@ def error_line(capsys: pytest.CaptureFixture) -> str:
     return lines[0]
 
 
+def drift_run(directory: Path) -> str:
+    """A run directory whose store holds a drift run (another command's than evaluate)."""
+    directory.mkdir(exist_ok=True)
+    with RunStore.open(directory / "run.sqlite") as store:
+        store.ensure_config({"command": "drift"})
+    return str(directory)
+
+
 def evaluate(model: Path, out: Path, *extra: str) -> list[str]:
     return ["evaluate", "--model", str(model), "--dataset", "demo", "-n", "2", *FAST, "--methods", "direct",
             "--bootstrap", "10", "--out", str(out), *extra]
@@ -166,6 +174,8 @@ BAD_INPUTS = {
                         "am-ppr needs --adapter"),
     "corrupt store": (lambda m, t: evaluate(m, garbage_store(t)), "not a readable beliefdrift run store"),
     "report without a store": (lambda m, t: ["report", str(t / "nothing")], "no run store at"),
+    "report of a drift run": (lambda m, t: ["report", drift_run(t / "drift")],
+                              "/drift: a drift run; report's tables are made of evaluate runs"),
     "reasoning past the context": (lambda m, t: ["reasoning", "--model", str(m), "--dataset", "demo", "-n", "1",
                                                  "--max-new-tokens", "5000", "--out", str(t)],
                                    "needs up to"),
