@@ -32,7 +32,7 @@ class ReportConfig(ReportOptions):
     _argument_group_name = "report"
 
     out: Path | None = option(None, "output directory (unset: the run directory; beliefdrift-out/report for "
-                                    "several)", directory=True)
+                                    "several)", output="directory")
     figure_formats: list[str] = option(["png"], "formats of the reliability diagrams (png, and pdf for a PDF of "
                                                 "each)", choices=FIGURE_FORMATS)
     html: bool = option(False, "also write explorer.html, an interactive page over every run directory given "

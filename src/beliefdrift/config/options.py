@@ -24,7 +24,7 @@ import yaml
 
 from beliefdrift.data.registry import DATASETS
 from beliefdrift.errors import UserError, read_yaml
-from beliefdrift.files import check_directory
+from beliefdrift.files import check_output
 from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL
 
@@ -36,7 +36,7 @@ PAPER_PRESETS = {"cpu": "paper-cpu.yaml", "paper": "paper-full.yaml"}
 #: Formats a figure can be written in.
 FIGURE_FORMATS = ("png", "pdf")
 #: Field metadata that is ours, not an `add_argument` keyword.
-OWN_METADATA = ("operational", "range", "when_set", "directory")
+OWN_METADATA = ("operational", "range", "when_set", "output")
 #: from_pretrained keywords that have their own flag, so --model-args may not set them.
 OWN_FLAGS = {"dtype": "--dtype", "torch_dtype": "--dtype", "device_map": "--device-map",
              "attn_implementation": "--attn-implementation", "revision": "--revision",
@@ -79,18 +79,18 @@ def _number(value: float | None) -> str:
 def option(default: Any, help: str, *aliases: str, operational: bool = False, choices: Sequence[Any] | None = None,
            minimum: float | None = None, maximum: float | None = None, above: float | None = None,
            below: float | None = None, metavar: str | None = None, when_set: bool = False,
-           directory: bool = False) -> Any:
+           output: str | None = None) -> Any:
     """A setting: its default, help line, short flags, allowed values (`choices`; for a number its range: at least
     `minimum` or greater than `above`, at most `maximum` or less than `below`), and whether results depend on it.
     The range is declared here only: the parser's help shows it and `Settings` checks it (flags, YAML and code).
     A `when_set` setting enters the run identity only when it differs from its default (settings added after runs
-    were stored: those runs' identities stay as they were, so they still resume). A `directory` setting names an
-    output directory: a path that is, or lies inside, a file is refused."""
+    were stored: those runs' identities stay as they were, so they still resume). An `output` setting names an
+    output "directory" or "file" (`files.check_output`)."""
     bounds = Range(above if above is not None else minimum, below if below is not None else maximum,
                    above is not None, below is not None)
     metadata: dict[str, Any] = {"help": help, "operational": operational,
                                 "range": bounds if bounds != Range() else None, "when_set": when_set,
-                                "directory": directory}
+                                "output": output}
     if aliases:
         metadata["aliases"] = list(aliases)
     if choices is not None:
@@ -121,7 +121,8 @@ def is_operational(field: dataclasses.Field) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """The base of every settings dataclass: a value outside its option's `choices` or `Range` (or a number that is
-    nan or infinite), or an output directory that is a file, is an error naming the flag."""
+    nan or infinite), or an output path that cannot be written (`files.check_output`), is an error naming the
+    flag."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -135,8 +136,8 @@ class Settings:
             if any(v not in bounds for v in numbers):
                 raise UserError(f"{flag_name(field)} must be {bounds if bounds != Range() else 'a finite number'}, "
                                 f"got {value}")
-            if meta.get("directory") and value is not None:
-                check_directory(Path(value), flag_name(field))
+            if meta.get("output") and value is not None:
+                check_output(Path(value), flag_name(field), meta["output"])
 
 
 def parse_model_args(spec: str | None) -> dict[str, Any]:
@@ -258,7 +259,7 @@ class ReportOptions(Settings):
 
 
 def out_option(default: str) -> Any:
-    return option(Path(default), "output directory", operational=True, directory=True)
+    return option(Path(default), "output directory", operational=True, output="directory")
 
 
 # ---------------------------------------------------------------------------------------------- parsing
