@@ -402,6 +402,14 @@ def test_a_bad_fields_file_is_one_error_naming_it(tmp_path: Path) -> None:
         parse_fields(str(path))
 
 
+def test_a_hf_data_file_that_is_not_utf8_names_it(tmp_path: Path) -> None:
+    pytest.importorskip("datasets")
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"q": "caf\xe9?", "c": ["x", "y"], "a": 1}\n')
+    with pytest.raises(DataError, match=rf"^hf:{re.escape(str(path))}/train: a text is not UTF-8 \(invalid "):
+        load_dataset(f"hf:{path}", fields="question=q,choices=c,answer=a")
+
+
 def test_a_missing_lm_eval_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the lm-eval extra an lm-eval dataset is one error naming it (installed or not, this runs)."""
     monkeypatch.setitem(sys.modules, "lm_eval.tasks", None)

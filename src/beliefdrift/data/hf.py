@@ -59,6 +59,14 @@ def load_hf(spec: str, split: str | None = None, fields: str | None = None) -> l
     """The questions of the Hugging Face dataset `spec` (`hf:…`, see the module docstring), split `split` (default:
     test, else validation, else train, else its only split)."""
     rows, origin = _rows(spec.removeprefix(HF_PREFIX), split)
+    try:  # the datasets package decodes a data file's text as rows are read
+        return _questions(rows, origin, fields)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{origin}: a text is not UTF-8 ({err.reason}); expected a UTF-8 data file") from None
+
+
+def _questions(rows: Any, origin: str, fields: str | None) -> list[MCQuestion]:
+    """The questions of a dataset's `rows` (laid out as a known layout, or mapped by `fields`)."""
     if fields is None:
         layout = record_layout(rows[0]) if len(rows) else None
         if layout not in ("arc-hub", "tinymmlu"):
