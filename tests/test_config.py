@@ -83,6 +83,17 @@ def test_a_bad_config_file_is_one_line_naming_file_and_key(
     assert f"--config {preset}:" in err and fragment in err
 
 
+def test_a_second_config_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Two --config files: before, the first one's settings were used and the second was recorded as the config."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("paths: 3\n")
+    second.write_text("paths: 5\n")
+    assert main(["emd", "--config", str(first), f"--config={second}"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"--config given 2 times ({first}, {second}); expected one YAML file" in err
+
+
 def test_out_of_range_values_name_the_flag(capsys: pytest.CaptureFixture) -> None:
     assert main(["emd", "-K", "1"]) == 2
     assert "-K/--horizon must be at least 2, got 1" in capsys.readouterr().err

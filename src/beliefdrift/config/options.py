@@ -360,12 +360,13 @@ def add_field_argument(group: argparse._ArgumentGroup, field: dataclasses.Field,
 
 
 def _config_path(args: Sequence[str]) -> Path | None:
-    for i, token in enumerate(args):
-        if token == "--config" and i + 1 < len(args):
-            return preset_file(args[i + 1])
-        if token.startswith("--config="):
-            return preset_file(token.partition("=")[2])
-    return None
+    """The file of the one `--config` in `args` (None without one); several are a UserError."""
+    given = [args[i + 1] for i, token in enumerate(args[:-1]) if token == "--config"]
+    given += [token.partition("=")[2] for token in args if token.startswith("--config=")]
+    if len(given) > 1:
+        raise UserError(f"--config given {len(given)} times ({', '.join(given)}); expected one YAML file (flags "
+                        "override its settings)")
+    return preset_file(given[0]) if given else None
 
 
 def preset_file(spec: str | Path) -> Path:
