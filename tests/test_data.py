@@ -410,6 +410,15 @@ def test_a_hf_data_file_that_is_not_utf8_names_it(tmp_path: Path) -> None:
         load_dataset(f"hf:{path}", fields="question=q,choices=c,answer=a")
 
 
+def test_hf_labels_column_of_another_length_is_refused(tmp_path: Path) -> None:
+    """A --fields labels column must give each option one label (before, a shorter one was ignored)."""
+    pytest.importorskip("datasets")
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"q": "Which?", "c": ["x", "y", "z"], "l": ["A", "B"], "a": "A"}\n')
+    with pytest.raises(DataError, match=r"/train:1: 2 choice labels but 3 choice texts"):
+        load_dataset(f"hf:{path}", fields="question=q,choices=c,labels=l,answer=a")
+
+
 def test_a_missing_lm_eval_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the lm-eval extra an lm-eval dataset is one error naming it (installed or not, this runs)."""
     monkeypatch.setitem(sys.modules, "lm_eval.tasks", None)

@@ -17,6 +17,7 @@ from beliefdrift.data.loaders import (
     RECORD_LAYOUTS,
     DataError,
     Record,
+    _one_label_each,
     _question,
     _string_list,
     _unique,
@@ -112,6 +113,7 @@ def _mapped(row: Record, mapping: dict[str, str], where: str, default_id: str) -
     """One row read through the `--fields` mapping."""
     texts = _choices(row, mapping["choices"], where)
     labels = _string_list(row, mapping["labels"], where) if "labels" in mapping else list(LETTERS[: len(texts)])
+    _one_label_each(labels, texts, where)
     answer = _answer_index(require(row, mapping["answer"], where, object), texts, labels, where, mapping["answer"])
     qid = str(require(row, mapping["id"], where, object)) if "id" in mapping else default_id
     return _question(where, qid, require(row, mapping["question"], where, str), texts, answer)

@@ -168,6 +168,12 @@ def _string_list(record: Record, key: str, where: str) -> list[str]:
     return values
 
 
+def _one_label_each(labels: Sequence[str], texts: Sequence[str], where: str) -> None:
+    """A record's option labels and texts pair up one to one."""
+    if len(labels) != len(texts):
+        raise DataError(f"{where}: {len(labels)} choice labels but {len(texts)} choice texts")
+
+
 # ---- one record → one item, shared by the file loaders and the hub fallback -------------------------
 
 
@@ -195,8 +201,7 @@ def _hub_labelled_record(record: Record, where: str, line: int) -> MCQuestion:
     """CSQA / ARC as on the Hugging Face hub: `id`, `question` (the stem), `choices{label[], text[]}`, `answerKey`."""
     labels = _string_list(record, "choices.label", where)
     texts = _string_list(record, "choices.text", where)
-    if len(labels) != len(texts):
-        raise DataError(f"{where}: {len(labels)} choice labels but {len(texts)} choice texts")
+    _one_label_each(labels, texts, where)
     return _question(
         where,
         require(record, "id", where, str),
