@@ -164,6 +164,9 @@ BAD_INPUTS = {
     "template with an unknown placeholder": (
         lambda m, t: evaluate(m, t, "--methods", "ppr", "--template", write(t / "t.txt", "{question} {choices}\n")),
         "t.txt: unknown placeholder(s) {choices}; expected"),
+    "template with a chain-of-thought placeholder": (
+        lambda m, t: evaluate(m, t, "--methods", "ppr", "--template", write(t / "t.txt", "{question} {num_lines}\n")),
+        "--template: placeholder {num_lines} has no value in this prompt; expected one of {choice_str}, {gen_len}"),
     "output directory that is a file": (lambda m, t: evaluate(m, Path(write(t / "f", ""))),
                                         "/f: is a file; expected a directory (an existing one, or one to create)"),
     "output directory inside a file": (lambda m, t: ["drift", "--model", str(m), "--out", write(t / "f", "") + "/run"],

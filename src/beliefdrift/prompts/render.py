@@ -84,12 +84,13 @@ def with_ending(text: str, ending: str, name: str = "template") -> str:
 
 
 def fill(template: str, **values: object) -> str:
-    """Replace `{name}` placeholders; an unknown placeholder is an error, other braces stay as they are."""
+    """Replace `{name}` placeholders; an unknown placeholder is an error (the bundled templates fill theirs: it names
+    a --template file's), other braces stay as they are."""
 
     def substitute(match: re.Match[str]) -> str:
         key = match.group(1)
         if key not in values:
-            raise UserError(f"template placeholder {{{key}}} has no value in this prompt; expected one of "
+            raise UserError(f"--template: placeholder {{{key}}} has no value in this prompt; expected one of "
                             f"{_braced(sorted(values))}")
         return str(values[key])
 
