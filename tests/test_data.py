@@ -187,6 +187,16 @@ def test_json_nested_too_deeply_names_file_and_line(tmp_path: Path) -> None:
         load_dataset(str(path))
 
 
+def test_json_half_a_surrogate_pair_names_file_and_line(tmp_path: Path) -> None:
+    """An escape of half a surrogate pair (a truncated emoji) is valid JSON but no text: before, the tokenizer raised a
+    TypeError traceback, or the store an encoding error naming nothing."""
+    path = tmp_path / "half.jsonl"
+    path.write_text('{"question": "x?", "choices": ["a", "b"], "answer": 1}\n'
+                    '{"question": "why \\ud83d?", "choices": ["a", "b"], "answer": 1}\n')
+    with pytest.raises(DataError, match=r"half\.jsonl:2: bad JSON: a string holds '\\ud83d', half of a surrogate"):
+        load_dataset(str(path))
+
+
 def without_source(items: list) -> list:
     return [dataclasses.replace(item, source="") for item in items]
 

@@ -49,8 +49,13 @@ class _HasId(Protocol):
 _T = TypeVar("_T", bound=_HasId)
 
 
+#: A JSON escape of a surrogate code point (\uD800-\uDFFF), one half of a pair.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def read_jsonl(path: PathLike) -> Iterator[tuple[int, Record]]:
-    """Yield (line number, object) for each non-blank line; bad JSON or a non-object raises `DataError`."""
+    """Yield (line number, object) for each non-blank line; bad JSON, a non-object or a string that is not Unicode
+    raises `DataError`."""
     with open(path, "rb") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -65,6 +70,12 @@ def read_jsonl(path: PathLike) -> Iterator[tuple[int, Record]]:
                 raise DataError(f"{path}:{line_no}: bad JSON: nested too deeply") from None
             if not isinstance(record, dict):
                 raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
+            if _SURROGATE_ESCAPE.search(line):  # "\ud83d" without its pair is valid JSON but no Unicode character
+                try:
+                    json.dumps(record, ensure_ascii=False).encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise DataError(f"{path}:{line_no}: bad JSON: a string holds {e.object[e.start:e.end]!r}, half "
+                                    "of a surrogate pair (not a Unicode character)") from None
             yield line_no, record
 
 
