@@ -120,6 +120,8 @@ BAD_INPUTS = {
                                                    "--out", str(t)], "setting paths: expected an integer, got 'abc'"),
     "yaml unknown key": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "pathz: 3\n"), "--out", str(t)],
                          "unknown settings ['pathz']"),
+    "preset name misspelt": (lambda m, t: ["evaluate", "--config", "cpu-defualt", "--out", str(t)],
+                             "); did you mean 'cpu-default'?"),
     "yaml not a mapping": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "- 1\n"), "--out", str(t)],
                            "expected a mapping of settings"),
     "zero paths": (lambda m, t: evaluate(m, t, "-J", "0"), "-J/--paths must be at least 1, got 0"),
@@ -242,6 +244,9 @@ BAD_INPUTS = {
         lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages:\n  ../escaped:\n    command: report\n"),
                       "--out", str(t / "o")],
         "stage '../escaped': a stage's name names its directory"),
+    "paper preset name misspelt": (lambda m, t: ["paper", "--preset", "cpuu", "--out", str(t / "o")],
+                                   "--preset cpuu: cpuu not found (expected cpu, paper or a YAML file); did you mean "
+                                   "'cpu'?"),
     "paper preset not valid YAML": (
         lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages: [\n"), "--out", str(t / "o")],
         "p.yaml: not valid YAML (while parsing a flow node"),

@@ -23,6 +23,7 @@ from beliefdrift.config.options import PAPER_PRESETS, ReportOptions, preset_file
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError, read_yaml
 from beliefdrift.files import safe_name, write_atomic
+from beliefdrift.registry import did_you_mean
 from beliefdrift.runs.store import STORE_FILE
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def preset_path(spec: str) -> Path:
     path = preset_file(PAPER_PRESETS.get(spec, spec))
     if not path.is_file():
         raise FileNotFoundError(f"--preset {spec}: {path} not found (expected {', '.join(PAPER_PRESETS)} or a YAML "
-                                "file)")
+                                "file)" + did_you_mean(spec, PAPER_PRESETS))
     return path
 
 

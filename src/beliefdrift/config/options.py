@@ -26,7 +26,7 @@ from beliefdrift.data.registry import DATASETS
 from beliefdrift.errors import UserError, read_yaml
 from beliefdrift.files import check_output
 from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
-from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL
+from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, did_you_mean
 
 Config = TypeVar("Config")
 #: YAML presets shipped with the package (`configs/` in a source checkout links here).
@@ -407,7 +407,8 @@ def read_settings(path: Path, classes: Iterable[type]) -> dict[str, Any]:
     """A YAML mapping of settings checked against the fields of `classes`: an unknown key or a value of the wrong
     type is one error naming the file and the key."""
     if not path.is_file():
-        raise FileNotFoundError(f"--config {path}: no such file or bundled preset ({', '.join(bundled_presets())})")
+        raise FileNotFoundError(f"--config {path}: no such file or bundled preset ({', '.join(bundled_presets())})"
+                                + did_you_mean(path.stem, bundled_presets()))
     values = read_yaml(path, f"--config {path}") or {}
     if not isinstance(values, dict):
         raise UserError(f"--config {path}: expected a mapping of settings, got {type(values).__name__}")
