@@ -72,6 +72,15 @@ def adapter(directory: Path, config: str, weights: bool = True) -> str:
     return str(directory)
 
 
+def model_files(directory: Path, config: str, weights: bytes = b"") -> str:
+    """A model directory of `config` (config.json) and, when given, `weights` (model.safetensors)."""
+    directory.mkdir(exist_ok=True)
+    (directory / "config.json").write_text(config)
+    if weights:
+        (directory / "model.safetensors").write_bytes(weights)
+    return str(directory)
+
+
 def garbage_store(directory: Path) -> Path:
     (directory / "run.sqlite").write_bytes(os.urandom(4096))
     return directory
@@ -114,6 +123,11 @@ BAD_INPUTS = {
                               "hub id in the local cache (HF_HUB_OFFLINE is set)"),
     "directory that is not a model": (lambda m, t: ["emd", "--model", str(t), "--out", str(t / "o")],
                                       "a directory but not a model (no config.json)"),
+    "model config not a mapping": (lambda m, t: evaluate(Path(model_files(t / "m", "[1]")), t),
+                                   "/m: config.json holds a list, not a mapping of settings"),
+    "model weights cut short": (lambda m, t: evaluate(Path(model_files(t / "m", '{"model_type": "llama"}',
+                                                                        b"\x40\x00\x00\x00\x00\x00\x00\x00{")), t),
+                                "/m: model.safetensors is not a complete safetensors file ("),
     "missing gguf": (lambda m, t: ["reasoning", "--model", str(t / "x.gguf"), "--dataset", "demo", "--out", str(t)],
                      "no such .gguf file"),
     "yaml value of the wrong type": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "paths: abc\n"),

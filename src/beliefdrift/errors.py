@@ -59,6 +59,28 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {device}: unsupported device type {kind!r}; expected cpu, cuda, cuda:N or auto")
 
 
+def check_model_files(path: Path, spec: str) -> None:
+    """The model directory `path` has a config.json that is a JSON mapping and .safetensors files whose headers
+    cover them (a download or copy cut short is named before transformers loads it, with a traceback)."""
+    import json
+
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        config = json.loads((path / "config.json").read_bytes())
+    except (OSError, ValueError) as err:
+        raise UserError(f"--model {spec}: config.json is not readable JSON ({first_line(err)})") from None
+    if not isinstance(config, dict):
+        raise UserError(f"--model {spec}: config.json holds a {type(config).__name__}, not a mapping of settings")
+    for weights in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(weights, "pt"):
+                pass
+        except (OSError, SafetensorError) as err:  # a truncated or damaged file
+            raise UserError(f"--model {spec}: {weights.name} is not a complete safetensors file ({first_line(err)}); "
+                            "a download or copy cut short? fetch it again") from None
+
+
 def check_model(spec: str) -> None:
     """`spec` is a registry name, a model directory, a .gguf file, or a hub id that is cached or on the hub
     (one request, no retries; none when HF_HUB_OFFLINE is set)."""
@@ -75,6 +97,7 @@ def check_model(spec: str) -> None:
         if not (path / "config.json").is_file():
             raise UserError(f"--model {spec}: a directory but not a model (no config.json); expected a "
                             "Hugging Face model directory (config.json, weights, tokenizer)")
+        check_model_files(path, spec)
         return
     if path.exists() or spec.startswith((".", "/", "~")):
         raise UserError(f"--model {spec}: not a model directory or .gguf file")
