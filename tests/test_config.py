@@ -94,6 +94,17 @@ def test_a_second_config_file_is_refused(tmp_path: Path, capsys: pytest.CaptureF
     assert f"--config given 2 times ({first}, {second}); expected one YAML file" in err
 
 
+def test_an_output_directory_under_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`out: ~/runs/x` in a YAML file (or --out=~/…, which no shell expands) is under the home directory: before, a
+    directory named `~` was made in the current one."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    preset = tmp_path / "c.yaml"
+    preset.write_text("out: ~/runs/x\n")
+    assert load_settings(EvalConfig, preset).out == tmp_path / "runs" / "x"
+    parsed = build_parser().parse_args(["drift", "--out=~/drift"])
+    assert settings_from(parsed, DriftConfig).out == tmp_path / "drift"
+
+
 def test_out_of_range_values_name_the_flag(capsys: pytest.CaptureFixture) -> None:
     assert main(["emd", "-K", "1"]) == 2
     assert "-K/--horizon must be at least 2, got 1" in capsys.readouterr().err

@@ -122,7 +122,7 @@ def is_operational(field: dataclasses.Field) -> bool:
 class Settings:
     """The base of every settings dataclass: a value outside its option's `choices` or `Range` (or a number that is
     nan or infinite), or an output path that cannot be written (`files.check_output`), is an error naming the
-    flag."""
+    flag; an output path starting with `~` is the home directory's, as in a shell."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -137,6 +137,9 @@ class Settings:
                 raise UserError(f"{flag_name(field)} must be {bounds if bounds != Range() else 'a finite number'}, "
                                 f"got {value}")
             if meta.get("output") and value is not None:
+                if str(value).startswith("~"):  # from a YAML file or --out=~/…, where no shell expanded it
+                    value = Path(value).expanduser()
+                    object.__setattr__(self, field.name, value)
                 check_output(Path(value), flag_name(field), meta["output"])
 
 
