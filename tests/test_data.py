@@ -31,6 +31,7 @@ from beliefdrift.data import (
     load_tinymmlu,
     subsample,
 )
+from beliefdrift.prompts import load_template
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
 DATA = Path(
@@ -326,6 +327,18 @@ def test_the_registry_is_one_entry_per_dataset(monkeypatch: pytest.MonkeyPatch) 
     assert load_dataset("toy", n=2) == [question, question]
     with pytest.raises(DataError, match="did you mean 'toy'"):
         load_dataset("tyo")
+
+
+def test_a_home_relative_path_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`~/…` as a data file or data directory (from a YAML file, where no shell expands it) is under the home
+    directory (a --template file too): before, it was looked for in a directory named `~`, and the error named a
+    path that exists."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "tinymmlu").mkdir()
+    (tmp_path / "tinymmlu" / "tiny_mmlu.jsonl").write_text(LAYOUTS["tinymmlu"][1])
+    assert len(load_dataset("~/tinymmlu/tiny_mmlu.jsonl")) == len(load_dataset("tinymmlu", data_dir="~")) == 1
+    (tmp_path / "t.txt").write_text("{question}\n")
+    assert load_template("~/t.txt") == "{question}\n"
 
 
 def test_missing_file_names_path_and_hint(tmp_path: Path) -> None:

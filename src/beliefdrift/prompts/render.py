@@ -40,7 +40,7 @@ PLACEHOLDERS = ("question", "choice_str", "num_choices", "gen_len", "num_lines")
 
 def load_template(name: str, ending: str = DEFAULT_TEMPLATE_ENDING) -> str:
     """A bundled template by name (`direct`, `ppr-llama`, …) or any text file by path, with its `ending`."""
-    path = Path(name)
+    path = Path(name).expanduser()
     if path.suffix == ".txt" and path.is_file():
         return with_ending(read_template_file(path), ending, name)
     folder = resources.files("beliefdrift.prompts") / "templates"
