@@ -45,6 +45,11 @@ def write(path: Path, text: str) -> str:
     return str(path)
 
 
+def write_bytes(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
 def write_parquet(path: Path, rows: list[dict]) -> str:
     pq.write_table(pa.Table.from_pylist(rows), path)
     return str(path)
@@ -67,6 +72,15 @@ def adapter(directory: Path, config: str, weights: bool = True) -> str:
     return str(directory)
 
 
+def model_files(directory: Path, config: str, weights: bytes = b"") -> str:
+    """A model directory of `config` (config.json) and, when given, `weights` (model.safetensors)."""
+    directory.mkdir(exist_ok=True)
+    (directory / "config.json").write_text(config)
+    if weights:
+        (directory / "model.safetensors").write_bytes(weights)
+    return str(directory)
+
+
 def garbage_store(directory: Path) -> Path:
     (directory / "run.sqlite").write_bytes(os.urandom(4096))
     return directory
@@ -79,6 +93,14 @@ def error_line(capsys: pytest.CaptureFixture) -> str:
     lines = [line for line in err.splitlines() if ": error: " in line]
     assert len(lines) == 1, err
     return lines[0]
+
+
+def drift_run(directory: Path) -> str:
+    """A run directory whose store holds a drift run (another command's than evaluate)."""
+    directory.mkdir(exist_ok=True)
+    with RunStore.open(directory / "run.sqlite") as store:
+        store.ensure_config({"command": "drift"})
+    return str(directory)
 
 
 def evaluate(model: Path, out: Path, *extra: str) -> list[str]:
@@ -101,12 +123,19 @@ BAD_INPUTS = {
                               "hub id in the local cache (HF_HUB_OFFLINE is set)"),
     "directory that is not a model": (lambda m, t: ["emd", "--model", str(t), "--out", str(t / "o")],
                                       "a directory but not a model (no config.json)"),
+    "model config not a mapping": (lambda m, t: evaluate(Path(model_files(t / "m", "[1]")), t),
+                                   "/m: config.json holds a list, not a mapping of settings"),
+    "model weights cut short": (lambda m, t: evaluate(Path(model_files(t / "m", '{"model_type": "llama"}',
+                                                                        b"\x40\x00\x00\x00\x00\x00\x00\x00{")), t),
+                                "/m: model.safetensors is not a complete safetensors file ("),
     "missing gguf": (lambda m, t: ["reasoning", "--model", str(t / "x.gguf"), "--dataset", "demo", "--out", str(t)],
                      "no such .gguf file"),
     "yaml value of the wrong type": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "paths: abc\n"),
                                                    "--out", str(t)], "setting paths: expected an integer, got 'abc'"),
     "yaml unknown key": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "pathz: 3\n"), "--out", str(t)],
                          "unknown settings ['pathz']"),
+    "preset name misspelt": (lambda m, t: ["evaluate", "--config", "cpu-defualt", "--out", str(t)],
+                             "); did you mean 'cpu-default'?"),
     "yaml not a mapping": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "- 1\n"), "--out", str(t)],
                            "expected a mapping of settings"),
     "zero paths": (lambda m, t: evaluate(m, t, "-J", "0"), "-J/--paths must be at least 1, got 0"),
@@ -120,6 +149,9 @@ BAD_INPUTS = {
                         "layout"),
     "empty csv file": (lambda m, t: evaluate(m, t, "--dataset", write(t / "empty.csv", "\n")),
                        "empty.csv: no questions in the file; expected"),
+    "csv file not UTF-8": (lambda m, t: evaluate(m, t, "--dataset", write_bytes(t / "d.csv", b"Q?,a,b,c,d,A\n"
+                                                                                b"Caf\xe9?,a,b,c,d,B\n")),
+                           "d.csv:2: not UTF-8 (invalid continuation byte)"),
     "parquet file of other columns": (
         lambda m, t: evaluate(m, t, "--dataset", write_parquet(t / "data.parquet", [{"text": "hi", "label": 1}])),
         "data.parquet: columns 'text', 'label' match no known layout; expected a .parquet file in the CSQA/ARC layout"),
@@ -142,12 +174,29 @@ BAD_INPUTS = {
     "hf field mapping without an answer": (
         lambda m, t: evaluate(m, t, "--dataset", "hf:" + write(t / "d.jsonl", '{"q": "hi"}\n'), "--fields",
                               "question=q,choices=c"), "--fields question=q,choices=c: missing answer"),
+    "template without the question": (
+        lambda m, t: evaluate(m, t, "--methods", "ppr", "--template", write(t / "t.txt", "Answer {choice_str}.\n")),
+        "t.txt: no {question} placeholder; expected a template that shows the question with {question}"),
+    "template with an unknown placeholder": (
+        lambda m, t: evaluate(m, t, "--methods", "ppr", "--template", write(t / "t.txt", "{question} {choices}\n")),
+        "t.txt: unknown placeholder(s) {choices}; expected"),
+    "template with a chain-of-thought placeholder": (
+        lambda m, t: evaluate(m, t, "--methods", "ppr", "--template", write(t / "t.txt", "{question} {num_lines}\n")),
+        "--template: placeholder {num_lines} has no value in this prompt; expected one of {choice_str}, {gen_len}"),
+    "output directory that is a file": (lambda m, t: evaluate(m, Path(write(t / "f", ""))),
+                                        "/f: is a file; expected a directory (an existing one, or one to create)"),
+    "output directory inside a file": (lambda m, t: ["drift", "--model", str(m), "--out", write(t / "f", "") + "/run"],
+                                       "/f/run: lies inside "),
     "model args without a value": (lambda m, t: evaluate(m, t, "--model-args", "oops"),
                                    "--model-args oops: 'oops' is not key=value"),
     "missing adapter": (lambda m, t: ["drift", "--model", str(m), "--methods", "am-ppr", "--out", str(t)],
                         "am-ppr needs --adapter"),
     "corrupt store": (lambda m, t: evaluate(m, garbage_store(t)), "not a readable beliefdrift run store"),
     "report without a store": (lambda m, t: ["report", str(t / "nothing")], "no run store at"),
+    "export to a directory": (lambda m, t: ["export", str(t), "--out", str(t)],
+                              ": is a directory; expected a file (in an existing directory, or in one to create)"),
+    "report of a drift run": (lambda m, t: ["report", drift_run(t / "drift")],
+                              "/drift: a drift run; report's tables are made of evaluate runs"),
     "reasoning past the context": (lambda m, t: ["reasoning", "--model", str(m), "--dataset", "demo", "-n", "1",
                                                  "--max-new-tokens", "5000", "--out", str(t)],
                                    "needs up to"),
@@ -209,6 +258,16 @@ BAD_INPUTS = {
         lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages:\n  ../escaped:\n    command: report\n"),
                       "--out", str(t / "o")],
         "stage '../escaped': a stage's name names its directory"),
+    "paper preset name misspelt": (lambda m, t: ["paper", "--preset", "cpuu", "--out", str(t / "o")],
+                                   "--preset cpuu: cpuu not found (expected cpu, paper or a YAML file); did you mean "
+                                   "'cpu'?"),
+    "paper preset not valid YAML": (
+        lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages: [\n"), "--out", str(t / "o")],
+        "p.yaml: not valid YAML (while parsing a flow node"),
+    "paper stage args not a mapping": (
+        lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages:\n  e:\n    command: evaluate\n"
+                                                               "    args: [n, 2]\n"), "--out", str(t / "o")],
+        "p.yaml: stage e: args: expected a mapping of the command's settings, got ['n', 2]"),
 }
 #: Cases refused before any model loads (the test makes loading one fail).
 MODEL_NOT_LOADED = {case for case in BAD_INPUTS if case.startswith(("adapter config", "adapter without", "math "))}

@@ -69,16 +69,40 @@ def test_config_file_sets_defaults_and_flags_win(tmp_path: Path) -> None:
     ("skip_long_prompts: 1\n", "setting skip_long_prompts: expected true or false, got 1"),
     ("- paths\n", "expected a mapping of settings, got list"),
     ("paths: [\n", "not valid YAML"),
+    (b"paths: 2\n# caf\xe9\n", "emd.yaml:2: not UTF-8 (invalid continuation byte)"),
+    ("1: 2\npathz: 3\n", "unknown settings [1, 'pathz']"),
 ])
 def test_a_bad_config_file_is_one_line_naming_file_and_key(
-    tmp_path: Path, capsys: pytest.CaptureFixture, yaml_text: str, fragment: str
+    tmp_path: Path, capsys: pytest.CaptureFixture, yaml_text: str | bytes, fragment: str
 ) -> None:
     preset = tmp_path / "emd.yaml"
-    preset.write_text(yaml_text)
+    preset.write_bytes(yaml_text if isinstance(yaml_text, bytes) else yaml_text.encode())
     assert main(["emd", "--config", str(preset)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert f"--config {preset}: " in err and fragment in err
+    assert f"--config {preset}:" in err and fragment in err
+
+
+def test_a_second_config_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Two --config files: before, the first one's settings were used and the second was recorded as the config."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("paths: 3\n")
+    second.write_text("paths: 5\n")
+    assert main(["emd", "--config", str(first), f"--config={second}"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"--config given 2 times ({first}, {second}); expected one YAML file" in err
+
+
+def test_an_output_directory_under_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`out: ~/runs/x` in a YAML file (or --out=~/…, which no shell expands) is under the home directory: before, a
+    directory named `~` was made in the current one."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    preset = tmp_path / "c.yaml"
+    preset.write_text("out: ~/runs/x\n")
+    assert load_settings(EvalConfig, preset).out == tmp_path / "runs" / "x"
+    parsed = build_parser().parse_args(["drift", "--out=~/drift"])
+    assert settings_from(parsed, DriftConfig).out == tmp_path / "drift"
 
 
 def test_out_of_range_values_name_the_flag(capsys: pytest.CaptureFixture) -> None:

@@ -31,6 +31,7 @@ from beliefdrift.data import (
     load_tinymmlu,
     subsample,
 )
+from beliefdrift.prompts import load_template
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
 DATA = Path(
@@ -180,6 +181,23 @@ def test_malformed_files(loader, name: str, line: int, problem: str) -> None:
         loader(FIXTURES / name)
 
 
+def test_json_nested_too_deeply_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"question": "x?", "choices": ["a", "b"], "answer": 1}\n' + "[" * 100_000 + "\n")
+    with pytest.raises(DataError, match=r"deep\.jsonl:2: bad JSON: nested too deeply"):
+        load_dataset(str(path))
+
+
+def test_json_half_a_surrogate_pair_names_file_and_line(tmp_path: Path) -> None:
+    """An escape of half a surrogate pair (a truncated emoji) is valid JSON but no text: before, the tokenizer raised a
+    TypeError traceback, or the store an encoding error naming nothing."""
+    path = tmp_path / "half.jsonl"
+    path.write_text('{"question": "x?", "choices": ["a", "b"], "answer": 1}\n'
+                    '{"question": "why \\ud83d?", "choices": ["a", "b"], "answer": 1}\n')
+    with pytest.raises(DataError, match=r"half\.jsonl:2: bad JSON: a string holds '\\ud83d', half of a surrogate"):
+        load_dataset(str(path))
+
+
 def without_source(items: list) -> list:
     return [dataclasses.replace(item, source="") for item in items]
 
@@ -311,6 +329,18 @@ def test_the_registry_is_one_entry_per_dataset(monkeypatch: pytest.MonkeyPatch) 
         load_dataset("tyo")
 
 
+def test_a_home_relative_path_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`~/…` as a data file or data directory (from a YAML file, where no shell expands it) is under the home
+    directory (a --template file too): before, it was looked for in a directory named `~`, and the error named a
+    path that exists."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "tinymmlu").mkdir()
+    (tmp_path / "tinymmlu" / "tiny_mmlu.jsonl").write_text(LAYOUTS["tinymmlu"][1])
+    assert len(load_dataset("~/tinymmlu/tiny_mmlu.jsonl")) == len(load_dataset("tinymmlu", data_dir="~")) == 1
+    (tmp_path / "t.txt").write_text("{question}\n")
+    assert load_template("~/t.txt") == "{question}\n"
+
+
 def test_missing_file_names_path_and_hint(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"commonsense_qa/dev_rand_split\.jsonl.*BELIEFDRIFT_DATA"):
         load_dataset("csqa", data_dir=tmp_path)
@@ -380,6 +410,36 @@ def test_demo_set() -> None:
     assert set(positions) == set("ABCDE")
     assert max(positions.values()) - min(positions.values()) <= 3
     assert all(len(set(q.choices)) == q.num_choices for q in questions)
+
+
+def test_a_bad_fields_file_is_one_error_naming_it(tmp_path: Path) -> None:
+    """A `--fields` YAML file: not UTF-8, or keys that are not field names, is one error naming it."""
+    from beliefdrift.data.hf import parse_fields
+
+    path = tmp_path / "fields.yaml"
+    path.write_bytes(b"question: q\nchoices: c\nanswer: a  # caf\xe9\n")
+    with pytest.raises(ValueError, match=rf"^--fields {re.escape(str(path))}:3: not UTF-8 \(invalid continuation"):
+        parse_fields(str(path))
+    path.write_text("question: q\nchoices: c\nanswer: a\n1: x\n")
+    with pytest.raises(DataError, match=rf"^--fields {re.escape(str(path))}: expected a mapping of question, "):
+        parse_fields(str(path))
+
+
+def test_a_hf_data_file_that_is_not_utf8_names_it(tmp_path: Path) -> None:
+    pytest.importorskip("datasets")
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"q": "caf\xe9?", "c": ["x", "y"], "a": 1}\n')
+    with pytest.raises(DataError, match=rf"^hf:{re.escape(str(path))}/train: a text is not UTF-8 \(invalid "):
+        load_dataset(f"hf:{path}", fields="question=q,choices=c,answer=a")
+
+
+def test_hf_labels_column_of_another_length_is_refused(tmp_path: Path) -> None:
+    """A --fields labels column must give each option one label (before, a shorter one was ignored)."""
+    pytest.importorskip("datasets")
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"q": "Which?", "c": ["x", "y", "z"], "l": ["A", "B"], "a": "A"}\n')
+    with pytest.raises(DataError, match=r"/train:1: 2 choice labels but 3 choice texts"):
+        load_dataset(f"hf:{path}", fields="question=q,choices=c,labels=l,answer=a")
 
 
 def test_a_missing_lm_eval_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,10 +1,11 @@
-"""User errors: mistakes in the input that the CLI reports as one line (exit status 2), and the checks on a
-`--model` / `--device` pair that run before anything is loaded or written."""
+"""User errors: mistakes in the input that the CLI reports as one line (exit status 2), the reading of the YAML
+files a user gives, and the checks on a `--model` / `--device` pair that run before anything is loaded or written."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 
 class UserError(ValueError):
@@ -15,6 +16,27 @@ class UserError(ValueError):
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message (its type's name when the message is empty), for one-line errors."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def not_utf8(where: str, err: UnicodeDecodeError) -> str:
+    """"where:line: not UTF-8 (why)" for the bytes of a whole file that `err` could not decode."""
+    line = err.object.count(b"\n", 0, err.start) + 1
+    return f"{where}:{line}: not UTF-8 ({err.reason})"
+
+
+def read_yaml(path: Path, where: str) -> Any:
+    """The YAML document in the file `path` (a `--config`, `--preset` or `--fields` file); a file that cannot be
+    read, is not UTF-8 or is not valid YAML is a UserError starting with `where` (the flag and the file)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except OSError as err:
+        raise UserError(f"{where}: cannot read it ({err.strerror or first_line(err)})") from None
+    except UnicodeDecodeError as err:
+        raise UserError(not_utf8(where, err)) from None
+    except yaml.YAMLError as err:
+        raise UserError(f"{where}: not valid YAML ({' '.join(str(err).split())})") from None
 
 
 def _hub_offline() -> bool:
@@ -37,6 +59,28 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {device}: unsupported device type {kind!r}; expected cpu, cuda, cuda:N or auto")
 
 
+def check_model_files(path: Path, spec: str) -> None:
+    """The model directory `path` has a config.json that is a JSON mapping and .safetensors files whose headers
+    cover them (a download or copy cut short is named before transformers loads it, with a traceback)."""
+    import json
+
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        config = json.loads((path / "config.json").read_bytes())
+    except (OSError, ValueError) as err:
+        raise UserError(f"--model {spec}: config.json is not readable JSON ({first_line(err)})") from None
+    if not isinstance(config, dict):
+        raise UserError(f"--model {spec}: config.json holds a {type(config).__name__}, not a mapping of settings")
+    for weights in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(weights, "pt"):
+                pass
+        except (OSError, SafetensorError) as err:  # a truncated or damaged file
+            raise UserError(f"--model {spec}: {weights.name} is not a complete safetensors file ({first_line(err)}); "
+                            "a download or copy cut short? fetch it again") from None
+
+
 def check_model(spec: str) -> None:
     """`spec` is a registry name, a model directory, a .gguf file, or a hub id that is cached or on the hub
     (one request, no retries; none when HF_HUB_OFFLINE is set)."""
@@ -53,6 +97,7 @@ def check_model(spec: str) -> None:
         if not (path / "config.json").is_file():
             raise UserError(f"--model {spec}: a directory but not a model (no config.json); expected a "
                             "Hugging Face model directory (config.json, weights, tokenizer)")
+        check_model_files(path, spec)
         return
     if path.exists() or spec.startswith((".", "/", "~")):
         raise UserError(f"--model {spec}: not a model directory or .gguf file")

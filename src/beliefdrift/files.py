@@ -36,6 +36,24 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+#: What an output path of each kind must be (`check_output`).
+OUTPUTS = {"directory": "a directory (an existing one, or one to create)",
+           "file": "a file (in an existing directory, or in one to create)"}
+
+
+def check_output(path: Path, flag: str, kind: str) -> None:
+    """`path` can be written as an output `kind` (one of `OUTPUTS`): a directory is one or can be created, a file is
+    none and its directory is one or can be created (no file stands in the way); else a UserError naming `flag`."""
+    if kind == "file" and path.is_dir():
+        raise UserError(f"{flag} {path}: is a directory; expected {OUTPUTS[kind]}")
+    for part in (path, *path.parents) if kind == "directory" else path.parents:
+        if part.exists():
+            if not part.is_dir():
+                where = "is a file" if part == path else f"lies inside {part}, which is a file"
+                raise UserError(f"{flag} {path}: {where}; expected {OUTPUTS[kind]}")
+            return
+
+
 #: A name `safe_name` keeps as it is: short, lowercase ASCII letters, digits, `-` and `_`, not starting with `-`.
 PLAIN_NAME = re.compile(r"[a-z0-9_][a-z0-9_-]{0,47}")
 #: Characters kept in the readable part of any other name (every other run of characters becomes one `-`).

@@ -26,7 +26,8 @@ class ExportConfig(Settings):
     _argument_group_name = "export"
 
     format: str = option("jsonl", "jsonl: one JSON object per line; parquet: a table", choices=("jsonl", "parquet"))
-    out: Path | None = option(None, "output file (unset: RUN_DIR/export.jsonl or RUN_DIR/export.parquet)")
+    out: Path | None = option(None, "output file (unset: RUN_DIR/export.jsonl or RUN_DIR/export.parquet)",
+                              output="file")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -19,12 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from beliefdrift.config.options import PAPER_PRESETS, ReportOptions, preset_file
 from beliefdrift.data.registry import DATA_ENV
-from beliefdrift.errors import UserError
+from beliefdrift.errors import UserError, read_yaml
 from beliefdrift.files import safe_name, write_atomic
+from beliefdrift.registry import did_you_mean
 from beliefdrift.runs.store import STORE_FILE
 
 log = logging.getLogger(__name__)
@@ -34,6 +33,13 @@ log = logging.getLogger(__name__)
 STAGE_COMMANDS = ("train", "evaluate", "drift", "emd", "reasoning", "report")
 COMMON = ("model", "device", "dtype", "seed", "data_dir")
 STAGE_KEYS = {"command", "about", "config", "args", "requires", "runs"}
+#: What each stage key that holds more than a line of text must be (a list's items and a mapping's keys: strings).
+STAGE_VALUES: dict[str, tuple[type, str]] = {
+    "config": (str, "the path of a --config YAML file"),
+    "args": (dict, "a mapping of the command's settings"),
+    "requires": (list, "a list of files under the data directory"),
+    "runs": (list, "a list of stage names"),
+}
 STAGES_FILE = "stages.json"
 
 
@@ -64,19 +70,22 @@ def preset_path(spec: str) -> Path:
     path = preset_file(PAPER_PRESETS.get(spec, spec))
     if not path.is_file():
         raise FileNotFoundError(f"--preset {spec}: {path} not found (expected {', '.join(PAPER_PRESETS)} or a YAML "
-                                "file)")
+                                "file)" + did_you_mean(spec, PAPER_PRESETS))
     return path
 
 
 def load_paper_preset(spec: str) -> Preset:
     """The preset's common settings and stages; unknown keys and commands are an error naming the stage."""
     path = preset_path(spec)
-    values = yaml.safe_load(path.read_text()) or {}
+    values = read_yaml(path, f"--preset {path}") or {}
     if not isinstance(values, dict) or not isinstance(values.get("stages"), dict) or set(values) - {"settings",
                                                                                                    "stages"}:
         raise UserError(f"--preset {path}: expected a mapping with `settings` and `stages` (a mapping of stages)")
     settings = values.get("settings") or {}
-    unknown = sorted(set(settings) - set(COMMON))
+    if not isinstance(settings, dict):
+        raise UserError(f"--preset {path}: settings: expected a mapping of {', '.join(COMMON)}, got "
+                        f"{type(settings).__name__}")
+    unknown = sorted(set(settings) - set(COMMON), key=str)
     if unknown:
         raise UserError(f"--preset {path}: unknown settings {unknown}; common settings are {', '.join(COMMON)} "
                         "(put the others under a stage's args)")
@@ -88,6 +97,11 @@ def load_paper_preset(spec: str) -> Preset:
         if not isinstance(entry, dict) or entry.get("command") not in STAGE_COMMANDS or set(entry) - STAGE_KEYS:
             raise UserError(f"--preset {path}: stage {name}: expected a mapping with a command among "
                             f"{', '.join(STAGE_COMMANDS)} and keys among {', '.join(sorted(STAGE_KEYS))}")
+        for key, (kind, expected) in STAGE_VALUES.items():
+            value = entry.get(key)
+            if value is not None and not (isinstance(value, kind) and (kind is str or all(
+                    isinstance(item, str) for item in value))):
+                raise UserError(f"--preset {path}: stage {name}: {key}: expected {expected}, got {value!r}")
         config = entry.get("config")
         stages.append(Stage(name, entry["command"], entry.get("about", ""),
                             (path.parent / config).resolve() if config else None, dict(entry.get("args") or {}),

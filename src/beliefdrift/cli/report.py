@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from beliefdrift.config.options import FIGURE_FORMATS, ReportOptions, add_command, option, settings_from
+from beliefdrift.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ class ReportConfig(ReportOptions):
     _argument_group_name = "report"
 
     out: Path | None = option(None, "output directory (unset: the run directory; beliefdrift-out/report for "
-                                    "several)")
+                                    "several)", output="directory")
     figure_formats: list[str] = option(["png"], "formats of the reliability diagrams (png, and pdf for a PDF of "
                                                 "each)", choices=FIGURE_FORMATS)
     html: bool = option(False, "also write explorer.html, an interactive page over every run directory given "
@@ -52,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
 
     config = settings_from(args, ReportConfig)
     out = config.out or (args.runs[0] if len(args.runs) == 1 else Path("beliefdrift-out/report"))
+    if not config.html:
+        for run_dir in args.runs:
+            check_evaluated(run_dir)
     evaluated = [run for run in args.runs if has_results(run)] if config.html else args.runs
     if evaluated:
         markdown, files = write_report(evaluated, out, config.quality_control, config.bootstrap,
@@ -65,6 +69,19 @@ def run(args: argparse.Namespace) -> int:
 
         log.info("wrote %s", write_explorer(args.runs, out, config.quality_control, config.bootstrap, environment()))
     return 0
+
+
+def check_evaluated(run_dir: Path) -> None:
+    """A UserError naming `run_dir` when its run store holds another command's run (drift, emd, reasoning): the
+    tables are made of evaluate results (a missing store is named where the report reads it)."""
+    from beliefdrift.runs.store import STORE_FILE, RunStore
+
+    if (run_dir / STORE_FILE).is_file():
+        with RunStore.open(run_dir / STORE_FILE, read_only=True) as store:
+            command = store.config().get("command", "evaluate")
+        if command != "evaluate":
+            raise UserError(f"{run_dir}: a {command} run; report's tables are made of evaluate runs (report --html "
+                            "writes an explorer page over any command's runs)")
 
 
 def has_results(run_dir: Path) -> bool:

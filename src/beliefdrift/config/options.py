@@ -23,9 +23,10 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 
 from beliefdrift.data.registry import DATASETS
-from beliefdrift.errors import UserError
+from beliefdrift.errors import UserError, read_yaml
+from beliefdrift.files import check_output
 from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
-from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL
+from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, did_you_mean
 
 Config = TypeVar("Config")
 #: YAML presets shipped with the package (`configs/` in a source checkout links here).
@@ -35,7 +36,7 @@ PAPER_PRESETS = {"cpu": "paper-cpu.yaml", "paper": "paper-full.yaml"}
 #: Formats a figure can be written in.
 FIGURE_FORMATS = ("png", "pdf")
 #: Field metadata that is ours, not an `add_argument` keyword.
-OWN_METADATA = ("operational", "range", "when_set")
+OWN_METADATA = ("operational", "range", "when_set", "output")
 #: from_pretrained keywords that have their own flag, so --model-args may not set them.
 OWN_FLAGS = {"dtype": "--dtype", "torch_dtype": "--dtype", "device_map": "--device-map",
              "attn_implementation": "--attn-implementation", "revision": "--revision",
@@ -77,16 +78,19 @@ def _number(value: float | None) -> str:
 
 def option(default: Any, help: str, *aliases: str, operational: bool = False, choices: Sequence[Any] | None = None,
            minimum: float | None = None, maximum: float | None = None, above: float | None = None,
-           below: float | None = None, metavar: str | None = None, when_set: bool = False) -> Any:
+           below: float | None = None, metavar: str | None = None, when_set: bool = False,
+           output: str | None = None) -> Any:
     """A setting: its default, help line, short flags, allowed values (`choices`; for a number its range: at least
     `minimum` or greater than `above`, at most `maximum` or less than `below`), and whether results depend on it.
     The range is declared here only: the parser's help shows it and `Settings` checks it (flags, YAML and code).
     A `when_set` setting enters the run identity only when it differs from its default (settings added after runs
-    were stored: those runs' identities stay as they were, so they still resume)."""
+    were stored: those runs' identities stay as they were, so they still resume). An `output` setting names an
+    output "directory" or "file" (`files.check_output`)."""
     bounds = Range(above if above is not None else minimum, below if below is not None else maximum,
                    above is not None, below is not None)
     metadata: dict[str, Any] = {"help": help, "operational": operational,
-                                "range": bounds if bounds != Range() else None, "when_set": when_set}
+                                "range": bounds if bounds != Range() else None, "when_set": when_set,
+                                "output": output}
     if aliases:
         metadata["aliases"] = list(aliases)
     if choices is not None:
@@ -117,7 +121,8 @@ def is_operational(field: dataclasses.Field) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """The base of every settings dataclass: a value outside its option's `choices` or `Range` (or a number that is
-    nan or infinite) is an error naming the flag."""
+    nan or infinite), or an output path that cannot be written (`files.check_output`), is an error naming the
+    flag; an output path starting with `~` is the home directory's, as in a shell."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -131,6 +136,11 @@ class Settings:
             if any(v not in bounds for v in numbers):
                 raise UserError(f"{flag_name(field)} must be {bounds if bounds != Range() else 'a finite number'}, "
                                 f"got {value}")
+            if meta.get("output") and value is not None:
+                if str(value).startswith("~"):  # from a YAML file or --out=~/…, where no shell expanded it
+                    value = Path(value).expanduser()
+                    object.__setattr__(self, field.name, value)
+                check_output(Path(value), flag_name(field), meta["output"])
 
 
 def parse_model_args(spec: str | None) -> dict[str, Any]:
@@ -252,7 +262,7 @@ class ReportOptions(Settings):
 
 
 def out_option(default: str) -> Any:
-    return option(Path(default), "output directory", operational=True)
+    return option(Path(default), "output directory", operational=True, output="directory")
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -358,12 +368,13 @@ def add_field_argument(group: argparse._ArgumentGroup, field: dataclasses.Field,
 
 
 def _config_path(args: Sequence[str]) -> Path | None:
-    for i, token in enumerate(args):
-        if token == "--config" and i + 1 < len(args):
-            return preset_file(args[i + 1])
-        if token.startswith("--config="):
-            return preset_file(token.partition("=")[2])
-    return None
+    """The file of the one `--config` in `args` (None without one); several are a UserError."""
+    given = [args[i + 1] for i, token in enumerate(args[:-1]) if token == "--config"]
+    given += [token.partition("=")[2] for token in args if token.startswith("--config=")]
+    if len(given) > 1:
+        raise UserError(f"--config given {len(given)} times ({', '.join(given)}); expected one YAML file (flags "
+                        "override its settings)")
+    return preset_file(given[0]) if given else None
 
 
 def preset_file(spec: str | Path) -> Path:
@@ -404,12 +415,9 @@ def read_settings(path: Path, classes: Iterable[type]) -> dict[str, Any]:
     """A YAML mapping of settings checked against the fields of `classes`: an unknown key or a value of the wrong
     type is one error naming the file and the key."""
     if not path.is_file():
-        raise FileNotFoundError(f"--config {path}: no such file or bundled preset ({', '.join(bundled_presets())})")
-    try:
-        values = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise UserError(f"--config {path}: not valid YAML ({' '.join(str(err).split())})") from err
-    values = values or {}
+        raise FileNotFoundError(f"--config {path}: no such file or bundled preset ({', '.join(bundled_presets())})"
+                                + did_you_mean(path.stem, bundled_presets()))
+    values = read_yaml(path, f"--config {path}") or {}
     if not isinstance(values, dict):
         raise UserError(f"--config {path}: expected a mapping of settings, got {type(values).__name__}")
     return checked_settings(values, classes, f"--config {path}: ")
@@ -421,7 +429,7 @@ def checked_settings(values: Mapping[str, Any], classes: Iterable[type], where: 
     classes = list(classes)
     fields = {f.name: f for cls in classes for f in dataclasses.fields(cls) if f.init}
     hints = {name: hint for cls in classes for name, hint in typing.get_type_hints(cls).items()}
-    unknown = sorted(set(values) - set(fields))
+    unknown = sorted(set(values) - set(fields), key=str)  # YAML keys may be numbers, null, …
     if unknown:
         raise UserError(f"{where}unknown settings {unknown}; known: {', '.join(fields)}")
     checked = {}

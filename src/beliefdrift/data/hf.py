@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from beliefdrift.data.loaders import (
     RECORD_LAYOUTS,
     DataError,
     Record,
+    _one_label_each,
     _question,
     _string_list,
     _unique,
@@ -27,7 +26,7 @@ from beliefdrift.data.loaders import (
     require,
 )
 from beliefdrift.data.question import LETTERS, MCQuestion
-from beliefdrift.errors import first_line
+from beliefdrift.errors import first_line, read_yaml
 
 HF_PREFIX = "hf:"
 FIELDS = ("question", "choices", "answer", "labels", "id")
@@ -40,11 +39,9 @@ def parse_fields(spec: str) -> dict[str, str]:
     """`--fields question=…,choices=…,answer=…` (or the path of a YAML mapping of the same keys) as a mapping."""
     where = f"--fields {spec}"
     if Path(spec).suffix.lower() in (".yaml", ".yml"):
-        try:
-            mapping = yaml.safe_load(Path(spec).read_text())
-        except (OSError, yaml.YAMLError) as err:
-            raise DataError(f"{where}: not a readable YAML file ({first_line(err)})") from None
-        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+        mapping = read_yaml(Path(spec), where)
+        if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in mapping.items()):
             raise DataError(f"{where}: expected a mapping of {', '.join(FIELDS)} to column names")
     else:
         pairs = [item.partition("=") for item in spec.split(",") if item.strip()]
@@ -63,6 +60,14 @@ def load_hf(spec: str, split: str | None = None, fields: str | None = None) -> l
     """The questions of the Hugging Face dataset `spec` (`hf:…`, see the module docstring), split `split` (default:
     test, else validation, else train, else its only split)."""
     rows, origin = _rows(spec.removeprefix(HF_PREFIX), split)
+    try:  # the datasets package decodes a data file's text as rows are read
+        return _questions(rows, origin, fields)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{origin}: a text is not UTF-8 ({err.reason}); expected a UTF-8 data file") from None
+
+
+def _questions(rows: Any, origin: str, fields: str | None) -> list[MCQuestion]:
+    """The questions of a dataset's `rows` (laid out as a known layout, or mapped by `fields`)."""
     if fields is None:
         layout = record_layout(rows[0]) if len(rows) else None
         if layout not in ("arc-hub", "tinymmlu"):
@@ -108,6 +113,7 @@ def _mapped(row: Record, mapping: dict[str, str], where: str, default_id: str) -
     """One row read through the `--fields` mapping."""
     texts = _choices(row, mapping["choices"], where)
     labels = _string_list(row, mapping["labels"], where) if "labels" in mapping else list(LETTERS[: len(texts)])
+    _one_label_each(labels, texts, where)
     answer = _answer_index(require(row, mapping["answer"], where, object), texts, labels, where, mapping["answer"])
     qid = str(require(row, mapping["id"], where, object)) if "id" in mapping else default_id
     return _question(where, qid, require(row, mapping["question"], where, str), texts, answer)

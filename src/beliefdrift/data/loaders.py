@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from beliefdrift.data.question import LETTERS, MCQuestion
-from beliefdrift.errors import first_line
+from beliefdrift.errors import first_line, not_utf8
 
 PathLike = str | os.PathLike[str]
 Record = dict[str, Any]
@@ -49,8 +49,13 @@ class _HasId(Protocol):
 _T = TypeVar("_T", bound=_HasId)
 
 
+#: A JSON escape of a surrogate code point (\uD800-\uDFFF), one half of a pair.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def read_jsonl(path: PathLike) -> Iterator[tuple[int, Record]]:
-    """Yield (line number, object) for each non-blank line; bad JSON or a non-object raises `DataError`."""
+    """Yield (line number, object) for each non-blank line; bad JSON, a non-object or a string that is not Unicode
+    raises `DataError`."""
     with open(path, "rb") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -61,20 +66,30 @@ def read_jsonl(path: PathLike) -> Iterator[tuple[int, Record]]:
                 raise DataError(f"{path}:{line_no}: bad JSON: {e.msg} (column {e.colno})") from None
             except UnicodeDecodeError as e:
                 raise DataError(f"{path}:{line_no}: bad JSON: not UTF-8 ({e.reason})") from None
+            except RecursionError:
+                raise DataError(f"{path}:{line_no}: bad JSON: nested too deeply") from None
             if not isinstance(record, dict):
                 raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
+            if _SURROGATE_ESCAPE.search(line):  # "\ud83d" without its pair is valid JSON but no Unicode character
+                try:
+                    json.dumps(record, ensure_ascii=False).encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise DataError(f"{path}:{line_no}: bad JSON: a string holds {e.object[e.start:e.end]!r}, half "
+                                    "of a surrogate pair (not a Unicode character)") from None
             yield line_no, record
+
+
+def read_text(path: PathLike) -> str:
+    """The text of a UTF-8 file (a leading byte-order mark dropped); other bytes raise `DataError` naming the line."""
+    try:
+        return Path(path).read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(not_utf8(str(path), e)) from None
 
 
 def _read_csv(path: PathLike) -> Iterator[tuple[int, list[str]]]:
     """Yield (first line number, cells) for each non-blank CSV row (quoted cells may span lines)."""
-    data = Path(path).read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}:{line}: not UTF-8 ({e.reason})") from None
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    reader = csv.reader(io.StringIO(read_text(path), newline=""), strict=True)
     start = 1
     try:
         for row in reader:
@@ -164,6 +179,12 @@ def _string_list(record: Record, key: str, where: str) -> list[str]:
     return values
 
 
+def _one_label_each(labels: Sequence[str], texts: Sequence[str], where: str) -> None:
+    """A record's option labels and texts pair up one to one."""
+    if len(labels) != len(texts):
+        raise DataError(f"{where}: {len(labels)} choice labels but {len(texts)} choice texts")
+
+
 # ---- one record → one item, shared by the file loaders and the hub fallback -------------------------
 
 
@@ -191,8 +212,7 @@ def _hub_labelled_record(record: Record, where: str, line: int) -> MCQuestion:
     """CSQA / ARC as on the Hugging Face hub: `id`, `question` (the stem), `choices{label[], text[]}`, `answerKey`."""
     labels = _string_list(record, "choices.label", where)
     texts = _string_list(record, "choices.text", where)
-    if len(labels) != len(texts):
-        raise DataError(f"{where}: {len(labels)} choice labels but {len(texts)} choice texts")
+    _one_label_each(labels, texts, where)
     return _question(
         where,
         require(record, "id", where, str),

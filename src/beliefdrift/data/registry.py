@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import random
@@ -31,6 +32,7 @@ from beliefdrift.data.loaders import (
     parquet_layout,
     questions_from_records,
     read_jsonl,
+    read_text,
     record_layout,
 )
 from beliefdrift.data.question import MCQuestion
@@ -139,8 +141,8 @@ def load_dataset(
         items = load_hf(name, split, fields)
     elif is_task_spec(name):
         items = load_lm_eval(name, split)
-    elif Path(name).is_file():
-        items = load_file(name, fmt=fmt, seed=seed)
+    elif Path(name).expanduser().is_file():  # "~/…" from a YAML file, where no shell expanded it
+        items = load_file(os.path.expanduser(name), fmt=fmt, seed=seed)
     else:
         known = ", ".join(DATASETS)
         raise DataError(f"unknown dataset {name!r}: expected one of {known}, an existing file, lm-eval:TASK, a task "
@@ -204,8 +206,7 @@ def detect_format(path: PathLike) -> str:
     as on the Hugging Face hub)."""
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
-        with open(path, encoding="utf-8-sig") as f:
-            header = f.readline()
+        header = io.StringIO(read_text(path), newline=None).readline()  # as a text file's readline()
         return "gpqa" if "Correct Answer" in header and "Question" in header else "mmlu"
     if suffix == ".jsonl":
         for line, record in read_jsonl(path):
@@ -222,7 +223,7 @@ def detect_format(path: PathLike) -> str:
 
 def _data_root(data_dir: PathLike | None) -> Path | None:
     root = data_dir if data_dir is not None else os.environ.get(DATA_ENV)
-    return Path(root) if root else None
+    return Path(root).expanduser() if root else None
 
 
 def _load_layout(layout: Layout, split: str | None, root: Path | None) -> list[Any]:

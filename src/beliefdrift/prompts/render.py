@@ -13,11 +13,13 @@ question's last option, fence unclosed.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from beliefdrift.data.question import MCQuestion
+from beliefdrift.errors import UserError, not_utf8
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -31,19 +33,41 @@ DEFAULT_TEMPLATE_ENDING = "fence"
 _CLOSING_FENCE = "{question}\n```\n"
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+#: The placeholders a template file may use: a multiple-choice prompt's (`question_prompt`) and a chain-of-thought
+#: pairs prompt's (`cot.task`); every template shows the question.
+PLACEHOLDERS = ("question", "choice_str", "num_choices", "gen_len", "num_lines")
 
 
 def load_template(name: str, ending: str = DEFAULT_TEMPLATE_ENDING) -> str:
     """A bundled template by name (`direct`, `ppr-llama`, …) or any text file by path, with its `ending`."""
-    path = Path(name)
+    path = Path(name).expanduser()
     if path.suffix == ".txt" and path.is_file():
-        return with_ending(path.read_text(), ending, name)
+        return with_ending(read_template_file(path), ending, name)
     folder = resources.files("beliefdrift.prompts") / "templates"
     bundled = folder / f"{name}.txt"
     if not bundled.is_file():
         available = sorted(p.name.removesuffix(".txt") for p in folder.iterdir())
         raise FileNotFoundError(f"no prompt template {name!r}; bundled: {available}, or pass a .txt path")
     return with_ending(bundled.read_text(), ending, name)
+
+
+def read_template_file(path: Path) -> str:
+    """A template file's text: UTF-8, showing the question (`{question}`), with no placeholder outside
+    `PLACEHOLDERS` (else a UserError naming the file)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(not_utf8(f"--template {path}", err)) from None
+    unknown = sorted(set(_PLACEHOLDER.findall(text)) - set(PLACEHOLDERS))
+    if "{question}" not in text or unknown:
+        problem = f"unknown placeholder(s) {_braced(unknown)}" if unknown else "no {question} placeholder"
+        raise UserError(f"--template {path}: {problem}; expected a template that shows the question with "
+                        f"{{question}} and uses only {_braced(PLACEHOLDERS)}")
+    return text
+
+
+def _braced(names: Iterable[str]) -> str:
+    return ", ".join(f"{{{name}}}" for name in names)
 
 
 def with_ending(text: str, ending: str, name: str = "template") -> str:
@@ -60,12 +84,14 @@ def with_ending(text: str, ending: str, name: str = "template") -> str:
 
 
 def fill(template: str, **values: object) -> str:
-    """Replace `{name}` placeholders; an unknown placeholder is an error, other braces stay as they are."""
+    """Replace `{name}` placeholders; an unknown placeholder is an error (the bundled templates fill theirs: it names
+    a --template file's), other braces stay as they are."""
 
     def substitute(match: re.Match[str]) -> str:
         key = match.group(1)
         if key not in values:
-            raise KeyError(f"template placeholder {{{key}}} has no value (given: {sorted(values)})")
+            raise UserError(f"--template: placeholder {{{key}}} has no value in this prompt; expected one of "
+                            f"{_braced(sorted(values))}")
         return str(values[key])
 
     return _PLACEHOLDER.sub(substitute, template)
