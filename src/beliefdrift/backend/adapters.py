@@ -21,7 +21,7 @@ def check_adapter(path: str | Path) -> Path:
     from peft import PeftConfig
     from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
 
-    path = Path(path)
+    path = Path(path).expanduser()  # "~/…" from a YAML file, where no shell expanded it
     where = f"--adapter {path}"
     config_file = path / CONFIG_FILE
     if not config_file.is_file():

@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from beliefdrift.report.runs import write_report
+    from beliefdrift.report.runs import REPORT_FILES, write_report
     from beliefdrift.runs.distributed import Ranks
     from beliefdrift.runs.evaluate import evaluate
 
@@ -41,6 +41,5 @@ def run(args: argparse.Namespace) -> int:
         return 0
     markdown, files = write_report([config.out], config.out, config.quality_control, config.bootstrap)
     print(markdown)
-    log.info("results in %s; wrote %d report files (tables.md, tables.tex, metrics.csv, reliability diagrams) to "
-             "%s", store, len(files), config.out)
+    log.info("results in %s; wrote %d report files (%s) to %s", store, len(files), REPORT_FILES, config.out)
     return 0

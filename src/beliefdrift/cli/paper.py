@@ -6,7 +6,8 @@ chain-of-thought appendix) and report. Each stage is the argument list of its co
 DIR/<stage>/, so its output is what that command alone writes (`--list-stages` prints the command lines).
 DIR/stages.json records each stage's command line, status and wall time: a stage done with the same command line is
 skipped on a re-run, any other continues its own directory (which refuses changed settings). The report stage writes
-DIR/report/ (tables.md, tables.tex, metrics.csv) and DIR/report.html (self-contained).
+DIR/report/ (tables.md, tables.tex, metrics.csv, paired.md/csv, reliability diagrams), DIR/report.html
+(self-contained) and DIR/explorer.html, the interactive run explorer over every finished stage.
 """
 
 from __future__ import annotations

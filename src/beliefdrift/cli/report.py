@@ -49,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from beliefdrift.report.runs import write_report
+    from beliefdrift.report.runs import REPORT_FILES, write_report
 
     config = settings_from(args, ReportConfig)
     out = config.out or (args.runs[0] if len(args.runs) == 1 else Path("beliefdrift-out/report"))
@@ -61,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
         markdown, files = write_report(evaluated, out, config.quality_control, config.bootstrap,
                                        config.figure_formats)
         print(markdown)
-        log.info("wrote %d files to %s (tables.md, tables.tex, metrics.csv, paired.md/csv, reliability plots)",
-                 len(files), out)
+        log.info("wrote %d files to %s (%s)", len(files), out, REPORT_FILES)
     if config.html:
         from beliefdrift.report.explorer import write_explorer
         from beliefdrift.report.html import environment

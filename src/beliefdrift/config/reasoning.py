@@ -56,6 +56,9 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
 
     template: str | None = retuned(ModelOptions, "template", None, "pairs prompt: a .txt file with {num_lines} and "
                                                                    "{question} (default: the dataset's)")
+    template_ending: str = retuned(ModelOptions, "template_ending", DEFAULT_TEMPLATE_ENDING,
+                                   "fence only: the pairs prompt has no question fence to end (paper applies to the "
+                                   "multiple-choice commands)")
     dataset: str = retuned(DataOptions, "dataset", "gsm8k")
     n: int | None = retuned(DataOptions, "n", 20)
     paths: int = retuned(SamplingOptions, "paths", DEFAULTS.rollouts, "rollouts per question (J; R in Appendix F)")

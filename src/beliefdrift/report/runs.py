@@ -54,6 +54,10 @@ def _read_run(run_dir: Path) -> tuple[dict[str, Any], list[ResultRow], str, list
     return config, rows, label, notes
 
 
+#: What `write_report` writes, as the commands' last message names it.
+REPORT_FILES = "tables.md, tables.tex, metrics.csv, paired.md/csv, reliability diagrams"
+
+
 def write_report(
     run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000,
     figure_formats: Sequence[str] = ("png",),
