@@ -139,6 +139,29 @@ def test_unknown_method_suggests_the_closest() -> None:
         parse_method("ppr-sed5")
 
 
+def test_help_shows_the_dashed_flags_in_group_order(capsys: pytest.CaptureFixture) -> None:
+    usage = build_parser().command_parser("evaluate").format_usage()
+    assert "--qc-path-mass" in usage and "--qc_path_mass" not in usage
+    assert usage.index("--model") < usage.index("--dataset") < usage.index("--paths") < usage.index("--methods")
+    assert main([]) == 2 and "COMMAND" in capsys.readouterr().out  # a bare `beliefdrift` prints what it can do
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["evaluat"], "unknown command 'evaluat'; expected one of demo, drift, emd, evaluate, report, export, "
+                  "reasoning, train, paper; did you mean 'evaluate'?"),
+    (["-q", "drfit"], "did you mean 'drift'?"),
+    (["evaluate", "--pathz", "3"], "evaluate: error: unrecognized arguments: --pathz 3; did you mean --paths? "
+                                   "(see beliefdrift evaluate --help)"),
+    (["emd", "--prefix-length=3"], "did you mean --prefix-lengths?"),
+    (["report", "run", "--bogus"], "unrecognized arguments: --bogus (see beliefdrift report --help)"),
+])
+def test_a_misspelt_command_or_flag_suggests_the_closest(argv: list[str], error: str,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert error in err and len(err.strip().splitlines()) == 1
+
+
 def test_unknown_dataset_suggests_the_closest() -> None:
     from beliefdrift.data.registry import load_dataset
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from beliefdrift import __version__, show_progress
 from beliefdrift.config.options import CommandParser
+from beliefdrift.errors import UserError
+from beliefdrift.registry import did_you_mean
 
 DESCRIPTION = ("Measure and repair belief drift in language models answering multiple-choice questions: prompted "
                "predictive resampling (PPR), answer seeding, and SC fine-tuning (AM-PPR).")
@@ -140,7 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     # until the arguments are parsed, the command is the first word that names one (for error messages)
     args = argparse.Namespace(command=next((word for word in given if word in COMMANDS), None), debug=False)
+    if not given:  # a bare `beliefdrift`: what it can do
+        print(parser.format_help())
+        return 2
     try:
+        command = next((word for word in given if not word.startswith("-")), None)
+        if command is not None and command not in COMMANDS:
+            raise UserError(f"unknown command {command!r}; expected one of {', '.join(COMMANDS)}"
+                            f"{did_you_mean(command, COMMANDS)} (see beliefdrift --help)")
         args = parser.parse_args(argv)
         configure_logging(args.verbosity)
         return args.func(args) or 0

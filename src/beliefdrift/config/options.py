@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
 import sys
 import types
@@ -327,6 +328,25 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (see {self.prog} --help)")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's, but an unknown flag is refused by the command's parser with the closest flag it knows."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self.command_parser(getattr(parsed, "command", None))
+            flag = next((word.split("=")[0] for word in extras if word.startswith("--")), "")
+            flags = {name[2:]: name for name in parser._option_string_actions if name.startswith("--")}
+            close = difflib.get_close_matches(flag[2:], flags, n=1) if flag else []  # compared without the dashes
+            parser.error(f"unrecognized arguments: {' '.join(extras)}"
+                         f"{f'; did you mean {flags[close[0]]}?' if close else ''}")
+        return parsed
+
+    def command_parser(self, command: str | None) -> CommandParser:
+        """The parser of subcommand `command` (this one when it has none of that name)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                return action.choices[command]
+        return self
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
         args = list(sys.argv[1:] if args is None else args)
