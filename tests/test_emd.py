@@ -13,7 +13,7 @@ import torch
 from process_stubs import HistoryProcess, count_drift, history_blind, polya, runner_for
 
 from beliefdrift.cli.main import main
-from beliefdrift.diagnostics.cid import cid_check, half_differences, sign_flip_l1_p
+from beliefdrift.diagnostics.cid import cid_check, half_differences, sign_flip_l1_p, smallest_p
 from beliefdrift.diagnostics.emd import (
     EMDConfig,
     aggregate_emd,
@@ -223,3 +223,13 @@ def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, s
         for lm, _ in models.groups([parse_method(name)]):
             theta = runner_for(lm, short_template).paths(1).dist.probs
         assert torch.allclose(theta, base, atol=1e-6) is not tuned, name
+
+
+def test_the_smallest_cid_p_is_two_patterns_of_all_so_few_paths_never_reject():
+    """All 2^J patterns: the observed one and its negation give the largest T, so p ≥ 2/2^J (> 5% below J = 6)."""
+    drifting = torch.tensor([[0, 0, 0, 1, 1, 1]])
+    for paths in (5, 6):
+        check = cid_check(drifting.repeat(paths, 1), 2, make_generator(0))
+        assert check.p == smallest_p(paths) == 2 / 2**paths
+        assert check.consistent == (paths == 5)
+    assert smallest_p(20, resamples=99) == 0.01

@@ -101,6 +101,7 @@ def test_a_store_of_another_cid_check_is_not_resumed(tiny_model_dir: Path, tmp_p
     refused, naming it, rather than resumed with verdicts of two tests mixed."""
     out = tmp_path / "drift"
     in_process(command("drift", tiny_model_dir, out))
+    assert "-J 2: the c.i.d. check rejects no question with fewer than 6 paths" in capsys.readouterr().err
     assert stored(out)[0]["cid_test"] == CID_TEST
     assert all(0 < records["cid_p"] <= 1 for records in stored(out)[1].values())
     with RunStore.open(out / STORE_FILE) as store:

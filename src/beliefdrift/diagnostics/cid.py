@@ -23,6 +23,8 @@ from beliefdrift.metrics.functional import resample_indices
 CID_TEST = "sign-flip test of the L1 norm of the mean half difference"
 #: Paths up to which every sign pattern is enumerated (2^13 = 8192); above, random patterns.
 EXACT_PATHS = 13
+#: The level at which the commands reject (`cid_check` runs at its default level, 1 − CID_ALPHA).
+CID_ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,12 @@ def cid_check(
     tail = (1 - level) / 2
     low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)
     return CIDCheck(differences.mean(0), low, high, level, sign_flip_l1_p(differences, generator, resamples))
+
+
+def smallest_p(paths: int, resamples: int = 1000) -> float:
+    """The smallest p-value `sign_flip_l1_p` can give with `paths` paths: 2 / 2^J (the observed pattern and its
+    negation) when it enumerates, else 1 / (resamples + 1); at `CID_ALPHA` = 5% the check needs J ≥ 6."""
+    return 2 / 2**paths if paths <= EXACT_PATHS else 1 / (resamples + 1)
 
 
 def sign_flip_l1_p(differences: torch.Tensor, generator: torch.Generator, resamples: int = 1000) -> float:

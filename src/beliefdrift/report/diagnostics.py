@@ -41,7 +41,8 @@ class DiagnosticsReport:
 
 #: The caption of the c.i.d. columns (`diagnostics.cid`).
 CID_NOTE = ("c.i.d. ‖D̄‖₁: first-half minus second-half answer frequencies of each path, averaged over paths, mean ± "
-            "std over questions; c.i.d. rejected: questions whose sign-flip p of ‖D̄‖₁ over paths is ≤ 0.05")
+            "std over questions; c.i.d. rejected: questions whose sign-flip p of ‖D̄‖₁ over paths is ≤ 0.05 (none "
+            "below J = 6 paths: the smallest p is 2/2^J)")
 
 
 def drift_report(
