@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.utils import logging as hf_logging
 
 from beliefdrift import progress_shown, renamed
-from beliefdrift.errors import check_device, check_model
+from beliefdrift.errors import UserError, check_device, check_model, first_line
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
 
 
@@ -139,8 +139,14 @@ def converted_gguf_dir(gguf: Path) -> Path:
     target = cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}"
     if (target / "config.json").exists():
         return target
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except MemoryError:
+        raise
+    except Exception as err:  # the GGUF reader's errors on a damaged or foreign file are of many types
+        raise UserError(f"--model {gguf}: not a GGUF model transformers can read ({first_line(err)}); expected a "
+                        "llama.cpp model file") from err
     # The GGUF weights are already dequantized to float32; drop the quantizer so they can be saved.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -228,7 +234,12 @@ def load_model(
     hub: dict[str, Any] = {"revision": revision} if revision is not None else {}
     if trust_remote_code:
         hub["trust_remote_code"] = True
-    tokenizer = AutoTokenizer.from_pretrained(source, **hub)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **hub)
+    except (OSError, ValueError) as err:
+        raise UserError(f"--model {spec}: cannot load its tokenizer ({' '.join(str(err).split())}); expected its "
+                        "tokenizer files (tokenizer.json, or tokenizer_config.json with the vocabulary it "
+                        "names)") from err
     options = {**hub, **(model_args or {})}
     if attn_implementation != "auto":
         options["attn_implementation"] = attn_implementation
