@@ -13,7 +13,7 @@ import torch
 from process_stubs import HistoryProcess, count_drift, history_blind, polya, runner_for
 
 from beliefdrift.cli.main import main
-from beliefdrift.diagnostics.cid import cid_check, half_differences, sign_flip_l1_p, smallest_p
+from beliefdrift.diagnostics.cid import MIN_PATHS, cid_check, half_differences, sign_flip_l1_p, smallest_p
 from beliefdrift.diagnostics.emd import (
     EMDConfig,
     aggregate_emd,
@@ -232,4 +232,4 @@ def test_the_smallest_cid_p_is_two_patterns_of_all_so_few_paths_never_reject():
         check = cid_check(drifting.repeat(paths, 1), 2, make_generator(0))
         assert check.p == smallest_p(paths) == 2 / 2**paths
         assert check.consistent == (paths == 5)
-    assert smallest_p(20, resamples=99) == 0.01
+    assert smallest_p(20, resamples=99) == 0.01 and MIN_PATHS == 6

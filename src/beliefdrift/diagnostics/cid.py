@@ -74,8 +74,12 @@ def cid_check(
 
 def smallest_p(paths: int, resamples: int = 1000) -> float:
     """The smallest p-value `sign_flip_l1_p` can give with `paths` paths: 2 / 2^J (the observed pattern and its
-    negation) when it enumerates, else 1 / (resamples + 1); at `CID_ALPHA` = 5% the check needs J ≥ 6."""
+    negation) when it enumerates, else 1 / (resamples + 1); at `CID_ALPHA` the check needs `MIN_PATHS`."""
     return 2 / 2**paths if paths <= EXACT_PATHS else 1 / (resamples + 1)
+
+
+#: The fewest paths with which the check can reject at `CID_ALPHA` (6: 2/2^6 ≤ 5% < 2/2^5).
+MIN_PATHS = next(paths for paths in range(1, EXACT_PATHS + 1) if smallest_p(paths) <= CID_ALPHA)
 
 
 def sign_flip_l1_p(differences: torch.Tensor, generator: torch.Generator, resamples: int = 1000) -> float:

@@ -14,6 +14,7 @@ from textwrap import shorten
 from typing import Any
 
 from beliefdrift.data.question import MCQuestion
+from beliefdrift.diagnostics.cid import CID_ALPHA, MIN_PATHS
 from beliefdrift.diagnostics.drift_test import DRIFT_LEVEL, DriftTest
 from beliefdrift.diagnostics.emd import EMDRow, aggregate_emd
 from beliefdrift.diagnostics.noise_floor import with_floor
@@ -41,8 +42,8 @@ class DiagnosticsReport:
 
 #: The caption of the c.i.d. columns (`diagnostics.cid`).
 CID_NOTE = ("c.i.d. ‖D̄‖₁: first-half minus second-half answer frequencies of each path, averaged over paths, mean ± "
-            "std over questions; c.i.d. rejected: questions whose sign-flip p of ‖D̄‖₁ over paths is ≤ 0.05 (none "
-            "below J = 6 paths: the smallest p is 2/2^J)")
+            f"std over questions; c.i.d. rejected: questions whose sign-flip p of ‖D̄‖₁ over paths is ≤ {CID_ALPHA:g} "
+            f"(none below J = {MIN_PATHS} paths: the smallest p is 2/2^J)")
 
 
 def drift_report(

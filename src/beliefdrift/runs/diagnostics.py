@@ -18,7 +18,7 @@ from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.path_cache import questions_per_batch
 from beliefdrift.config.diagnostics import DiagnosticsConfig, EMDConfig
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.diagnostics.cid import CID_ALPHA, CID_TEST, smallest_p
+from beliefdrift.diagnostics.cid import CID_TEST, MIN_PATHS, smallest_p
 from beliefdrift.diagnostics.emd import emd_generator, question_emd
 from beliefdrift.diagnostics.noise_floor import floor_generator, spread_fields
 from beliefdrift.diagnostics.trajectory import trajectory_quantities_many, unit_trajectories
@@ -73,9 +73,9 @@ def diagnose(command: str, config: DiagnosticsConfig, compute: Compute, answers:
     check against the context); `lm`: the model `config` names, already loaded."""
     ranks = Ranks.from_env()
     run = prepare(command, config, config.method_list, answers, lm, ranks)
-    if smallest_p(config.paths) > CID_ALPHA and ranks.rank == 0:
-        log.warning("-J %d: the c.i.d. check rejects no question with fewer than 6 paths (its smallest p-value is "
-                    "2/2^J = %.3g)", config.paths, smallest_p(config.paths))
+    if config.paths < MIN_PATHS and ranks.rank == 0:
+        log.warning("-J %d: the c.i.d. check rejects no question with fewer than %d paths (its smallest p-value is "
+                    "2/2^J = %.3g)", config.paths, MIN_PATHS, smallest_p(config.paths))
     identity = {**run.identity, "cid_test": CID_TEST}  # the stored c.i.d. verdicts are this test's
     identity["sha256"] = identity_hash(identity)
 
