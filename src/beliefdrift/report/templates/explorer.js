@@ -45,13 +45,12 @@ function estimateTitle(name, estimator) {
   return `${title(name)} (${(DATA.estimators || {})[estimator] || estimator})`;
 }
 
-/** Why quality control excluded a question from a method's metrics (the rule's settings, from the page data). */
-function exclusionReason() {
+/** Quality control's rule, with the settings of this page: why it excluded a question from a method's metrics. */
+function exclusionRule() {
   const qc = DATA.qc || {};
-  let reason = `excluded by quality control: more than ${fmt(100 * qc.max_fraction, 0)}% of its paths have a mean ` +
-               `label mass below ${qc.path_mass}`;
-  if (qc.common) reason += ", for this method or (--qc-common) for another";
-  return reason;
+  let rule = `more than ${fmt(100 * qc.max_fraction, 0)}% of the paths have a mean label mass below ${qc.path_mass}`;
+  if (qc.common) rule += " (--qc-common: for this method or for another)";
+  return rule;
 }
 
 /** A table sorted by clicking a header; `columns`: [{label, value(row), text(row), cls, title(row)}];
@@ -207,7 +206,8 @@ function intervalText(cell, metric) {
 }
 
 function methodTable(run) {
-  const unscored = r => (r.n === 0 ? `no question scored: ${exclusionReason()} (all ${r.excluded})` : null);
+  const unscored = r => (r.n === 0 ? `no question scored: quality control excluded all ${r.excluded}, where ` +
+                                      exclusionRule() : null);
   return sortableTable([
     {label: "method", value: r => r.method}, {label: "n", value: r => r.n}, {label: "excluded", value: r => r.excluded, title: unscored},
     ...DATA.metrics.map(m => ({label: m.percent ? `${m.name} (%)` : m.name, value: r => (r[m.name] ? r[m.name][0] : null),
@@ -318,8 +318,9 @@ function renderMethods() {
     body.appendChild(el("div", null, {class: "scroll"})).appendChild(methodTable(run));
     const unscored = run.table.filter(r => r.n === 0 && r.own);
     if (unscored.length) {
-      note(body, `–: no question scored. ${unscored.map(r => `${r.method}: all ${r.excluded}`).join("; ")} ` +
-                 `${exclusionReason()}.`, {class: "note unscored"});
+      note(body, `–: no question scored. Quality control excluded all questions of ` +
+                 `${unscored.map(r => `${r.method} (${r.excluded})`).join(", ")}: ${exclusionRule()}.`,
+           {class: "note unscored"});
     }
     renderPaired(body, run);
     body.appendChild(el("h4", "Reliability diagrams"));
@@ -400,7 +401,7 @@ function renderQuestionTable() {
   const table = sortableTable([
     {label: "dataset", value: r => r.question.dataset}, {label: "question", value: r => r.question.id},
     {label: "stem", value: r => r.question.stem, cls: "stem"}, {label: "method", value: r => title(r.method)},
-    {label: "quality control", value: qcText, title: r => (r.excluded ? exclusionReason() : null)},
+    {label: "quality control", value: qcText, title: r => (r.excluded ? `excluded: ${exclusionRule()}` : null)},
     {label: "label mass", value: r => r.mass, text: r => fmt(r.mass, 3)},
     {label: "key", value: r => r.question.answer ?? (r.question.target ?? null)},
     {label: "predicted", value: r => r.predicted}, {label: "correct", value: r => r.correct, text: r => fmt(r.correct)},
@@ -549,7 +550,7 @@ function showQuestion(question) {
   const excluded = Object.entries(question.methods).filter(([, m]) => m.excluded).map(([name]) => title(name));
   if (excluded.length) {
     note(detail, `Quality control: ${excluded.join(", ")} ${excluded.length > 1 ? "exclude" : "excludes"} this ` +
-                 `question from ${excluded.length > 1 ? "their" : "its"} metrics (${exclusionReason()}).`,
+                 `question from ${excluded.length > 1 ? "their" : "its"} metrics: ${exclusionRule()}.`,
          {id: "question-qc"});
   }
   detail.appendChild(el("h4", "Estimates beside the answer key (each method's estimate, then its alternatives)"));
