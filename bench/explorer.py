@@ -4,6 +4,12 @@ in headless Chromium. Prints the page's and its explorer-data/ folder's sizes, t
 page takes to load and draw its tables, and the time from a click on a question to its drawn paths.
 
     python bench/explorer.py OUT [--questions 1000] [--paths 32] [--steps 100]
+
+With `--screenshot PNG` it instead evaluates four questions of the demo set on the default model (direct, ppr,
+ppr-seed1; J = 4, N = 6), writes the explorer over that run, opens its first question in Chromium at 1366 × 1000 and
+saves the view (the figure of docs/explorer.md):
+
+    python bench/explorer.py OUT --screenshot docs/figures/explorer_question.png
 """
 
 from __future__ import annotations
@@ -49,30 +55,61 @@ def synthetic_run(out: Path, questions: int, paths: int, steps: int) -> Path:
     return run
 
 
-def browser_timings(page: Path) -> tuple[float, float]:
-    """Seconds to load the page until its question table is drawn, and from a click on a question to its paths."""
+def chromium(width: int = 1366, height: int = 900):  # noqa: ANN201 (selenium's WebDriver)
+    """Headless Chromium at `width` × `height` (Debian's chromium and chromedriver)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.support.ui import WebDriverWait
 
     options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", f"--window-size={width},{height}"):
         options.add_argument(argument)
     options.binary_location = shutil.which("chromium")
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     driver.set_page_load_timeout(600)
+    return driver
+
+
+def open_first_question(driver, page: Path, paths_plots: int) -> tuple[float, float]:  # noqa: ANN001
+    """Load `page` until its question table is drawn, click the first question and wait for its `paths_plots`
+    plots; the seconds each took."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    start = time.perf_counter()
+    driver.get(page.as_uri())
+    wait = WebDriverWait(driver, 600)
+    wait.until(lambda d: d.execute_script("return document.querySelectorAll('#question-table tr.pick').length"))
+    loaded = time.perf_counter() - start
+    start = time.perf_counter()
+    driver.execute_script("document.querySelector('#question-table tr.pick').click()")
+    wait.until(lambda d: d.execute_script(f"return document.querySelectorAll('.paths-plot').length === {paths_plots}"))
+    return loaded, time.perf_counter() - start
+
+
+def browser_timings(page: Path) -> tuple[float, float]:
+    """Seconds to load the page until its question table is drawn, and from a click on a question to its paths."""
+    driver = chromium()
     try:
-        start = time.perf_counter()
-        driver.get(page.as_uri())
-        wait = WebDriverWait(driver, 600)
-        wait.until(lambda d: d.execute_script("return document.querySelectorAll('#question-table tr.pick').length"))
-        loaded = time.perf_counter() - start
-        start = time.perf_counter()
-        driver.execute_script("document.querySelector('#question-table tr.pick').click()")
-        wait.until(lambda d: d.execute_script("return document.querySelectorAll('.paths-plot').length === 3"))
-        return loaded, time.perf_counter() - start
+        return open_first_question(driver, page, 3)
     finally:
         driver.quit()
+
+
+def question_screenshot(out: Path, png: Path) -> None:
+    """The explorer over a small real run on the demo set, its first question opened, saved as `png`."""
+    run = out / "demo"
+    assert main(["evaluate", "--dataset", "demo", "-n", "4", "-J", "4", "-N", "6", "--methods", "direct", "ppr",
+                 "ppr-seed1", "--bootstrap", "200", "--out", str(run)]) == 0
+    assert main(["report", str(run), "--html", "--bootstrap", "200", "--out", str(out / "demo-report")]) == 0
+    driver = chromium(height=1000)
+    try:
+        open_first_question(driver, out / "demo-report" / "explorer.html", 2)
+        driver.execute_script("document.getElementById('question-detail').scrollIntoView(); scrollBy(0, -48)")
+        time.sleep(1)  # plotly's layout settles
+        png.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(png))
+    finally:
+        driver.quit()
+    print(f"wrote {png}")
 
 
 def main_bench() -> None:
@@ -81,7 +118,11 @@ def main_bench() -> None:
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--paths", type=int, default=32)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--screenshot", type=Path, help="save a question of a small demo run as this PNG instead")
     args = parser.parse_args()
+    if args.screenshot:
+        question_screenshot(args.out, args.screenshot)
+        return
     start = time.perf_counter()
     run = synthetic_run(args.out, args.questions, args.paths, args.steps)
     print(f"store: {(run / STORE_FILE).stat().st_size / 1e6:.1f} MB in {time.perf_counter() - start:.1f} s")

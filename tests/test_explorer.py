@@ -1,25 +1,42 @@
-"""The run explorer (`report --html`): the page's data against the run store, escaping of question texts, and the
-page driven in headless Chromium (Debian's `chromium` and `chromium-driver` through selenium; skipped where they are
+"""The run explorer (`report --html`): the page's data against the run store, escaping of question texts, the
+script's lint, and the page driven in headless Chromium at 1366 px (`tests/browser.py`; skipped where Chromium is
 missing): it loads with no console error, the question browser filters, a clicked question's plotted paths are the
-store's θ, and a screenshot is written."""
+store's θ (AM-PPR's single θ̂_1 per path as points), and issue 39's drawing: labels inside their plots, one name per
+method, whole-number count axes, questions per reliability bin, no whisker without a valid interval, CE2 beside ECE,
+captions that say what is drawn, quality control's exclusions marked, a layout that fills the width."""
 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from browser import chromium, console_errors, wait_for
 
 from beliefdrift.cli.main import main
-from beliefdrift.report.explorer import QUANT, SIDECAR_DIR, plotly_js, script_json
+from beliefdrift.report.explorer import (
+    QUANT,
+    SIDECAR_DIR,
+    excluded_units,
+    explorer_script,
+    plotly_js,
+    script_json,
+    write_explorer,
+)
+from beliefdrift.runs.scoring import QualityControl, score_rows
 from beliefdrift.runs.store import STORE_FILE, RunStore
 
 pytest.importorskip("plotly", reason="the explorer embeds plotly.js from the plotly package")
 
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "src" / "beliefdrift" / "report" / "templates" / "explorer.js"
+ESLINT = ROOT / ".ci" / "eslint"
 #: A question whose stem and options are markup and script: the page must show them as text.
 HOSTILE_STEM = 'Which tag is this? </script><script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 HOSTILE = [
@@ -31,24 +48,55 @@ HOSTILE = [
                                                                {"label": "B", "text": "red"},
                                                                {"label": "C", "text": "blue"}]}},
 ]
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+METHODS = ("direct", "ppr", "ppr-seed1", "am-ppr")
+TITLES = {"direct": "Direct-Query", "ppr": "PPR + NoSEED", "ppr-seed1": "PPR + SEED_1", "am-ppr": "AM-PPR + NoSEED"}
+#: A stored method name shown where its title belongs (names are lower case, titles are not).
+RAW_NAME = re.compile(r"(?<![\w-])(am-ppr|ppr-seed1|ppr|direct)(?![\w-])")
+
+
+def nulled_bounds(page: Path, metric: str) -> None:
+    """Rewrite `page` as the metrics layer writes a metric without a valid interval (issue 39 §1: ECE at every n):
+    its bounds, and its paired p, null in the method table and in every paired Δ."""
+    text = page.read_text()
+    data = page_data(page)
+    for run in data["runs"]:
+        for row in run.get("table", ()):
+            if row.get(metric):
+                row[metric][1:] = [None, None]
+        for pair in run.get("paired", ()):
+            if metric in pair["deltas"]:
+                pair["deltas"][metric][1:] = [None, None, None]
+    old = re.search(r'(<script type="application/json" id="explorer-data">)(.*?)(</script>)', text, re.S)
+    page.write_text(text[:old.start(2)] + script_json(data) + text[old.end(2):])
 
 
 @pytest.fixture(scope="module")
 def explorer(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
-    """A tiny evaluate run on the hostile questions (tiny model) and a drift run on one of them, and the explorer
-    page over both."""
+    """A tiny evaluate run on the hostile questions (tiny model; AM-PPR on a random LoRA adapter), a drift run and
+    two emd runs (Monte Carlo with its urn floor, exact without one) on one of them, and the explorer page over
+    them (quality control off: `report/`), and the page of the evaluate run under the default quality control
+    (`report-qc/`: the tiny model's label mass is far below 0.5, so every question is excluded)."""
+    from peft import LoraConfig, get_peft_model
+
+    from beliefdrift.backend import load_model
+
     root = tmp_path_factory.mktemp("explorer")
     data = root / "hostile.jsonl"
     data.write_text("".join(json.dumps(record) + "\n" for record in HOSTILE))
     template = root / "short.txt"
     template.write_text("{question}\nAnswers ({choice_str}), one per line:\n")
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+    get_peft_model(load_model(str(tiny_model_dir), dtype="float32").model, lora).save_pretrained(root / "adapter")
     common = ["--model", str(tiny_model_dir), "--dtype", "float32", "--seed", "3", "--dataset", str(data),
               "--template", str(template)]
-    assert main(["evaluate", *common, "-J", "3", "-N", "4", "--methods", "direct", "ppr", "ppr-seed1",
+    assert main(["evaluate", *common, "-J", "3", "-N", "4", "--methods", *METHODS, "--adapter", str(root / "adapter"),
                  "--qc-path-mass", "0", "--bootstrap", "20", "--out", str(root / "evaluate")]) == 0
     assert main(["drift", *common, "--n", "1", "-J", "2", "-N", "3", "--methods", "ppr",
                  "--out", str(root / "drift")]) == 0
+    for name, budget in (("emd", "0"), ("emd-exact", "4096")):  # Monte Carlo k-step predictives, and exact ones
+        assert main(["emd", *common, "--n", "1", "-J", "2", "-N", "3", "--horizon", "4", "--lookahead", "3",
+                     "--burn-in", "3", "--methods", "ppr", "--noise-floor-replicates", "20", "--exact-budget", budget,
+                     "--out", str(root / name)]) == 0
     # train's log.csv and the reasoning summary as those commands write them (their runs take minutes)
     (root / "train").mkdir()
     (root / "train" / "log.csv").write_text("step,epoch,loss,sc,anchor,format,val_emd_l1\n1,0,2.5,1.5,0.5,0.5,\n"
@@ -56,8 +104,11 @@ def explorer(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> 
     (root / "reasoning").mkdir()
     (root / "reasoning" / "summary.json").write_text(json.dumps({"command": "reasoning", "conditions": {
         "plain": {"title": "no seeds", "curve_mean": [1.0, 0.8, None], "curve_std": [0.0, 0.1, None]}}}))
-    assert main(["report", *(str(root / name) for name in ("evaluate", "drift", "train", "reasoning")), "--html",
+    runs = ("evaluate", "drift", "emd", "emd-exact", "train", "reasoning")
+    assert main(["report", *(str(root / name) for name in runs), "--html",
                  "--bootstrap", "20", "--qc-path-mass", "0", "--out", str(root / "report")]) == 0
+    nulled_bounds(root / "report" / "explorer.html", "ECE")
+    write_explorer([root / "evaluate"], root / "report-qc", QualityControl(), n_resamples=20)
     return root
 
 
@@ -80,11 +131,15 @@ def test_the_page_holds_the_runs_and_the_stores_paths(explorer: Path) -> None:
     page = explorer / "report" / "explorer.html"
     data = page_data(page)
     assert [(run["name"], run["command"]) for run in data["runs"]] == [
-        ("evaluate", "evaluate"), ("drift", "drift"), ("train", "train"), ("reasoning", "reasoning")]
-    evaluate, drift, train, _ = data["runs"]
+        ("evaluate", "evaluate"), ("drift", "drift"), ("emd", "emd"), ("emd-exact", "emd"), ("train", "train"),
+        ("reasoning", "reasoning")]
+    evaluate, drift, *_ = data["runs"]
+    train = data["runs"][4]
     assert train["log"]["loss"] == [2.5, 2.0] and train["log"]["val_emd_l1"] == [None, 0.3]
     assert "torch" in data["environment"]["libraries"]
-    assert {row["name"] for row in evaluate["table"]} == {"direct", "ppr", "ppr-seed1"}
+    assert {row["name"] for row in evaluate["table"]} == set(METHODS)
+    assert data["titles"] == TITLES  # the registry's Method.title of every method on the page
+    assert [m["name"] for m in data["metrics"]] == ["ACC", "AUC", "ECE", "CE2", "NLL", "BS"]  # the tables' columns
     questions = {q["id"]: q for q in evaluate["questions"]}
     assert questions["x-001"]["stem"] == HOSTILE_STEM and questions["x-001"]["options"][0] == "<b>bold</b>"
     assert set(drift["questions"][0]["methods"]["ppr"]) == {"marginal_mean", "marginal_shift", "cid_l1"}
@@ -93,13 +148,30 @@ def test_the_page_holds_the_runs_and_the_stores_paths(explorer: Path) -> None:
     for row in rows:
         theta = sidecar_theta(page.parent / questions[row.question_id]["paths"])[row.method]
         np.testing.assert_allclose(theta, row.thetas, atol=0.5 / QUANT + 1e-7)
-    # nothing from outside (plotly.js aside, whose strings name its web site), and no question text as markup: `<`
-    # only reaches the page escaped
+    # nothing from outside (plotly.js aside, whose strings name its web site), the script inlined (one file), and
+    # no question text as markup: `<` only reaches the page escaped
     text = page.read_text()
     own = text.replace(plotly_js(), "")
     assert len(own) < len(text) and not re.search(r'(src|href)="(https?:)?//', own)
+    assert explorer_script() in text and "explorer.js" not in own.replace(explorer_script(), "")
     assert "<script>window.pwned" not in text and "<b>bold" not in text
     assert len(list((page.parent / SIDECAR_DIR).glob("*.js"))) == len(questions)
+
+
+def test_excluded_units_agree_with_the_scores(explorer: Path) -> None:
+    """The question × method pairs the page marks as excluded are those the scores leave out, per method and with
+    `--qc-common`, at thresholds that keep some rows and exclude others."""
+    with RunStore.open(explorer / "evaluate" / STORE_FILE, read_only=True) as store:
+        rows = store.rows()
+    masses = sorted({float(row.path_valid_mass.min()) for row in rows})  # with max_fraction 0: excluded below
+    for path_mass in ((masses[0] + masses[1]) / 2, (masses[-2] + masses[-1]) / 2):
+        for common in (False, True):
+            qc = QualityControl(path_mass, 0.0, common)
+            units = excluded_units(rows, qc)
+            assert 0 < len(units) < len(rows) or common
+            for score in score_rows(rows, qc, n_resamples=2):
+                if score.estimator is None:
+                    assert score.excluded == sum(method == score.method.name for _, method in units)
 
 
 def test_script_json_cannot_close_a_script() -> None:
@@ -107,30 +179,48 @@ def test_script_json_cannot_close_a_script() -> None:
     assert "<" not in text and json.loads(text) == {"a": "</script><!--", "b": None, "c": 0.12346}
 
 
+def test_the_script_is_package_data() -> None:
+    """Every file the page is rendered from ships in the wheel (pyproject's package-data)."""
+    tomllib = pytest.importorskip("tomllib")
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["beliefdrift"]
+    templates = SCRIPT.parent
+    shipped = [path.name for path in templates.iterdir() if path.is_file() and any(
+        fnmatch.fnmatch(str(path.relative_to(ROOT / "src" / "beliefdrift")), pattern) for pattern in patterns)]
+    assert sorted(shipped) == sorted(path.name for path in templates.iterdir() if path.is_file())
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node to parse the script")
+def test_the_script_parses() -> None:
+    result = subprocess.run(["node", "--check", str(SCRIPT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.skipif(not (ESLINT / "node_modules" / ".bin" / "eslint").is_file(),
+                    reason="ESLint is not installed: npm ci --prefix .ci/eslint (.ci/run does)")
+def test_the_script_passes_eslint() -> None:
+    result = subprocess.run([str(ESLINT / "node_modules" / ".bin" / "eslint"), "--config",
+                             str(ESLINT / "eslint.config.mjs"), str(SCRIPT)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @pytest.fixture(scope="module")
 def browser():  # noqa: ANN201 (selenium's WebDriver, imported only where installed)
-    webdriver = pytest.importorskip("selenium.webdriver", reason="browser tests need selenium (pip install selenium)")
-    if not (CHROMIUM and CHROMEDRIVER):
-        pytest.skip("browser tests need Debian's chromium and chromium-driver (apt-get install chromium "
-                    "chromium-driver)")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1400,1000"):
-        options.add_argument(argument)
-    options.binary_location = CHROMIUM
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(120)
-    yield driver
-    driver.quit()
+    yield from chromium()
 
 
-def wait_for(driver, script: str, timeout: float = 30.0):  # noqa: ANN001, ANN201
-    from selenium.webdriver.support.ui import WebDriverWait
+@pytest.fixture(scope="module")
+def page(explorer: Path, browser):  # noqa: ANN001, ANN201
+    """The page over every run, loaded once for the tests below (each leaves its filters as it found them)."""
+    browser.get((explorer / "report" / "explorer.html").as_uri())
+    wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
+    wait_for(browser, FITTED)
+    assert console_errors(browser) == []
+    return browser
 
-    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(script))
+
+#: Every plot laid out at its box's width (a plot a grid narrows is laid out again after a short delay).
+FITTED = ("return [...document.querySelectorAll('.js-plotly-plot')].every("
+          "div => Math.abs(div._fullLayout.width - div.clientWidth) <= 1)")
 
 
 def visible_rows(driver) -> list[list[str]]:  # noqa: ANN001
@@ -138,55 +228,217 @@ def visible_rows(driver) -> list[list[str]]:  # noqa: ANN001
                                  "tr => [...tr.children].map(td => td.textContent))")
 
 
-def test_the_page_in_chromium(explorer: Path, browser, tmp_path: Path) -> None:  # noqa: ANN001
+def set_filter(driver, element: str, value: str) -> None:  # noqa: ANN001
+    driver.execute_script("const s = document.getElementById(arguments[0]); s.value = arguments[1];"
+                          "s.dispatchEvent(new Event('input'))", element, value)
+
+
+def all_rows(driver) -> list[list[str]]:  # noqa: ANN001
+    """The question table with every filter cleared."""
+    for element in ("f-search", "f-dataset", "f-method", "f-correct", "f-qc", "f-drift"):
+        set_filter(driver, element, "")
+    return visible_rows(driver)
+
+
+def plots(driver, selector: str = ".js-plotly-plot") -> list[dict]:  # noqa: ANN001
+    """Each plot: its box, title, axis titles, traces (name, kind, mode, x, y), and the boxes and texts of its tick
+    labels and titles."""
+    return driver.execute_script("""
+      const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+      return [...document.querySelectorAll(arguments[0])].map(div => ({
+        box: box(div), section: div.closest('section').id, title: div.layout.title.text,
+        x_title: ((div.layout.xaxis || {}).title || {}).text || '', x_range: div._fullLayout.xaxis.range,
+        traces: div.data.map(t => ({name: t.name, kind: (t.meta || {}).kind, mode: t.mode, x: t.x, y: t.y,
+                                    error: !!t.error_x, text: t.text})),
+        x_ticks: [...div.querySelectorAll('.xtick text')].map(e => e.textContent),
+        labels: [...div.querySelectorAll('.xtick text, .ytick text, .y2tick text, .gtitle, .g-xtitle text, '
+                                           + '.g-ytitle text, .legendtext')].map(e => [e.textContent, box(e)]),
+      }));""", selector)
+
+
+def test_the_page_in_chromium(explorer: Path, page, tmp_path: Path) -> None:  # noqa: ANN001
     from selenium.webdriver.common.by import By
 
-    page = explorer / "report" / "explorer.html"
-    browser.get(page.as_uri())
-    wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
-    errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
-    assert errors == []
     drawn = "return document.querySelectorAll('#{} .js-plotly-plot').length"
-    assert [browser.execute_script(drawn.format(section)) for section in ("methods", "training", "reasoning")] == [
-        5 + 3, 5, 1]  # a forest plot per metric and a reliability diagram per method; loss, sc, anchor, format, val
-    rows = visible_rows(browser)  # question × method; the drift run's question joins its evaluate row
-    assert len(rows) == 2 * 3 and {row[0] for row in rows} == {"hostile"}
+    assert [page.execute_script(drawn.format(section)) for section in ("methods", "training", "reasoning")] == [
+        5 + 4, 5, 1]  # a forest plot per metric with a Δ, a reliability diagram per method; loss, sc, anchor, …
+    rows = visible_rows(page)  # question × method; the drift and emd runs' question joins its evaluate rows
+    assert len(rows) == 2 * 4 and {row[0] for row in rows} == {"hostile"}
     assert [row[-1] != "–" for row in rows].count(True) == 1
 
     # filters: search narrows to one question, then to one method
-    search = browser.find_element(By.ID, "f-search")
+    search = page.find_element(By.ID, "f-search")
     search.send_keys("pwned")
-    assert {row[1] for row in visible_rows(browser)} == {"x-001"}
-    browser.execute_script("const s = document.getElementById('f-method'); s.value = 'ppr';"
-                           "s.dispatchEvent(new Event('input'))")
-    rows = visible_rows(browser)
-    assert [(row[1], row[3]) for row in rows] == [("x-001", "ppr")]
+    assert {row[1] for row in visible_rows(page)} == {"x-001"}
+    set_filter(page, "f-method", "ppr")
+    rows = visible_rows(page)
+    assert [(row[1], row[3]) for row in rows] == [("x-001", "PPR + NoSEED")]
     assert rows[0][2] == HOSTILE_STEM  # the stem column shows the markup as text
 
     # click the question: its paths are drawn, one plot per method with paths, equal to the store's θ
-    row = browser.find_element(By.CSS_SELECTOR, "#question-table tr.pick")
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)
+    row = page.find_element(By.CSS_SELECTOR, "#question-table tr.pick")
+    page.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)
     row.click()
-    wait_for(browser, "return document.querySelectorAll('.paths-plot').length === 2")
-    plots = browser.execute_script("return [...document.querySelectorAll('.paths-plot')].map(div => ["
-                                   "div.dataset.method, div.data.map(t => [t.meta.option, t.meta.kind, t.y])])")
+    wait_for(page, "return document.querySelectorAll('.paths-plot').length === 3")
+    drawn = page.execute_script("return [...document.querySelectorAll('.paths-plot')].map(div => ["
+                                "div.dataset.method, div.data.map(t => [t.meta.option, t.meta.kind, t.y])])")
     with RunStore.open(explorer / "evaluate" / STORE_FILE, read_only=True) as store:
         stored = {row.method: row.thetas for row in store.rows() if row.question_id == "x-001"}
-    assert sorted(method for method, _ in plots) == ["evaluate: ppr", "evaluate: ppr-seed1"]
-    for method, traces in plots:
+    assert sorted(method for method, _ in drawn) == ["evaluate: am-ppr", "evaluate: ppr", "evaluate: ppr-seed1"]
+    for method, traces in drawn:
         theta = stored[method.removeprefix("evaluate: ")]
         for option, kind, y in traces:
             if kind == "paths":
-                drawn = np.array([v for v in y if v is not None]).reshape(theta.shape[:2])
-                np.testing.assert_allclose(drawn, theta[:, :, option], atol=1e-4)
+                values = np.array([v for v in y if v is not None]).reshape(theta.shape[:2])
+                np.testing.assert_allclose(values, theta[:, :, option], atol=1e-4)
             else:
                 np.testing.assert_allclose(y, theta[:, :, option].mean(0), atol=1e-4)
-    assert browser.find_element(By.ID, "question-stem").text == HOSTILE_STEM
-    assert browser.execute_script("return window.pwned === undefined")
-    options = [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#question-detail ul.options li")]
+    assert page.find_element(By.ID, "question-stem").text == HOSTILE_STEM
+    assert page.execute_script("return window.pwned === undefined")
+    options = [item.text for item in page.find_elements(By.CSS_SELECTOR, "#question-detail ul.options li")]
     assert options[0] == "A. <b>bold</b>" and options[1] == "B. &amp; an entity"
-    assert [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"] == []
+    assert "Direct-Query" in wait_for(page, "const p = document.getElementById('paths-absent');"
+                                            "return p && !p.hidden && p.textContent")
+    assert console_errors(page) == []
 
-    browser.execute_script("document.getElementById('question-detail').scrollIntoView()")
+    page.execute_script("document.getElementById('question-detail').scrollIntoView()")
     shot = tmp_path / "explorer.png"
-    assert browser.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert page.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_single_point_paths_are_points(page) -> None:  # noqa: ANN001
+    """AM-PPR's θ̂_1 is one θ per path (no answers drawn): drawn as markers at n = 0 on an axis around 0, not as
+    lines that draw nothing on an axis from −1 to 1."""
+    wait_for(page, "return document.querySelector('.paths-plot[data-method=\"evaluate: am-ppr\"] .point')")
+    (plot,) = plots(page, '.paths-plot[data-method="evaluate: am-ppr"]')
+    assert all(trace["mode"] == "markers" and set(trace["x"]) <= {0, None} for trace in plot["traces"])
+    assert -0.5 <= plot["x_range"][0] < 0 < plot["x_range"][1] <= 0.5 and plot["x_ticks"] == ["0"]
+    points = page.execute_script("return document.querySelectorAll("
+                                 "'.paths-plot[data-method=\"evaluate: am-ppr\"] .scatterlayer .point').length")
+    assert points == 3 * (3 + 1)  # 3 options × (3 paths + their mean)
+
+
+def test_labels_stay_inside_their_plots(page) -> None:  # noqa: ANN001
+    """No tick label, axis title, plot title or legend entry of any plot (the forest plots' pair labels above all)
+    runs outside the plot's box, where it would be clipped."""
+    wait_for(page, FITTED)
+    outside = [(plot["title"], text, [round(v) for v in box]) for plot in plots(page)
+               for text, box in plot["labels"]
+               if text and (box[0] < plot["box"][0] - 1 or box[2] > plot["box"][2] + 1
+                            or box[1] < plot["box"][1] - 1 or box[3] > plot["box"][3] + 1)]
+    assert outside == []
+    forest = [plot for plot in plots(page, ".plot.forest")]
+    assert forest and all(any("vs" in text for text, _ in plot["labels"]) for plot in forest)
+
+
+def test_one_display_name_per_method(page) -> None:  # noqa: ANN001
+    """Every chart, table and menu names a method by the registry's title ("PPR + NoSEED"), never by its stored
+    name ("ppr")."""
+    texts = page.execute_script("""
+      return [...document.querySelectorAll('.legendtext, .gtitle, .ytick text, .xtick text, main th, main td, '
+                                           + 'select option, h3, h4, .note')].map(e => e.textContent);""")
+    assert [text for text in texts if RAW_NAME.search(text)] == []
+    shown = {row[3] for row in all_rows(page)}
+    assert shown == set(TITLES.values())
+    menu = page.execute_script("return [...document.querySelectorAll('#f-method option')].map(o => o.textContent)")
+    assert set(menu) == {"all", *TITLES.values()}
+
+
+def test_count_axes_show_whole_numbers(page) -> None:  # noqa: ANN001
+    """Answers n, burn-in b, optimiser steps and pairs are counts: no tick at 0.5 or 1.5."""
+    counted = [plot for plot in plots(page) if re.match(r"(n |burn-in|optimiser step|pair)", plot["x_title"])]
+    assert {plot["section"] for plot in counted} >= {"questions", "drift", "training", "reasoning"}
+    fractional = [(plot["title"], plot["x_ticks"]) for plot in counted
+                  if not all(re.fullmatch(r"−?\d+", tick) for tick in plot["x_ticks"])]
+    assert fractional == []
+
+
+def test_reliability_diagrams_count_questions_per_bin(explorer: Path, page) -> None:  # noqa: ANN001
+    reliability = page_data(explorer / "report" / "explorer.html")["runs"][0]["reliability"]
+    drawn = plots(page, ".plot.reliability")
+    assert len(drawn) == len(reliability) == 4
+    for diagram, plot in zip(reliability, drawn, strict=True):
+        (counts,) = [trace for trace in plot["traces"] if trace["kind"] == "count"]
+        assert counts["y"] == diagram["count"] and sum(counts["y"]) == diagram["n"] == 2
+        assert [text for text in counts["text"] if text] == [str(c) for c in diagram["count"] if c]
+
+
+def test_no_whisker_without_a_valid_interval(explorer: Path, page) -> None:  # noqa: ANN001
+    """Issue 39 §1: a figure whose bounds the data leave null (ECE here, CE2 below 20 questions) shows `point †` in
+    the method table and an open diamond without whisker in its forest plot; CE2 stands beside ECE."""
+    data = page_data(explorer / "report" / "explorer.html")["runs"][0]
+    table = page.execute_script("return [...document.querySelectorAll('#methods-evaluate tr')].map("
+                                "tr => [...tr.children].map(c => c.textContent))")
+    header, *rows = table
+    assert header[header.index("ECE") + 1] == "CE2"
+    for name in ("ECE", "CE2"):
+        column = [row[header.index(name)] for row in rows]
+        assert column and all(cell.endswith(" †") and "[" not in cell for cell in column), column
+    assert all("[" in row[header.index("NLL")] for row in rows)
+    for plot in plots(page, ".plot.forest"):
+        metric = plot["title"].split()[1]
+        valid = {pair["method"]: pair["deltas"][metric][1] is not None for pair in data["paired"]
+                 if pair["deltas"][metric][0] is not None}
+        with_whisker = [trace for trace in plot["traces"] if trace["kind"] == "interval"]
+        without = [trace for trace in plot["traces"] if trace["kind"] == "none"]
+        assert len(with_whisker[0]["y"]) == sum(valid.values())
+        assert sum(len(trace["y"]) for trace in without) == len(valid) - sum(valid.values())
+        if metric == "ECE":
+            assert with_whisker[0]["y"] == [] and len(without[0]["y"]) == 3
+
+
+def test_layout_uses_the_width(page) -> None:  # noqa: ANN001
+    """At 1366 px nothing scrolls sideways (the question table included) and each grid of plots fills its row."""
+    wait_for(page, FITTED)
+    assert page.execute_script("return innerWidth") <= 1366
+    assert page.execute_script("return document.documentElement.scrollWidth <= innerWidth")
+    assert page.execute_script("const t = document.getElementById('question-table');"
+                               "return t.scrollWidth <= t.clientWidth")
+    grids = page.execute_script("""
+      return [...document.querySelectorAll('.grid')].filter(g => g.querySelector('.js-plotly-plot')).map(g => {
+        const r = g.getBoundingClientRect(), plots = [...g.children].map(c => c.getBoundingClientRect());
+        const top = plots.filter(p => Math.abs(p.top - plots[0].top) < 2);
+        return [g.closest('section').id, (Math.max(...top.map(p => p.right)) - r.left) / r.width];
+      });""")
+    assert grids and [(section, round(used, 2)) for section, used in grids if used < 0.95] == []
+
+
+def test_captions_say_what_is_drawn(page) -> None:  # noqa: ANN001
+    """The drift test Û is the test; the urn floor is drawn (red, a reference) only where a run computed one, and a
+    run without one says why instead."""
+    note = page.execute_script("return document.querySelector('#drift > p.note').textContent")
+    assert "red" not in note.lower() and "own noise" not in note and "drift test" in note
+    with_floor = page.execute_script("return document.getElementById('emd-caption-emd').textContent")
+    without = page.execute_script("return document.getElementById('emd-caption-emd-exact').textContent")
+    assert "Red: the Pólya-urn floor" in with_floor and "reference" in with_floor
+    assert "Red" not in without and "No urn floor for PPR + NoSEED" in without and "enumerated exactly" in without
+    floors = [any(trace["kind"] == "floor" for trace in plot["traces"])
+              for plot in plots(page, "#drift .js-plotly-plot")]
+    assert floors == [True] * 4 + [False] * 4 + [False]  # emd, emd-exact: 2 distances × 2 figures; Figure 1
+    gaps = page.execute_script("return document.getElementById('paired-gaps-evaluate').textContent")
+    assert "AM-PPR + NoSEED vs PPR + NoSEED: Δ AUC is undefined" in gaps
+
+
+def test_excluded_questions_are_marked(explorer: Path, browser) -> None:  # noqa: ANN001
+    """Under quality control that excludes every question: each row says so (and why), the table's cells say why
+    they are empty, the paired comparisons say why they have no Δ, and no reliability diagram is drawn."""
+    with RunStore.open(explorer / "evaluate" / STORE_FILE, read_only=True) as store:
+        excluded = {(row.question_id, TITLES[row.method]) for row in store.rows() if QualityControl().excludes(row)}
+    assert len(excluded) == 2 * 4
+    browser.get((explorer / "report-qc" / "explorer.html").as_uri())
+    wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
+    rows = browser.execute_script("return [...document.querySelectorAll('#question-table tr.pick')].map(tr => ["
+                                  "tr.children[1].textContent, tr.children[3].textContent, tr.children[4].textContent,"
+                                  "tr.children[4].title, tr.classList.contains('excluded')])")
+    assert {(qid, method) for qid, method, status, _, _ in rows if status == "excluded"} == excluded
+    assert all(marked and "label mass below 0.5" in why for *_, why, marked in rows)
+    set_filter(browser, "f-qc", "kept")
+    assert visible_rows(browser) == []
+    cells = browser.execute_script("return [...document.querySelectorAll('#methods-evaluate td')].map(c => c.title)")
+    assert any("no question scored" in cell for cell in cells)
+    gaps = browser.execute_script("return document.getElementById('paired-gaps-evaluate').textContent")
+    assert "PPR + SEED_1 vs PPR + NoSEED: no Δ in any metric, quality control kept no question for both" in gaps
+    assert "keeps 0 of 2" in gaps
+    assert browser.execute_script("return document.querySelectorAll('#methods .js-plotly-plot').length") == 0
+    assert "No diagram for" in browser.execute_script("return document.getElementById('methods').textContent")
+    assert console_errors(browser) == []

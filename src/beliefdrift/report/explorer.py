@@ -3,8 +3,14 @@ and by `beliefdrift paper`. It opens from disk with no server and no network: th
 shipped inside the `plotly` Python package) and the run set's summary are embedded in the page; each question's
 paths (θ_n of every path, quantised to 16 bits, with their answers and seeds) sit in a small script file under
 `explorer-data/` beside it, loaded when the question is opened, so a run of the paper's size stays a page of a few
-MB. The page is rendered from templates/explorer.html.j2; every value it shows reaches it as JSON and is written
-into the page as text, never as markup.
+MB. The page is rendered from templates/explorer.html.j2 with its script, templates/explorer.js, inlined (so the page
+stays one file; `.ci/eslint` lints the script, tests/test_explorer.py runs it); every value it shows reaches it as
+JSON and is written into the page as text, never as markup.
+
+The page reads every fact from the data rather than knowing it: a method's display name (`titles`: the registry's
+`Method.title`), the metric columns (`metrics`: the tables' `TABLES`), whether a figure has a valid interval (its
+bounds are null where the metrics layer left them NaN), which question × method quality control excluded (`qc` and
+each row's `excluded`: `QualityControl.excludes`, the rule the scores apply).
 
 What each run directory contributes depends on the command that wrote it: evaluate (run.sqlite results: method
 tables, paired comparisons, reliability bins, the question browser and its trajectories), drift and emd
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import importlib.resources
 import json
 import math
@@ -29,15 +36,18 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import fingerprint, load_dataset
+from beliefdrift.diagnostics.drift_test import DRIFT_LEVEL
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
-from beliefdrift.metrics.functional import METRIC_NAMES, reliability_bins
+from beliefdrift.metrics.functional import METRICS, reliability_bins
+from beliefdrift.registry import parse_method
 from beliefdrift.report.paired import paired_scores
-from beliefdrift.report.tables import dataset_title
-from beliefdrift.runs.scoring import QualityControl, score_rows
+from beliefdrift.report.tables import TABLES, dataset_title
+from beliefdrift.runs.scoring import ESTIMATOR_TITLES, QualityControl, score_rows
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
 
 EXPLORER_FILE = "explorer.html"
+SCRIPT_FILE = "explorer.js"
 SIDECAR_DIR = "explorer-data"
 #: θ in the sidecar files: round(θ · QUANT) as little-endian uint16.
 QUANT = 65535
@@ -51,6 +61,39 @@ def plotly_js() -> str:
         return (importlib.resources.files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError) as err:
         raise UserError("the explorer page needs the plotly package (pip install plotly)") from err
+
+
+def explorer_script() -> str:
+    """The page's script (templates/explorer.js), to be inlined in a `<script>` element."""
+    text = (importlib.resources.files("beliefdrift.report") / "templates" / SCRIPT_FILE).read_text(encoding="utf-8")
+    if "</script" in text.lower():
+        raise ValueError(f"{SCRIPT_FILE} must not contain '</script': it would end the page's script element")
+    return text
+
+
+def method_title(name: str) -> str:
+    """A stored method name's display name, as the tables print it (`Method.title`); the name if it is not one."""
+    try:
+        return parse_method(name).title
+    except ValueError:
+        return name
+
+
+def table_metrics() -> list[dict[str, Any]]:
+    """The metric columns of the method table in the tables' order (Tables 1 and 2: CE2 beside ECE), and whether
+    each is shown in percent."""
+    return [{"name": name, "percent": name in METRICS and METRICS[name].percent}
+            for _, names, _, _ in TABLES for name in names]
+
+
+def excluded_units(rows: Sequence[ResultRow], qc: QualityControl) -> set[tuple[str, str]]:
+    """(question id, method) of the rows quality control keeps out of the metrics: `qc.excludes`, and under
+    `qc.common` every method of a question that any method's rule excludes (as `score_rows` drops them)."""
+    units = {(row.question_id, row.method) for row in rows if qc.excludes(row)}
+    if qc.common:
+        dropped = {qid for qid, _ in units}
+        units |= {(row.question_id, row.method) for row in rows if row.question_id in dropped}
+    return units
 
 
 def plain(value: Any) -> Any:
@@ -122,19 +165,20 @@ def evaluate_run(tag: str, directory: Path, config: Mapping[str, Any], qc: Quali
     with RunStore.open(directory / STORE_FILE, read_only=True) as store:
         rows = store.rows()
     scores = score_rows(rows, qc, n_resamples)
-    table = [{"method": s.title, "name": s.method.name, "estimator": s.estimator_name, "n": s.n,
-              "excluded": s.excluded,
-              **{metric: list(s.summary[metric]) if s.summary else None for metric in METRIC_NAMES}}
+    table = [{"method": s.title, "name": s.method.name, "estimator": s.estimator_name, "own": s.estimator is None,
+              "n": s.n, "excluded": s.excluded,
+              **{m["name"]: list(s.summary[m["name"]]) if s.summary else None for m in table_metrics()}}
              for s in scores]
     reliability = []
     for s in scores:
         if s.estimator is None and s.n:
             bins = reliability_bins(s.probs, s.targets)
-            reliability.append({"method": s.title, "edges": bins.edges, "count": bins.count,
-                                "accuracy": bins.accuracy, "confidence": bins.confidence})
-    paired = [{"method": p.method.title, "baseline": p.baseline.title, "n": p.n,
+            reliability.append({"method": s.title, "name": s.method.name, "n": s.n, "edges": bins.edges,
+                                "count": bins.count, "accuracy": bins.accuracy, "confidence": bins.confidence})
+    paired = [{"method": p.method.name, "baseline": p.baseline.name, "n": p.n,
                "deltas": {metric: list(d) for metric, d in p.deltas.items()}} for p in paired_scores(rows, qc,
                                                                                                   n_resamples)]
+    excluded = excluded_units(rows, qc)
     texts, dataset = run_questions(config), dataset_title(str(config.get("dataset", "")))
     questions: dict[str, dict[str, Any]] = {}
     paths: dict[str, dict[str, Any]] = {}
@@ -146,7 +190,8 @@ def evaluate_run(tag: str, directory: Path, config: Mapping[str, Any], qc: Quali
         predicted = int(np.argmax(row.probs))
         entry["methods"][row.method] = {
             "probs": row.probs, "predicted": predicted, "correct": predicted == row.target,
-            "confidence": float(row.probs[predicted]), "spread": spread(row.thetas), "excluded": qc.excludes(row),
+            "confidence": float(row.probs[predicted]), "spread": spread(row.thetas),
+            "excluded": (row.question_id, row.method) in excluded,
             "mass": row.valid_mass_mean, "alternatives": dict(row.alternatives)}
         if row.thetas is not None:
             paths.setdefault(row.question_id, {})[row.method] = trajectory_file(row)
@@ -222,10 +267,13 @@ def explorer_data(run_dirs: Sequence[Path], out: Path, qc: QualityControl | None
                   environment: Mapping[str, Any] | None = None, wall: Mapping[str, float] | None = None
                   ) -> dict[str, Any]:
     """The page's data over `run_dirs` (question paths written under `out/explorer-data`)."""
-    sidecar = Path(out) / SIDECAR_DIR
-    runs = [run_entry(f"r{i}", directory, qc or QualityControl(), n_resamples, sidecar, wall or {})
-            for i, directory in enumerate(run_dirs)]
-    return {"runs": [run for run in runs if run is not None], "environment": environment or {}, "quant": QUANT}
+    sidecar, qc = Path(out) / SIDECAR_DIR, qc or QualityControl()
+    runs = [run for i, directory in enumerate(run_dirs)
+            if (run := run_entry(f"r{i}", directory, qc, n_resamples, sidecar, wall or {})) is not None]
+    names = {name for run in runs for question in run.get("questions", ()) for name in question["methods"]}
+    return {"runs": runs, "environment": environment or {}, "quant": QUANT,
+            "titles": {name: method_title(name) for name in sorted(names)}, "metrics": table_metrics(),
+            "estimators": ESTIMATOR_TITLES, "qc": dataclasses.asdict(qc), "drift_level": DRIFT_LEVEL}
 
 
 def write_explorer(run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000,
@@ -237,7 +285,8 @@ def write_explorer(run_dirs: Sequence[Path], out: Path, qc: QualityControl | Non
         raise UserError(f"no run output the explorer can show in {', '.join(map(str, run_dirs))}")
     templates = Environment(loader=PackageLoader("beliefdrift.report", "templates"),
                             autoescape=select_autoescape(["html", "j2"]))
-    page = templates.get_template("explorer.html.j2").render(title=title, data=script_json(data), plotly=plotly_js())
+    page = templates.get_template("explorer.html.j2").render(title=title, data=script_json(data), plotly=plotly_js(),
+                                                             script=explorer_script())
     path = Path(out) / EXPLORER_FILE
     write_atomic(path, page)
     return path
