@@ -617,13 +617,24 @@ PROBE_TOLERANCE = {torch.float64: 1e-5, torch.float32: 1e-4}
 PROBE_TOLERANCE_16_BIT = 0.03
 
 
-@torch.no_grad()
 def _probe(model: PreTrainedModel) -> str | None:
     """Why the shared prefix does not serve `model` as its own forward pass would, or None: a prompt of 6 tokens, then
     2 paths of 2 tokens in one pass through `shared_prefix_attention` as the engine runs it, which every attention
     layer must serve and whose next-token distributions must be the model's own pass's over the whole sequences within
     `PROBE_TOLERANCE`. A transformers release that changes what the attention interface hands over (positions,
-    scaling, windows, soft-caps) fails the second part and leaves the model on its cache per path."""
+    scaling, windows, soft-caps) fails the second part and leaves the model on its cache per path. Run in eval mode
+    (no dropout), each module's mode restored after."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        return _probe_passes(model)
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+@torch.no_grad()
+def _probe_passes(model: PreTrainedModel) -> str | None:
     device = model.get_input_embeddings().weight.device
     ids = (torch.arange(10, device=device) * 7919 + 11) % model.get_input_embeddings().num_embeddings
     prompt, suffixes = ids[None, :6], ids[6:].view(2, 2)
