@@ -5,9 +5,9 @@ A private name is an attribute that starts with one underscore and that torch or
 one or change what it means without notice. Each is reached only through a function here, and
 `tests/test_layers.py` checks that no other module of the package names one. Checked against torch 2.11 and 2.13 and
 transformers 5.17 and 5.24 (the versions the whole suite passes with, docs/models.md); `pyproject.toml` keeps both
-within their major version. What the engine computes through them is checked against the model's own forward pass
-once per transformers version and model class (`backend.path_cache.shares_prefix`), so a change that would move θ
-turns the engine to its plain cache per path with a warning instead.
+within their major version. What the engine computes through transformers is checked against the model's own
+forward pass at the first use of each model (`shared_prefix._probe`), so a release that would move θ leaves the model on
+its cache per path, with a warning naming the version, instead.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def sample_answers(
     """
     streams = [(batch.size, generator)] if isinstance(generator, torch.Generator) else list(generator)
     device = batch.dist.probs.device
-    static = runs_static_steps(batch.cache.model)
+    static = isinstance(batch, PathBatch) and runs_static_steps(batch.cache.model)  # (stubs stand in for a batch)
     advance = batch.static_steps(steps) if static and steps else None
     if advance is not None:
         bucket = StaticSteps(batch.dist, up_front_uniforms(streams, steps, device), advance)
