@@ -7,15 +7,16 @@
 
 Runs PPR, SEED_1 and SEED_5 (J paths each) on one demo question with `--model` or random weights of `--shape`
 (`bench/rollout.py`'s shapes), first eager, then compiled as `--compile` does (`compile_forward`; with `--cuda-graphs`
-as `--cuda-graphs` does: static suffix caches, each step replayed as a CUDA graph): compile time (the first compiled
+as `--cuda-graphs` does: static steps, each pass replayed as a CUDA graph, against the static steps run eagerly, both
+drawing up front): compile time (the first compiled
 run), ms/step of each (runs of 2N and N answers differenced, best of 3), how many answers agree and the
 largest θ difference while a path's answers agree (compiled kernels round differently). A failure to compile is
 reported with its first line.
 
 `--families` checks every architecture family of the test suite (its tiny random configs, CPU, float32) instead: the
 graphs compiled for a first question, those added by two more questions (other prompt lengths) and a batch of two, and
-the agreement with eager over all of them. With `--cuda-graphs` on a CPU, inductor compiles the decoding steps on the
-static suffix caches (it records CUDA graphs only on a GPU; prefills stay eager): a check that every family traces them.
+the agreement with eager over all of them. With `--cuda-graphs` on a CPU, inductor compiles the passes of the static
+steps (it records CUDA graphs only on a GPU; prefills stay eager): a check that every family traces them.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from torch._dynamo.utils import counters
 
 from beliefdrift.backend import load_model
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
-from beliefdrift.backend.path_cache import compile_forward, shares_prefix
+from beliefdrift.backend.path_cache import compile_forward, shares_prefix, use_static_steps
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.errors import first_line
 
@@ -63,6 +64,7 @@ def speed(args: argparse.Namespace) -> None:
     else:
         lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
     question = load_dataset("demo", n=1, seed=0)[0]
+    use_static_steps(lm.model, args.cuda_graphs)  # eager against compiled, both on static steps drawing up front
 
     def ms_per_step() -> float:
         best = [min(timed(device, lambda n=n: trajectories(lm, [question], args.paths, n)) for _ in range(3))
@@ -94,6 +96,7 @@ def families(cuda_graphs: bool, paths: int = 4, steps: int = 6) -> None:
     batches = [[q] for q in questions] + [questions[:2]]
     for family in FAMILIES:
         lm = tiny_family_lm(family)
+        use_static_steps(lm.model, cuda_graphs)
         eager = [trajectories(lm, batch, paths, steps) for batch in batches]
         torch._dynamo.reset()
         counters.clear()

@@ -9,6 +9,7 @@
 #   sweep    rollout on Llama-3.1-8B's shape, bf16, N=100: weight-read floor, engine over paths and questions, naive
 #   profile  where a batched step's time goes (matrix products, attention, other kernels, host), 1 and 16 questions
 #   graphs   the same sweep with the engine under --cuda-graphs
+#   static   the same sweep with the answer steps as static steps, uncaptured (the baseline of a CUDA-graph capture)
 #   compile  --compile and --cuda-graphs against eager, 3 methods × 32 paths, N=100
 #   cot      chain-of-thought tokens/s against generate, and per-token cost early and late in a long rollout
 #   train    peak memory of SC training (LoRA) against paths per update, with and without checkpointing
@@ -24,7 +25,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: bash bench/gpu.sh DIR [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(env tests draws sweep profile graphs compile cot train shapes)
+[ ${#steps[@]} -gt 0 ] || steps=(env tests draws sweep profile graphs static compile cot train shapes)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}
@@ -42,6 +43,7 @@ torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'peft', 
     sweep) "$py" bench/rollout.py --shape "$shape" "${sweep[@]}" ;;
     profile) "$py" bench/profile_step.py --shape "$shape" --device "$device" --dtype bfloat16 --steps 20 "${extra[@]}" ;;
     graphs) "$py" bench/rollout.py --shape "$shape" "${sweep[@]}" --cuda-graphs ;;
+    static) "$py" bench/rollout.py --shape "$shape" "${sweep[@]}" --static-steps ;;
     compile) "$py" bench/compile.py --shape "$shape" --paths 32 "${sweep[@]}" &&
       "$py" bench/compile.py --shape "$shape" --paths 32 "${sweep[@]}" --cuda-graphs ;;
     cot) "$py" bench/reasoning.py --shape "$shape" --device "$device" --dtype bfloat16 --rollouts 1 8 32 \
@@ -49,7 +51,7 @@ torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'peft', 
     train) "$py" bench/train.py --memory --shape "$shape" --device "$device" --checkpointing ;;
     shapes) "$py" bench/rollout.py --shape olmo-2-7b "${sweep[@]}" &&
       "$py" bench/rollout.py --shape qwen2.5-7b "${sweep[@]}" ;;
-    *) echo "unknown step $1 (env tests draws sweep profile graphs compile cot train shapes)" >&2; return 2 ;;
+    *) echo "unknown step $1 (env tests draws sweep profile graphs static compile cot train shapes)" >&2; return 2 ;;
   esac
 }
 

@@ -5,6 +5,7 @@
     python bench/rollout.py --shape llama-3.1-8b --device cuda --steps 100 --cuda-graphs   # the engine compiled
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --paths 8   # operators per step, any CPU
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --as-gpu    # ... as a GPU runs the engine
+    python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --static-steps   # ... of the static step
     python bench/rollout.py --shape llama-3.1-8b-layer --traffic --dtype bfloat16   # bytes and FLOPs per layer-step
     python bench/rollout.py --shape tiny --as-gpu --steps 20   # the sweep on a CPU, the engine as a GPU runs it
 
@@ -21,6 +22,7 @@ matrix-multiply peak measured in the same run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -29,9 +31,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Olmo2Config, PretrainedConfig, Qwen2Config
 
-from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model, path_cache, shared_prefix
+from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model, shared_prefix
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
-from beliefdrift.backend.path_cache import compile_forward
+from beliefdrift.backend.path_cache import compile_forward, use_static_steps
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.engine import resampling
 from beliefdrift.engine.methods import MethodResult, parse_method, run_methods_many
@@ -116,9 +118,11 @@ def main() -> None:
                         "(prompts stacked through the fused kernel, answers drawn up front)")
     parser.add_argument("--compile", action="store_true", help="with --shape: the engine as --compile runs it")
     parser.add_argument("--cuda-graphs", action="store_true", help="with --shape: the engine as --cuda-graphs runs it")
+    parser.add_argument("--static-steps", action="store_true", help="with --shape: the answer steps as static steps "
+                        "(every tensor allocated once, drawn up front: the step a CUDA graph captures), eagerly")
     args = parser.parse_args()
-    if (args.count_ops or args.traffic or args.compile or args.cuda_graphs) and not args.shape:
-        parser.error("--count-ops, --traffic, --compile and --cuda-graphs go with a --shape")
+    if (args.count_ops or args.traffic or args.compile or args.cuda_graphs or args.static_steps) and not args.shape:
+        parser.error("--count-ops, --traffic, --compile, --cuda-graphs and --static-steps go with a --shape")
     if args.shape and args.count_ops:
         count_ops(args)
         return
@@ -182,12 +186,14 @@ TOKENIZER_HELP = ("with --shape: the tokenizer that writes the prompts (a direct
                   "model's, which needs its GGUF file installed)")
 
 
-def shaped_model(shape: str, device: torch.device, dtype: torch.dtype, tokenizer: str | None = None) -> LanguageModel:
+def shaped_model(shape: str, device: torch.device, dtype: torch.dtype, tokenizer: str | None = None,
+                 static_steps: bool = False) -> LanguageModel:
     """Random weights of a real model's shape, made on the device (no download), with `tokenizer` (a directory or
-    hub id) or the default model's."""
+    hub id) or the default model's; its answer steps static with `static_steps` (`use_static_steps`)."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else load_model(DEFAULT_MODEL).tokenizer
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(SHAPES[shape](), dtype=dtype).eval()
+    use_static_steps(model, static_steps)
     return LanguageModel(model, tokenizer, shape)
 
 
@@ -257,12 +263,12 @@ def ops_per_step(work: Callable[[int], object], steps: int) -> tuple[float, floa
 @contextmanager
 def prompt_runs(**settings: bool) -> Iterator[None]:
     """Every `PromptRuns` the engine builds meanwhile made with `settings` (`stack`, `fused`)."""
-    original = path_cache.PromptRuns
-    path_cache.PromptRuns = lambda runs, **given: original(runs, **{**given, **settings})
+    original = shared_prefix.PromptRuns.of
+    shared_prefix.PromptRuns.of = lambda prompts: dataclasses.replace(original(prompts), **settings)
     try:
         yield
     finally:
-        path_cache.PromptRuns = original
+        shared_prefix.PromptRuns.of = original
 
 
 @contextmanager
@@ -283,7 +289,7 @@ def count_ops(args: argparse.Namespace, lm: LanguageModel | None = None) -> None
     `generate(num_return_sequences=3J)`, which takes two tokens per answer; with `--as-gpu` the engine as a GPU runs
     it (`gpu_layout`) on 1, 4 and 16 questions."""
     device = resolve_device(args.device)
-    lm = lm or shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
+    lm = lm or shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer, args.static_steps)
     questions = load_dataset("demo", n=16, seed=args.seed)
     print(f"aten operators per answer step ({lm.model.config.num_hidden_layers} layers, 3 methods × {args.paths} "
           "paths per question; on a GPU, host time per step follows them)")
@@ -358,7 +364,7 @@ def traffic(args: argparse.Namespace) -> None:
     move (the attention's apart), the matrix products' FLOPs, and the weights' bytes; runs of 2 steps and 1,
     differenced."""
     device = resolve_device(args.device)
-    lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
+    lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer, args.static_steps)
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     questions = load_dataset("demo", n=16, seed=args.seed)
     print(f"{args.shape} ({lm.dtype}, {lm.model.config.num_hidden_layers} layers), 3 methods × {args.paths} paths "
@@ -390,7 +396,7 @@ def shape_sweep(args: argparse.Namespace) -> None:
     run does. Naive generate runs before, eagerly, and operators are not counted."""
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    lm = shaped_model(args.shape, device, dtype, args.tokenizer)
+    lm = shaped_model(args.shape, device, dtype, args.tokenizer, args.static_steps)
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     floor = weight_bytes / copy_bandwidth(device)
     peak = device_matmul_peak(device, dtype)

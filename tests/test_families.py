@@ -9,11 +9,20 @@ import itertools
 
 import pytest
 import torch
+import transformers
 from tiny_model import FAMILIES, WINDOW, plain_logits, tiny_family_lm
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from beliefdrift.amortize.forward import conditionals
 from beliefdrift.backend import AnswerDist, load_model
-from beliefdrift.backend.shared_prefix import SHARED_PREFIX_ATTENTION, base_implementation, use_per_path_cache
+from beliefdrift.backend.path_cache import shares_prefix
+from beliefdrift.backend.shared_prefix import (
+    BASE_IMPLEMENTATIONS,
+    SHARED_PREFIX_ATTENTION,
+    base_implementation,
+    shared_prefix_attention,
+    use_per_path_cache,
+)
 from beliefdrift.cot.generation import DecodeConfig, PromptCache, generate_rollouts
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
 from beliefdrift.engine.resampling import PPRRequest, QuestionRunner, make_generator, ppr_tokens, sample_answers
@@ -46,6 +55,9 @@ def assert_ppr_matches_plain(lm, question, template, atol: float = 1e-4) -> None
 
 
 def test_ppr_with_seeds_and_padding_matches_plain_forward(family_lm, question, history_template):
+    # Every family but gpt-oss (attention sinks) is served by the shared prefix: one whose probe failed under a new
+    # transformers release would run on its cache per path with a warning, and fail here.
+    assert shares_prefix(family_lm.model) == (family_lm.name != "gpt-oss")
     tokens = ppr_tokens(family_lm, question, history_template)
     if getattr(family_lm.model.config, "sliding_window", None):
         assert len(tokens.prompt_ids) > 4 * WINDOW, "the sliding window must be shorter than the prompt"
@@ -155,11 +167,37 @@ def test_reasoning_sampler_next_token_distribution_matches_plain_forward(family_
             torch.testing.assert_close(seen[t][r], expected, atol=1e-4, rtol=0)
 
 
-def test_unservable_model_falls_back_once_with_a_message(question, history_template, capsys):
+def test_unservable_model_falls_back_once_with_a_message(question, history_template, caplog):
     lm = tiny_family_lm("gpt-oss")
     assert_ppr_matches_plain(lm, question, history_template)
     assert_ppr_matches_plain(lm, question, history_template)
-    assert capsys.readouterr().err.count("cannot share one prompt cache between paths (attention sinks)") == 1
+    assert caplog.text.count("cannot share one prompt cache between paths (attention sinks)") == 1
+
+
+@pytest.mark.parametrize(("family", "dtype"), [("llama", torch.float32), ("qwen3", torch.bfloat16)])
+def test_a_transformers_change_that_would_move_theta_leaves_the_shared_prefix(family, dtype, monkeypatch, caplog,
+                                                                              question, history_template):
+    """The first use of a model checks the shared prefix's next-token probabilities against the model's own forward
+    pass (`shared_prefix._probe`). Here transformers hands the engine's attention a scale 1.5 times too large, as a
+    release that moved what the attention interface passes would: the model is served by its cache per path instead,
+    with a warning naming the transformers version, and θ stays the plain forward pass's."""
+    moved = []
+
+    def misread(module, query, key, value, attention_mask, scaling=None, **kwargs):
+        if kwargs.get("shared_prefix") is not None:
+            moved.append(module.layer_idx)
+            scaling = 1.5 * (scaling if scaling is not None else query.shape[-1] ** -0.5)
+        return shared_prefix_attention(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+
+    for tag in BASE_IMPLEMENTATIONS:
+        monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, f"{SHARED_PREFIX_ATTENTION}_{tag}", misread)
+    lm = tiny_family_lm(family)
+    lm.model.to(dtype)
+    assert not shares_prefix(lm.model) and moved, "the probe ran through the misreading attention"
+    message = caplog.text
+    assert "differ from the model's own forward pass by" in message and f"transformers {transformers.__version__}" \
+        in message and "using a full cache per path" in message, message
+    assert_ppr_matches_plain(lm, question, history_template, atol=1e-4 if dtype == torch.float32 else 0.06)
 
 
 def test_the_users_attention_implementation_runs_every_other_forward_pass(question, history_template):

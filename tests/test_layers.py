@@ -99,3 +99,82 @@ def test_imports_only_go_down_the_layers(module: str) -> None:
     upward = {target for target in top_level_imports(module) if target.split(".")[0] == "beliefdrift"
               and LAYERS.index(layer_of(target)) > own and (module, target) not in UPWARD}
     assert not upward, f"{module} ({layer_of(module)}) imports a layer above it: {sorted(upward)}"
+
+
+#: Where private names of torch and transformers may appear (docs/architecture.md, backend/compat.py).
+PRIVATE_HOME = "beliefdrift.backend.compat"
+#: Private names of the standard library the package uses, which the rule below would otherwise flag, and why.
+STDLIB_PRIVATE = {
+    "_SubParsersAction": "argparse: the type `add_subparsers()` returns, for type hints",
+    "_ArgumentGroup": "argparse: the type `add_argument_group()` returns, for type hints",
+    "_actions": "argparse: a parser's actions, to find a command's subparser (config/options.py)",
+    "_option_string_actions": "argparse: a parser's flags, for 'did you mean' (config/options.py)",
+    "_replace": "collections.namedtuple: documented public API despite the underscore",
+    "_exit": "os: documented public API (leave a process at once, runs/distributed.py)",
+}
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_names(tree: ast.AST) -> list[tuple[str, int]]:
+    """Every private name a module reaches: `x._name`, getattr/setattr/hasattr/delattr(x, "_name"), and imports of a
+    `_name` or from a `_module` (`from torch._dynamo.utils import counters`)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            found.append((node.attr, node.lineno))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and is_private(node.args[1].value)):
+            found.append((node.args[1].value, node.lineno))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            paths = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [
+                f"{node.module or ''}.{alias.name}" for alias in node.names]
+            found += [(part, node.lineno) for path in paths for part in path.split(".") if is_private(part)]
+    return found
+
+
+def defined_names(tree: ast.AST) -> set[str]:
+    """The names a module defines: functions, classes, assigned names and annotated fields, and the attributes it
+    assigns on `self` or `cls` (an attribute assigned on another object may be that object's own)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Name):
+                        names.add(part.id)
+                    elif (isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name)
+                          and part.value.id in ("self", "cls")):
+                        names.add(part.attr)
+    return names
+
+
+def test_private_names_of_torch_and_transformers_appear_only_in_compat() -> None:
+    """A private name is one that starts with a single underscore (not a dunder) and that the package does not define
+    itself: reached on another library's module or object, in any module of src/ but `backend/compat.py`, it is a
+    name of torch or transformers (or one of `STDLIB_PRIVATE`), which a minor release may move. The package's own are
+    the names its modules define (`defined_names`: its `_helpers`, the `self._fields` of its classes) and the marks it
+    sets on a model, named `_beliefdrift_*`."""
+    trees = {module: ast.parse(module_file(module).read_text()) for module in all_modules()}
+    ours = set().union(*(defined_names(tree) for module, tree in trees.items() if module != PRIVATE_HOME))
+    outside = [f"{module}:{line} {name}" for module, tree in trees.items() if module != PRIVATE_HOME
+               for name, line in private_names(tree)
+               if name not in ours and name not in STDLIB_PRIVATE and not name.startswith("_beliefdrift_")]
+    assert not outside, f"private names of torch/transformers outside {PRIVATE_HOME}: {outside}"
+    assert {name for name, _ in private_names(trees[PRIVATE_HOME])} - ours >= {
+        "_dynamo", "_attn_implementation", "_can_set_attn_implementation", "_scaled_dot_product_efficient_attention"}
+
+
+def test_the_private_name_rule_sees_every_way_to_reach_one() -> None:
+    code = ("import torch._dynamo\nfrom torch._dynamo.utils import counters\nfrom transformers import _private\n"
+            "torch.ops.aten._scaled_dot_product_efficient_attention\n"
+            "getattr(model, '_can_set_attn_implementation')\nmodel.config.__class__\n")
+    found = sorted(private_names(ast.parse(code)), key=lambda name_line: name_line[1])
+    assert found == [("_dynamo", 1), ("_dynamo", 2), ("_private", 3), ("_scaled_dot_product_efficient_attention", 4),
+                     ("_can_set_attn_implementation", 5)]

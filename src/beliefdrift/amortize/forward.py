@@ -26,7 +26,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from beliefdrift.backend import AnswerTokens
+from beliefdrift.backend import AnswerTokens, compat
 from beliefdrift.backend.loading import cache_argument, input_device, unwrapped
 from beliefdrift.backend.path_cache import shares_prefix
 from beliefdrift.backend.shared_prefix import AttentionPass, SharedPrefix
@@ -59,7 +59,7 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for layer in model.modules():
         if isinstance(layer, GradientCheckpointingLayer):
-            layer._can_checkpoint_with_cache = True
+            compat.checkpoint_with_cache(layer)
 
 
 class Conditionals(NamedTuple):

@@ -9,12 +9,14 @@ Both return the model's output for the tokens they append, so callers read logit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache
 
+from beliefdrift.backend import compat
 from beliefdrift.backend.loading import base_model, cache_argument, input_device, unwrapped
 from beliefdrift.backend.shared_prefix import (
     AttentionPass,
@@ -23,6 +25,7 @@ from beliefdrift.backend.shared_prefix import (
     enable_shared_prefix,
     full_cache,
     is_static,
+    no_mask,
     reserve_room,
     static_cache,
 )
@@ -30,8 +33,9 @@ from beliefdrift.errors import UserError
 
 
 class PathCache(Protocol):
-    """A batch of paths after one prompt: `size` paths, extended together by `extend`."""
+    """A batch of paths after one prompt: `size` paths of `model`, extended together by `extend`."""
 
+    model: torch.nn.Module
     size: int
 
     def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
@@ -45,49 +49,67 @@ class PathCache(Protocol):
         """Room for `tokens` more tokens per path, so that the next extends up to them allocate no cache memory
         (a hint: extending further still works)."""
 
+    def static_passes(self, new: int, passes: int) -> StaticPasses | None:
+        """`passes` passes of `new` tokens per path with every tensor they touch allocated now (`StaticPasses`; the
+        cache is theirs from then on), or None where the cache cannot run them."""
+
 
 def shares_prefix(model: torch.nn.Module) -> bool:
     """Whether the engine serves `model` (or the model inside a DDP/peft wrapper) with one shared prompt cache."""
     return enable_shared_prefix(base_model(model))
 
 
-def use_static_suffix(model: torch.nn.Module) -> None:
-    """Give `model`'s path batches static suffix caches from their `reserve` on (`static_cache`: every decoding step
-    then sees inputs of the same shapes at the same addresses, as CUDA graphs need). The stored numbers stay those of
-    the growing caches up to rounding: attention also reads the zero-filled slots, with weight zero. Set on the model
-    inside any wrapper, so that an adapter on it gets them too."""
-    base_model(model)._beliefdrift_static_suffix = True
+def use_static_steps(model: torch.nn.Module, static: bool = True) -> None:
+    """Run `model`'s answer steps as static steps (`engine.resampling.StaticSteps` on `StaticPasses`: every tensor a
+    step touches allocated once, as a CUDA graph needs) instead of the eager loop on growing caches. The stored numbers
+    equal the eager loop's with the same draws up to rounding: attention also reads the static suffix's empty slots,
+    with weight zero. Set on the model inside any wrapper, so that an adapter on it gets them too."""
+    base_model(model)._beliefdrift_static_steps = static
+
+
+def runs_static_steps(model: torch.nn.Module) -> bool:
+    """Whether `model` runs its answer steps as static steps (`use_static_steps`)."""
+    return getattr(base_model(model), "_beliefdrift_static_steps", False)
 
 
 def compile_forward(model: torch.nn.Module, cuda_graphs: bool = False) -> None:
     """Run every later forward pass of `model` through `torch.compile` (inductor, dynamic shapes), once the engine
     has chosen its cache (that choice's probe passes run eagerly). One set of graphs serves every prompt length,
-    path count and step; a batch of another number of questions compiles its own.
+    path count and step; a batch of another number of questions compiles its own. Within these calls only, a graph
+    that fails to compile (at the first pass, or hours into a run when a new structure appears) runs eagerly, with
+    torch's warning, instead of ending the run (`compat.compiler_errors_suppressed`).
 
-    `cuda_graphs`: instead, compile the decoding steps on static suffix caches alone and replay each as a CUDA graph
-    (inductor's "reduce-overhead" mode; on a GPU a decoding step is bound by launching its kernels). With static
-    suffixes every step of a batch replays one recorded graph (a new batch of prompts records its own). Prefills and
-    passes on growing caches run eagerly: a CUDA graph's outputs live in a memory pool that its next replay reuses,
-    so a prompt's keys and values made by a graphed prefill would be overwritten by the first step."""
+    `cuda_graphs`: instead, run the answer steps as static steps (`use_static_steps`), compile their passes alone and
+    replay each as a CUDA graph (inductor's "reduce-overhead" mode; on a GPU a decoding step is bound by launching its
+    kernels). Every pass of a batch's static steps replays one recorded graph (a new batch of prompts records its
+    own). Prefills and passes on growing caches run eagerly: a CUDA graph's outputs live in a memory pool that its
+    next replay reuses, so a prompt's keys and values made by a graphed prefill would be overwritten by the first
+    step."""
     shares_prefix(model)
-    # Graphs differ by batch structure (questions per batch, padded or not, a sliding window reached), not by size.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    # A graph that fails to compile (at the first pass, or hours into a run when a new structure appears) runs
-    # eagerly, with torch's warning, instead of ending the run.
-    torch._dynamo.config.suppress_errors = True
     if not cuda_graphs:
-        model.forward = torch.compile(model.forward, dynamic=True)
+        model.forward = _errors_suppressed(torch.compile(model.forward, dynamic=True))
         return
-    use_static_suffix(model)
+    use_static_steps(model)
     base = base_model(model)  # where every wrapper (peft, DDP) ends up, so an adapter's steps are graphed too
     eager = base.forward
-    graphed = torch.compile(eager, dynamic=True, mode="reduce-overhead")
+    graphed = _errors_suppressed(torch.compile(eager, dynamic=True, mode="reduce-overhead"))
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         static = is_static(kwargs.get("cache", kwargs.get("past_key_values")))
         return (graphed if static else eager)(*args, **kwargs)
 
     base.forward = forward
+
+
+def _errors_suppressed(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """`compiled`, called within `compat.compiler_errors_suppressed`."""
+
+    @functools.wraps(compiled)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with compat.compiler_errors_suppressed():
+            return compiled(*args, **kwargs)
+
+    return call
 
 
 def prepared(lm: Any, compile: bool = False, cuda_graphs: bool = False) -> Any:
@@ -147,57 +169,55 @@ class SharedPrefixCache:
         self.suffix_length = suffix_length
         self.device = self.prompts[0].keys[0].device
         self.padding = padding  # [B] on the device, or None when no path is padded
-        runs: list[list] = []
-        for prompt in self.prompts:
-            if runs and runs[-1][0] is prompt:
-                runs[-1][1] += 1
-            else:
-                runs.append([prompt, 1])
-        # Off the CPU, equal runs (one question's too) attend in one stacked product, the prompts by a fused kernel
-        # (fewer kernels, no scores written out); on the CPU run by run, which keeps a batch of questions
-        # bit-identical to one question at a time.
-        self.runs = PromptRuns(tuple((prompt, count) for prompt, count in runs), stack=self.device.type != "cpu")
+        self.runs = PromptRuns.of(self.prompts)
+        self._no_mask = no_mask(self.device)
+        self._cache_keyword = next(iter(cache_argument(model, None)))
         self._start: int | torch.Tensor = self.prompts[0].length  # each path's first suffix position
-        if len(runs) > 1:
+        if len(self.runs.runs) > 1:
             self._start = torch.tensor([p.length for p in self.prompts], device=self.device)[:, None]
 
     def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
+        if is_static(self.suffix):
+            raise ValueError("this cache belongs to its static passes (static_passes) and cannot be extended eagerly")
         new = input_ids.shape[1]
         if padding is not None:
             if self.suffix_length:
                 raise ValueError("ragged (padded) input only on paths with an empty suffix")
             self.padding = padding.to(self.device)
-        suffix_end = None
-        if is_static(self.suffix):
-            if self.suffix_length + new > self.suffix.layers[0].max_cache_len:
-                self.reserve(max(new, self.suffix_length))  # past the reserved room: a larger static cache
-            # The first layer's count of filled slots, on the device: the masks are built after its update.
-            suffix_end = self.suffix.layers[0].cumulative_length
+        out = self._forward(input_ids.to(self.device), self._positions(new), **model_kwargs)
+        self.suffix_length += new
+        return out
+
+    def reserve(self, tokens: int) -> None:
+        """Room for `tokens` more tokens per path in the growing suffix."""
+        reserve_room(self.suffix, self.suffix_length + tokens)
+
+    def static_passes(self, new: int, passes: int) -> StaticPasses:
+        return StaticPasses(self, new, passes)
+
+    def _positions(self, new: int) -> torch.Tensor:
+        """The absolute positions [B, new] of `new` tokens appended to every path."""
         positions = self._start + self.suffix_length + torch.arange(new, device=self.device).expand(self.size, -1)
         if self.padding is not None:
             positions = (positions - self.padding[:, None]).clamp(min=0)  # clamped: padding slots only
-        out = self.model(
-            input_ids=input_ids.to(self.device),
+        return positions
+
+    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, suffix_end: torch.Tensor | None = None,
+                 **model_kwargs: Any) -> Any:
+        """One forward pass of input_ids [B, T] at `positions` over the shared prompts and the suffix cache, which
+        it appends to (`suffix_end`: see `AttentionPass`). The empty 4D mask keeps transformers from building masks
+        the shared-prefix attention never reads."""
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=self._no_mask,
             position_ids=positions,
-            **cache_argument(self.model, self.suffix),
+            **{self._cache_keyword: self.suffix},
             shared_prefix=self.runs,
             suffix_padding=self.padding,
             attention_pass=AttentionPass(suffix_end),
             use_cache=True,
             **model_kwargs,
         )
-        self.suffix_length += new
-        return out
-
-    def reserve(self, tokens: int) -> None:
-        """Room for `tokens` more tokens per path; for a model with static suffixes (`use_static_suffix`, as
-        `--cuda-graphs` sets) the suffix becomes a `static_cache` of exactly that room."""
-        room = self.suffix_length + tokens
-        if not getattr(base_model(self.model), "_beliefdrift_static_suffix", False):
-            reserve_room(self.suffix, room)
-            return
-        self.suffix = static_cache([self._filled(layer) for layer in self.suffix.layers], room)
-        self.runs.mark_static()
 
     def select(self, index: torch.Tensor) -> SharedPrefixCache:
         index = torch.as_tensor(index, dtype=torch.long)
@@ -244,8 +264,35 @@ class SharedPrefixCache:
         return torch.cat([gap, self._filled(self.suffix.layers[layer])[part]], 2)
 
     def _filled(self, layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys and values of a suffix cache layer's filled slots (a static layer holds its whole room)."""
+        """The keys and values of a suffix cache layer's filled slots."""
         return layer.keys[..., : self.suffix_length, :], layer.values[..., : self.suffix_length, :]
+
+
+class StaticPasses:
+    """`passes` forward passes of `new` tokens per path on a `SharedPrefixCache`, with every tensor they read or write
+    allocated once, here: the token ids `input_ids` [B, new] (the caller writes each pass's into it), their positions
+    [B, new] (advanced in place after each pass), the suffix as a `static_cache` with room for every pass (its count of
+    filled slots kept on the device and advanced in place by its own update, `AttentionPass.suffix_end`), and the
+    prompts marked as staying in place. A pass reads no Python value that changes from one pass to the next, so one
+    recorded pass (a CUDA graph) replays them all. The cache is theirs from then on: it cannot be extended eagerly.
+
+    θ equals the growing suffix's up to rounding: the attention also reads the empty slots, with weight zero."""
+
+    def __init__(self, cache: SharedPrefixCache, new: int, passes: int):
+        self.cache = cache
+        self.new = new
+        self.input_ids = torch.zeros(cache.size, new, dtype=torch.long, device=cache.device)
+        self.positions = cache._positions(new).contiguous()
+        rows = [cache._filled(layer) for layer in cache.suffix.layers]
+        cache.suffix = static_cache(rows, cache.suffix_length + new * passes)
+        cache.runs.mark_static()
+        self._suffix_end = cache.suffix.layers[0].cumulative_length
+
+    def __call__(self, **model_kwargs: Any) -> Any:
+        """One pass over `input_ids`: the model's output for its tokens."""
+        out = self.cache._forward(self.input_ids, self.positions, self._suffix_end, **model_kwargs)
+        self.positions += self.new
+        return out
 
 
 class PerPathCache:
@@ -293,6 +340,9 @@ class PerPathCache:
 
     def reserve(self, tokens: int) -> None:
         """Nothing: the model's own cache grows by concatenation (this is the slow, always-correct fallback)."""
+
+    def static_passes(self, new: int, passes: int) -> None:
+        """None: transformers' own masks and caches, which this fallback runs on, read the fill count on the host."""
 
     def select(self, index: torch.Tensor) -> PerPathCache:
         index = torch.as_tensor(index, dtype=torch.long).to(self.ids.device)

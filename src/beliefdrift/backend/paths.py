@@ -3,6 +3,7 @@ path by one answer (label + delimiter) per forward pass, reading the logits of t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -83,6 +84,22 @@ class PathBatch:
     def reserve(self, answers: int) -> None:
         """Room for `answers` more answers per path in the cache (see `PathCache.reserve`)."""
         self.cache.reserve(answers * self._answer_ids.shape[-1])
+
+    def static_steps(self, answers: int) -> Callable[[torch.Tensor], AnswerDist] | None:
+        """`answers` answer passes on the cache's `StaticPasses` (every tensor they touch allocated now; the batch is
+        theirs from then on), as a function that writes the token ids of answers [B, 1] (label indices) into the
+        passes' input, runs one pass and returns the new θ; None where the cache cannot (the cache per path)."""
+        passes = self.cache.static_passes(self._answer_ids.shape[-1], answers)
+        if passes is None:
+            return None
+
+        @torch.no_grad()
+        def advance(answer: torch.Tensor) -> AnswerDist:
+            torch.index_select(self._answer_ids, 0, answer[:, 0], out=passes.input_ids)
+            logits = passes(logits_to_keep=1).logits
+            return AnswerDist.from_logits(logits[:, -1], self._label_ids)
+
+        return advance
 
     @torch.no_grad()
     def advance(self, answers: torch.Tensor) -> AnswerDist:

@@ -25,12 +25,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import transformers
 from transformers import AttentionInterface, Cache, DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, StaticLayer
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from beliefdrift.backend import compat
 from beliefdrift.backend.loading import cache_argument
+from beliefdrift.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,19 @@ class PromptRuns:
                     biases[kind] = _padding_bias(lengths, keys.shape[2], keys.dtype, keys.device) if works else None
             object.__setattr__(self, "_key_biases", tuple(biases[kind] for kind in kinds))
 
+    @classmethod
+    def of(cls, prompts: Sequence[SharedPrefix]) -> PromptRuns:
+        """The runs of `prompts[b]`, the prompt path b continues. Off the CPU equal runs (one question's too) attend
+        in one stacked product, the prompts by a fused kernel (fewer kernels, no scores written out); on the CPU run by
+        run, which keeps a batch of questions bit-identical to one question at a time."""
+        runs: list[list] = []
+        for prompt in prompts:
+            if runs and runs[-1][0] is prompt:
+                runs[-1][1] += 1
+            else:
+                runs.append([prompt, 1])
+        return cls(tuple((prompt, count) for prompt, count in runs), stack=prompts[0].keys[0].device.type != "cpu")
+
     @property
     def stackable(self) -> bool:
         return self.stack and len({count for _, count in self.runs}) == 1
@@ -120,7 +136,7 @@ class PromptRuns:
         prompts = [t for prefix, _ in self.runs for t in (*prefix.keys, *prefix.values)]
         stacked = [t for layer in self._stacked for t in layer] + [b for b in self._key_biases if b is not None]
         for tensor in prompts + stacked:
-            torch._dynamo.mark_static_address(tensor)
+            compat.mark_static_address(tensor)
 
     def stacked(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The runs' prompt keys and values of `layer` [R, H_kv, W, D] (zeros past each prompt) and every
@@ -206,6 +222,13 @@ def static_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]], room: int) -
     for layer, (keys, values) in zip(cache.layers, rows, strict=True):
         layer.update(keys, values)
     return cache
+
+
+def no_mask(device: torch.device) -> torch.Tensor:
+    """An empty 4D attention mask for the engine's passes: transformers passes a ready 4D mask to the attention as it
+    is instead of building one (the shared-prefix attention builds its own masks and never reads it). Building one
+    would cost operators every step and, over a `static_cache`, a read of its fill count on the host."""
+    return torch.empty(0, 0, 0, 0, device=device)
 
 
 def is_static(cache: object) -> bool:
@@ -493,11 +516,9 @@ def _prompt_attention(
     scaled, by the device's fused attention kernel (the scores stay in its on-chip memory): memory-efficient
     attention on CUDA, flash attention on the CPU."""
     if query.device.type == "cuda":
-        out, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
-            query, keys, values, key_bias.expand(*query.shape[:-1], keys.shape[-2]), True, scale=1.0)
+        out, lse = compat.efficient_attention(query, keys, values, key_bias.expand(*query.shape[:-1], keys.shape[-2]))
         return out, lse[..., : query.shape[-2]]  # the kernel pads its log-sum-exp rows to a multiple of 32
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, keys, values, attn_mask=key_bias,
-                                                                      scale=1.0)
+    return compat.flash_attention_cpu(query, keys, values, key_bias)
 
 
 @functools.cache
@@ -551,7 +572,7 @@ def _tokens_first(prefix_out: torch.Tensor, suffix_out: torch.Tensor, new: int) 
 
 def _base_attention(module: torch.nn.Module):
     """The attention function the model was loaded with (eager is the module's own `eager_attention_forward`)."""
-    base = BASE_IMPLEMENTATIONS[module.config._attn_implementation.removeprefix(SHARED_PREFIX_ATTENTION + "_")]
+    base = BASE_IMPLEMENTATIONS[compat.attn_implementation(module.config).removeprefix(SHARED_PREFIX_ATTENTION + "_")]
     if base == "eager":
         return sys.modules[type(module).__module__].eager_attention_forward
     return ALL_ATTENTION_FUNCTIONS[base]
@@ -564,7 +585,7 @@ for _tag, _base in BASE_IMPLEMENTATIONS.items():
 
 def base_implementation(model: PreTrainedModel) -> str:
     """The attention implementation the model runs for every forward pass the engine does not own."""
-    name = model.config._attn_implementation
+    name = compat.attn_implementation(model.config)
     if name.startswith(SHARED_PREFIX_ATTENTION + "_"):
         return BASE_IMPLEMENTATIONS[name.removeprefix(SHARED_PREFIX_ATTENTION + "_")]
     return name
@@ -572,14 +593,15 @@ def base_implementation(model: PreTrainedModel) -> str:
 
 def shared_prefix_support(model: PreTrainedModel) -> str | None:
     """Why the shared-prefix attention cannot serve `model` (None when it can): checked on the config and modules,
-    then by a probe forward pass that every attention layer must serve through `shared_prefix_attention`."""
+    then by a probe that every attention layer must serve through `shared_prefix_attention`, with the next-token
+    probabilities of the model's own forward pass (`_probe`)."""
     config = model.config.get_text_config(decoder=True)
     layer_types = set(getattr(config, "layer_types", None) or ()) - SERVED_LAYER_TYPES
     if layer_types:
         return f"layer types {sorted(layer_types)}"
     if getattr(config, "attention_chunk_size", None):
         return "chunked attention"
-    if not model._can_set_attn_implementation():
+    if not compat.can_set_attn_implementation(model):
         return "attention outside transformers' attention interface"
     if any(isinstance(getattr(m, "sinks", None), torch.Tensor) for m in model.modules()):
         return "attention sinks"
@@ -588,21 +610,56 @@ def shared_prefix_support(model: PreTrainedModel) -> str | None:
     return _probe(model)
 
 
-@torch.no_grad()
+#: How far the shared prefix's next-token probabilities may be from the model's own forward pass in the probe (the
+#: largest difference over the vocabulary). Rounding alone gives under 1e-6 in float32 and up to 0.014 in bfloat16 on
+#: the test suite's families; attention scaled by 1.5 instead of 1 gives 0.03–0.15 in either (tests/test_families.py).
+PROBE_TOLERANCE = {torch.float64: 1e-5, torch.float32: 1e-4}
+PROBE_TOLERANCE_16_BIT = 0.03
+
+
 def _probe(model: PreTrainedModel) -> str | None:
-    token = torch.zeros(1, 1, dtype=torch.long, device=model.get_input_embeddings().weight.device)
+    """Why the shared prefix does not serve `model` as its own forward pass would, or None: a prompt of 6 tokens, then
+    2 paths of 2 tokens in one pass through `shared_prefix_attention` as the engine runs it, which every attention
+    layer must serve and whose next-token distributions must be the model's own pass's over the whole sequences within
+    `PROBE_TOLERANCE`. A transformers release that changes what the attention interface hands over (positions,
+    scaling, windows, soft-caps) fails the second part and leaves the model on its cache per path. Run in eval mode
+    (no dropout), each module's mode restored after."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        return _probe_passes(model)
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+@torch.no_grad()
+def _probe_passes(model: PreTrainedModel) -> str | None:
+    device = model.get_input_embeddings().weight.device
+    ids = (torch.arange(10, device=device) * 7919 + 11) % model.get_input_embeddings().num_embeddings
+    prompt, suffixes = ids[None, :6], ids[6:].view(2, 2)
     cache = full_cache()
     try:
-        model(input_ids=token.expand(1, 2), **cache_argument(model, cache), use_cache=True, logits_to_keep=1)
+        model(input_ids=prompt, **cache_argument(model, cache), use_cache=True, logits_to_keep=1)
         prefix = SharedPrefix.from_cache(cache)
         attention_pass = AttentionPass()
-        model(input_ids=token, position_ids=token + 2, **cache_argument(model, full_cache()), shared_prefix=prefix,
-              attention_pass=attention_pass, use_cache=True, logits_to_keep=1)
+        logits = model(input_ids=suffixes, position_ids=torch.arange(6, 8, device=device).expand(2, -1),
+                       attention_mask=no_mask(device), **cache_argument(model, full_cache()),
+                       shared_prefix=PromptRuns.of([prefix] * 2), attention_pass=attention_pass, use_cache=True,
+                       logits_to_keep=1).logits[:, -1]
     except (NotImplementedError, ValueError, TypeError, AttributeError) as err:
-        return f"probe failed: {err}"
+        return f"probe failed: {first_line(err)}"
     layers, served = len(prefix.keys), attention_pass.served
     if served != set(range(layers)):
         return f"{layers - len(served)} of {layers} layers bypass the attention interface"
+    plain = model(input_ids=torch.cat([prompt.expand(2, -1), suffixes], 1), use_cache=False,
+                  logits_to_keep=1).logits[:, -1]
+    gap = float((logits.float().softmax(-1) - plain.float().softmax(-1)).abs().max())
+    tolerance = PROBE_TOLERANCE.get(logits.dtype, PROBE_TOLERANCE_16_BIT)
+    if not gap <= tolerance:
+        return (f"its probabilities differ from the model's own forward pass by {gap:.2g} (more than {tolerance:g}) "
+                f"under transformers {transformers.__version__}: what the engine reads from transformers has changed "
+                f"since the versions it was checked against (backend/compat.py)")
     return None
 
 
@@ -616,11 +673,11 @@ def enable_shared_prefix(model: PreTrainedModel) -> bool:
     capped_attention(model)
     base = base_implementation(model)
     tag = next((t for t, b in BASE_IMPLEMENTATIONS.items() if b == base), None)
-    if tag is not None and model._can_set_attn_implementation():
+    if tag is not None and compat.can_set_attn_implementation(model):
         model.set_attn_implementation(f"{SHARED_PREFIX_ATTENTION}_{tag}")
     reason = shared_prefix_support(model)
     if reason is not None:
-        if model.config._attn_implementation != base:
+        if compat.attn_implementation(model.config) != base:
             model.set_attn_implementation(base)
         log.warning("beliefdrift: %s cannot share one prompt cache between paths (%s); using a full cache per path "
                     "(correct, slower)", type(model).__name__, reason)

@@ -17,6 +17,7 @@ import torch
 from beliefdrift import renamed
 from beliefdrift.backend import AnswerDist, AnswerTokens, LanguageModel, PathBatch
 from beliefdrift.backend.answer_tokens import resolve_answer_tokens, resolve_single_answer
+from beliefdrift.backend.path_cache import runs_static_steps
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.prompts import (
     DEFAULT_PPR_TEMPLATE,
@@ -118,13 +119,18 @@ def blockwise_draws(streams: Streams) -> Callable[[torch.Tensor, int], torch.Ten
     return draw
 
 
+def up_front_uniforms(streams: Streams, steps: int, device: torch.device) -> torch.Tensor:
+    """The uniforms of every step for the whole batch [steps, B, 1] (float64, on `device`): each block's [steps, size]
+    drawn on the host from its generator (so a block's answers depend neither on the other blocks nor on the step
+    count), copied to `device` once."""
+    uniforms = [torch.rand(steps, size, 1, generator=g, dtype=torch.float64) for size, g in streams]
+    return torch.cat(uniforms, 1).to(device)
+
+
 def up_front_draws(streams: Streams, steps: int, device: torch.device) -> Callable[[torch.Tensor, int], torch.Tensor]:
-    """Each step's answers [B, 1] from θ [B, K] by `inverse_cdf`, for the whole batch at once. Every block's uniforms
-    for all `steps` are drawn on the host first, [steps, J] from its generator (so a block's answers depend neither
-    on the other blocks nor on the step count), and copied to `device` once: a step launches a handful of kernels
-    for the whole batch, none per block."""
-    uniforms = torch.cat([torch.rand(steps, size, 1, generator=g, dtype=torch.float64) for size, g in streams], 1)
-    uniforms = uniforms.to(device)
+    """Each step's answers [B, 1] from θ [B, K] by `inverse_cdf` of the `up_front_uniforms`, for the whole batch at
+    once: a step launches a handful of kernels for the whole batch, none per block."""
+    uniforms = up_front_uniforms(streams, steps, device)
     return lambda probs, step: inverse_cdf(probs, uniforms[step])
 
 
@@ -151,10 +157,21 @@ def sample_answers(
     blocks of paths that must draw their own streams (e.g. one block per method); see `answer_draws`.
     Returns answers [B, steps], θ [B, steps+1, K] (θ before each answer and after the last) and
     valid_mass [B, steps+1], on the model's device (nothing is copied to the host while sampling).
+    A model set to static steps (`path_cache.use_static_steps`) draws up front on every device and runs them as
+    `StaticSteps` where its cache can (the shared prefix; the cache per path keeps the loop).
     """
     streams = [(batch.size, generator)] if isinstance(generator, torch.Generator) else list(generator)
+    device = batch.dist.probs.device
+    static = isinstance(batch, PathBatch) and runs_static_steps(batch.cache.model)  # (stubs stand in for a batch)
+    advance = batch.static_steps(steps) if static and steps else None
+    if advance is not None:
+        bucket = StaticSteps(batch.dist, up_front_uniforms(streams, steps, device), advance)
+        for _ in range(steps):
+            bucket.step()
+        batch.dist = AnswerDist(bucket.thetas[:, -1], bucket.masses[:, -1])
+        return bucket.answers, bucket.thetas, bucket.masses
     batch.reserve(steps)
-    draw = answer_draws(streams, steps, batch.dist.probs.device)
+    draw = (up_front_draws if static else answer_draws)(streams, steps, device)
     thetas, masses, answers = [batch.dist.probs], [batch.dist.valid_mass], []
     for step in range(steps):
         answer = draw(batch.dist.probs, step)
@@ -162,8 +179,39 @@ def sample_answers(
         answers.append(answer[:, 0])
         thetas.append(batch.dist.probs)
         masses.append(batch.dist.valid_mass)
-    empty = torch.empty(batch.size, 0, dtype=torch.long, device=batch.dist.probs.device)
+    empty = torch.empty(batch.size, 0, dtype=torch.long, device=device)
     return (torch.stack(answers, 1) if answers else empty), torch.stack(thetas, 1), torch.stack(masses, 1)
+
+
+class StaticSteps:
+    """`sample_answers`' loop as one step function over tensors allocated once, for a bucket of B paths and N steps:
+    the answers [B, N], θ [B, N+1, K] and label masses [B, N+1] it returns, the uniforms [N, B, 1] drawn up front, the
+    step count n (on the device) and, inside `advance` (`PathBatch.static_steps`), the token ids, positions and static
+    suffix cache of the passes. `step()` draws A_{n+1} = `inverse_cdf`(θ_n, u_n), writes it, advances every path by
+    one pass, writes θ_{n+1} and its mass and counts n up, all on the device and in place: it reads nothing back to
+    the host, branches on no value, and runs the same Python at every step, so one recorded step (a CUDA graph)
+    replays all N. Its answers and θ are those of the eager loop drawing up front, up to the static suffix's rounding.
+    """
+
+    def __init__(self, dist: AnswerDist, uniforms: torch.Tensor, advance: Callable[[torch.Tensor], AnswerDist]):
+        steps, size, _ = uniforms.shape
+        self.uniforms = uniforms
+        self.advance = advance
+        self.answers = torch.zeros(size, steps, dtype=torch.long, device=uniforms.device)
+        self.thetas = dist.probs.new_zeros(size, steps + 1, dist.probs.shape[-1])
+        self.masses = dist.valid_mass.new_zeros(size, steps + 1)
+        self.thetas[:, 0] = dist.probs
+        self.masses[:, 0] = dist.valid_mass
+        self.count = torch.zeros(1, dtype=torch.long, device=uniforms.device)
+
+    def step(self) -> None:
+        n = self.count
+        answer = inverse_cdf(self.thetas.index_select(1, n)[:, 0], self.uniforms.index_select(0, n)[0])
+        self.answers.index_copy_(1, n, answer)
+        dist = self.advance(answer)
+        self.thetas.index_copy_(1, n + 1, dist.probs[:, None])
+        self.masses.index_copy_(1, n + 1, dist.valid_mass[:, None])
+        self.count += 1
 
 
 @dataclass(frozen=True)
