@@ -71,8 +71,11 @@ def table_lines(text: str) -> list[str]:
 def test_markdown_has_hand_computed_values_in_paper_order(scores: RunScores) -> None:
     text = markdown_tables([scores])
     table1, table2 = text.split("**Table 2.**")
-    assert "| Method | CSQA ACC | CSQA AUC | CSQA n (excl.) |" in table1
-    assert "| Method | CSQA ECE | CSQA CE2 | CSQA NLL | CSQA BS | CSQA n (excl.) |" in table2
+    assert "| Method | CSQA ACC ↑ | CSQA AUC ↑ | CSQA n (excl.) |" in table1
+    # Table 2 is 101 columns wide in one piece: split, the row labels repeated
+    assert "| Method | CSQA ECE ↓ | CSQA CE2 ↓ | CSQA NLL ↓ | CSQA BS ↓ |" in table2
+    assert "| Method | CSQA n (excl.) |" in table2 and max(len(line) for line in text.splitlines()
+                                                          if line.startswith("|")) <= 100
     titles = [line.split(" | ")[0][2:] for line in table_lines(table1)]
     assert titles == ["PPR + NoSEED", "PPR + SEED_5", "AM-PPR + SEED_1", "Direct-Query"]
     ppr1 = table_lines(table1)[0]
@@ -80,10 +83,10 @@ def test_markdown_has_hand_computed_values_in_paper_order(scores: RunScores) -> 
     ppr2 = table_lines(table2)[0]
     # the paper's ECE without its (invalid) interval; CE2 without one below 20 questions
     assert ppr2.startswith("| PPR + NoSEED | 0.4000 † | ") and "| 0.5473 [" in ppr2 and "| 0.3700 [" in ppr2
-    direct1, direct2 = table_lines(table1)[-1], table_lines(table2)[-1]
+    direct1, direct2 = table_lines(table1)[-1], table_lines(table2)[3]
     assert direct1 == "| Direct-Query | 100.0 [100.0, 100.0] | n/a | 5 (0) |"  # AUC undefined: one class
-    assert direct2 == ("| Direct-Query | 0.0000 † | 0.0000 † | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] | "
-                       "5 (0) |")
+    assert direct2 == "| Direct-Query | 0.0000 † | 0.0000 † | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] |"
+    assert table_lines(table2)[-1] == "| Direct-Query | 5 (0) |"
     assert "(RB)" not in text
 
 
@@ -113,7 +116,9 @@ def test_csv_has_every_number(scores: RunScores) -> None:
     ppr = rows[0]
     for metric, value in EXPECTED.items():
         assert float(ppr[metric]) == pytest.approx(value, abs=1e-6)
-        assert float(ppr[metric + "_low"]) <= float(ppr[metric + "_high"])
+        if metric != "ECE":  # no valid interval: NaN bounds, as every surface shows it
+            assert float(ppr[metric + "_low"]) <= float(ppr[metric + "_high"])
+    assert all(math.isnan(float(ppr[f"{metric}_{end}"])) for metric in ("ECE", "CE2") for end in ("low", "high"))
     assert (ppr["n"], ppr["excluded"], ppr["total"], ppr["nll_clipped"]) == ("4", "1", "5", "0")
     # label mass over all five questions (q4's paths: 0.9, 0.2, 0.3); confidence and argmax over the kept four
     assert float(ppr["label_mass"]) == pytest.approx((4 * 0.9 + (0.9 + 0.2 + 0.3) / 3) / 5)
@@ -164,8 +169,43 @@ def test_several_runs_side_by_side(tmp_path: Path) -> None:
     assert r"\cmidrule(lr){2-4}\cmidrule(lr){5-7}\cmidrule(lr){8-10}" in latex
     assert r"\begin{tabular}{l ccc ccc ccc}" in latex
     header = (out / "tables.md").read_text().splitlines()[2]
-    assert header.startswith("| Method | TinyMMLU ACC | TinyMMLU AUC | TinyMMLU n (excl.) | AI2-ARC (b) ACC")
+    assert header.startswith("| Method | TinyMMLU ACC ↑ | TinyMMLU AUC ↑ | TinyMMLU n (excl.) | AI2-ARC (b) ACC ↑")
     assert (out / f"reliability-{safe_name('ai2-arc (c)')}-direct.png").exists()
+
+
+def test_no_surface_shows_an_interval_the_registry_marks_invalid(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """ECE has no valid interval or paired p (`MetricSpec.interval_from`): `summarize`, `paired_summary`,
+    `Run.scores()`, `Run.paired()`, metrics.csv and paired.csv all give NaN there, so every surface (the explorer
+    included) shows none; and the registry is the one place that says so, and which way is better."""
+    import dataclasses
+
+    from beliefdrift.metrics.functional import REPORT_METRICS, paired_summary, summarize
+    from beliefdrift.runs.results import open_run
+
+    assert math.isnan(summarize(PROBS, TARGETS, n_resamples=50)["ECE"].low)
+    assert all(math.isnan(v) for v in paired_summary(PROBS, [[0.5, 0.5]] * 4, TARGETS, n_resamples=50)["ECE"][1:])
+    write_store(tmp_path, "csqa", synthetic_rows())
+    assert main(["report", str(tmp_path), "--bootstrap", "50"]) == 0
+    metrics_csv = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
+    assert all(math.isnan(float(row["ECE_low"])) and math.isnan(float(row["ECE_high"])) for row in metrics_csv)
+    assert all(float(row["NLL_low"]) <= float(row["NLL_high"]) for row in metrics_csv)
+    paired_csv = [row for row in csv.DictReader((tmp_path / "paired.csv").read_text().splitlines())
+                  if row["metric"] == "ECE"]
+    assert paired_csv and all(math.isnan(float(row[key])) for row in paired_csv for key in ("low", "high", "p"))
+    run = open_run(tmp_path)
+    scores = run.scores(n_resamples=50)
+    assert all(math.isnan(score["ECE_low"]) for score in scores if "ECE" in score)
+    assert not math.isnan(scores[0]["ACC_low"])
+    assert all(math.isnan(pair.deltas["ECE"].p) and math.isnan(pair.deltas["ECE"].low)
+               for pair in run.paired(n_resamples=50))
+
+    # One entry of the registry decides it for every surface: NLL marked invalid, Brier score "higher is better".
+    monkeypatch.setitem(REPORT_METRICS, "NLL", dataclasses.replace(REPORT_METRICS["NLL"], interval_from=math.inf))
+    monkeypatch.setitem(REPORT_METRICS, "BS", dataclasses.replace(REPORT_METRICS["BS"], higher_is_better=True))
+    assert math.isnan(run.scores(n_resamples=50)[0]["NLL_low"])
+    text = markdown_tables([RunScores("CSQA", score_rows(synthetic_rows(), n_resamples=50))])
+    assert "| CSQA NLL ↓ | CSQA BS ↑ |" in text and "| 0.5473 † |" in text
 
 
 def test_evaluate_and_report_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -202,7 +242,7 @@ def test_metric_table_for_in_memory_results(tiny_lm) -> None:
         for result in run_methods(tiny_lm, question, methods, paths=2, steps=2, seed=0, template="ppr-llama"):
             results[result.method.name].append(result)
     text = metric_table(results, questions, qc=QualityControl(path_mass=0.0), n_resamples=20)
-    assert "| Method | Demo ACC | Demo AUC | Demo n (excl.) |" in text
+    assert "| Method | Demo ACC ↑ | Demo AUC ↑ | Demo n (excl.) |" in text
     lines = table_lines(text.split("**Table 2.**")[0])
     assert [line.split(" | ")[0][2:] for line in lines] == ["PPR + SEED_1", "Direct-Query"]
     assert all(line.endswith("| 3 (0) |") for line in lines)
