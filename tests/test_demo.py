@@ -3,6 +3,8 @@ interrupted demo resumes with the questions it had finished."""
 
 from __future__ import annotations
 
+from table_checks import table_problems
+
 import beliefdrift.engine.methods as methods
 from beliefdrift.cli.main import main
 
@@ -17,7 +19,16 @@ def test_demo_writes_summary_and_figure(tiny_model_dir, tmp_path, capsys):
         assert method in summary
     assert "**Table 1.**" in summary and "Expected martingale drift" in summary
     assert (out / "marginal_drift.png").stat().st_size > 0 and (out / "marginal_drift.pdf").exists()
-    assert "wrote" in capsys.readouterr().err  # a message, not data: on stderr
+    # Every table titled and ≤ 100 columns. The first says it counts every question and how many quality control
+    # drops from Tables 1 and 2 (here all: the random model's label mass is ~1%), which a warning says at run time.
+    assert table_problems(summary) == []
+    assert summary.startswith("**Demo summary.** Each method on all 2 questions, before quality control")
+    assert "| method | accuracy | mean confidence | mean valid_mass | QC excl. |" in summary
+    assert "| PPR + NoSEED | " in summary and summary.count(" | 2/2 |") == 4
+    err = capsys.readouterr().err
+    assert "QUALITY CONTROL EXCLUDED ALL 2 QUESTIONS OF PPR + NoSEED" in err
+    wrote = err.strip().splitlines()[-1]  # a message, not data: on stderr; it names everything written
+    assert wrote.startswith(f"wrote to {out}: run.sqlite") and "summary.md" in wrote and "marginal_drift" in wrote
 
 
 def test_an_interrupted_demo_keeps_its_finished_questions(tiny_model_dir, tmp_path, monkeypatch, capsys):

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from table_checks import table_problems
 
 from beliefdrift.cli.main import main
 from beliefdrift.data import MCQuestion
@@ -90,6 +91,27 @@ def test_markdown_has_hand_computed_values_in_paper_order(scores: RunScores) -> 
     assert "(RB)" not in text
 
 
+def test_an_nll_with_clipped_probabilities_says_so() -> None:
+    """A true-label probability below ε counts as ε (−log ε ≈ 13.8), so one such question can dominate the NLL: its
+    cell says how many were clipped, and the caption says what that means (only where it happens)."""
+    rows = [ResultRow(f"q{i}", "ppr", i, target, 2, np.array(probs), np.full((2, 3), 0.9))
+            for i, (probs, target) in enumerate(zip([*PROBS, [1.0, 0.0]], [*TARGETS, 1], strict=True))]
+    text = markdown_tables([RunScores("CSQA", score_rows(rows, n_resamples=50))])
+    (line,) = [line for line in text.split("**Table 2.**")[1].splitlines() if line.startswith("| PPR")][:1]
+    assert "] (1 clipped) |" in line and "(k clipped): k true-label probabilities below ε = 1e-06" in text
+    assert "clipped" not in markdown_tables([RunScores("CSQA", score_rows(rows[:4], n_resamples=50))])
+
+
+def test_the_reasoning_table_says_what_its_columns_are() -> None:
+    from beliefdrift.runs.reasoning import summary_markdown
+
+    condition = {"title": "PPR", "curve_mean": [0.9, None, 0.8], "majority_accuracy": {"overall": 0.5}, "pairs": 8,
+                 "malformed": 1}
+    text = summary_markdown({"conditions": {"ppr": condition}})
+    assert table_problems(text) == [] and "c_1 at the first pair, c_last at the last n" in text
+    assert "| PPR | 0.900 | 0.800 | 0.50 | 8 | 1 |" in text
+
+
 def test_interval_brackets_the_bootstrap(scores: RunScores) -> None:
     ppr = scores.main()["ppr"]
     point, low, high = ppr.summary["ACC"]
@@ -155,6 +177,36 @@ def test_report_command_counts_qc_exclusions(tmp_path: Path, capsys: pytest.Capt
     assert main(args) == 0
     markdown = (tmp_path / "all" / "tables.md").read_text()
     assert table_lines(markdown)[0].startswith("| PPR + NoSEED | 60.0 [") and "| 5 (0) |" in markdown
+
+
+def test_quality_control_is_one_function_and_says_what_it_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    """`excluded_units` is the one answer to "does quality control drop this (question, method)" (the tables, the
+    paired tests and the explorer read it); `quality_report` counts it per method and words the warnings: a line per
+    method that lost questions, a loud one for a method that lost all of them, and `all_excluded` naming it."""
+    from beliefdrift.report.paired import metrics_markdown, paired_scores
+    from beliefdrift.runs.scoring import excluded_units, quality_report, warn_quality
+
+    rows = synthetic_rows()
+    assert excluded_units(rows) == {("q4", method) for method in PPR_METHODS}
+    assert excluded_units(rows, QualityControl(common=True)) == {("q4", m) for m in (*PPR_METHODS, "direct")}
+    off = [ResultRow(f"q{i}", "ppr-seed1", i, 0, 2, np.array([0.5, 0.5]), np.full((3, 5), 0.1)) for i in range(5)]
+    report = quality_report(rows + off)
+    assert [(m.method, m.total, len(m.excluded)) for m in report.methods] == [
+        ("ppr", 5, 1), ("ppr-seed1", 5, 5), ("ppr-seed5", 5, 1), ("am-ppr-seed1", 5, 1), ("direct", 5, 0)]
+    assert report.all_excluded == ["ppr-seed1"] and report.as_dict()["methods"]["ppr"]["excluded_questions"] == ["q4"]
+    with caplog.at_level("WARNING", logger="beliefdrift"):
+        warn_quality(rows + off)
+    lines = caplog.messages
+    assert lines[0] == ("quality control excluded 1 of 5 questions of PPR + NoSEED (more than 0.5 of its paths had "
+                        "mean label mass below 0.5): q4")
+    assert lines[1].startswith("QUALITY CONTROL EXCLUDED ALL 5 QUESTIONS OF PPR + SEED_1: its rows in the tables are "
+                               "empty (–)") and "its mean label mass is 0.10" in lines[1]
+    assert len(lines) == 4  # direct lost none
+    # The paired table says why a comparison is empty.
+    text = metrics_markdown("CSQA", paired_scores(rows + off, n_resamples=20))
+    assert "| PPR + SEED_1 | PPR + NoSEED | 0 | – | – |" in text
+    assert "– with n = 0 (PPR + SEED_1 vs PPR + NoSEED): quality control kept no question for both methods" in text
+    assert "n = 0" not in metrics_markdown("CSQA", paired_scores(rows, n_resamples=20))
 
 
 def test_several_runs_side_by_side(tmp_path: Path) -> None:
@@ -232,6 +284,27 @@ def test_evaluate_and_report_end_to_end(tiny_model_dir: Path, tmp_path: Path) ->
     assert (out / "tables.md").read_text() == markdown  # same numbers when re-reported
     assert main(["report", str(out), "--bootstrap", "20"]) == 0  # default QC: the random model is off-format
     assert "| 0 (3) |" in (out / "tables.md").read_text()
+
+
+def test_evaluate_warns_when_quality_control_drops_a_method(tiny_model_dir: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """At run time: the tiny random model puts ~1% of its mass on the labels, so the default quality control drops
+    every question of every method; evaluate says so on stderr, method by method, and summary.json (and
+    `Run.quality_control()`) lists them in `all_excluded`."""
+    import json
+
+    from beliefdrift.runs.results import open_run
+
+    out = tmp_path / "run"
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "2", "-J", "2", "-N", "2",
+                 "--methods", "direct", "ppr", "--bootstrap", "20", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "QUALITY CONTROL EXCLUDED ALL 2 QUESTIONS OF PPR + NoSEED" in err
+    assert "QUALITY CONTROL EXCLUDED ALL 2 QUESTIONS OF Direct-Query" in err
+    summary = json.loads((out / "summary.json").read_text())["quality_control"]
+    assert summary["all_excluded"] == ["ppr", "direct"] and summary["methods"]["ppr"]["excluded"] == 2
+    assert open_run(out).quality_control().all_excluded == ["ppr", "direct"]
+    assert "summary.json" in err and "run.sqlite" in err  # the last line names everything written
 
 
 def test_metric_table_for_in_memory_results(tiny_lm) -> None:

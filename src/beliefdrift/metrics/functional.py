@@ -38,6 +38,7 @@ __all__ = [
     "METRICS",
     "METRIC_NAMES",
     "MetricSpec",
+    "NLL_EPS",
     "SUM_TOLERANCE",
     "Interval",
     "MetricWarning",
@@ -75,6 +76,9 @@ CE2_MIN_N = 20
 #: Below this many paired questions a paired p-value comes from a sign-flip permutation test, not the bootstrap
 #: (which gave p = 0.002 over n = 2 questions).
 PAIRED_EXACT_N = 30
+
+#: ε of NLL = mean −log max(p, ε): a true-label probability below it counts as ε (`nll_clipped` counts them).
+NLL_EPS = 1e-6
 
 #: A row of ``probs`` must sum to 1 within this absolute tolerance.
 SUM_TOLERANCE = 1e-3
@@ -296,7 +300,7 @@ def _ce2_core(batch: _Batch, index: np.ndarray, n_bins: int = CE2_BINS) -> np.nd
     return np.sum(count / index.shape[1] * within, axis=1)
 
 
-def _nll_core(batch: _Batch, index: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+def _nll_core(batch: _Batch, index: np.ndarray, eps: float = NLL_EPS) -> np.ndarray:
     """NLL = mean of −log max(p_i^(y_i), ε) over the resample."""
     # 0 − log rather than −log: a certain right answer scores +0, and a mean of −0s would print as "-0.0000"
     return (0.0 - np.log(np.maximum(batch.p_true, eps)))[index].mean(axis=1)
@@ -427,7 +431,7 @@ def _check_eps(eps: float) -> None:
 
 
 @renamed("eps")
-def nll(probs: Any, targets: Any, *, eps: float = 1e-6) -> float:
+def nll(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> float:
     """Negative log-likelihood: NLL = (1/N) Σ_i −log max(p_i^(y_i), ε).
 
     :func:`nll_clipped` counts the questions with p_i^(y_i) < ε (whose term is capped at −log ε); `summarize`
@@ -439,7 +443,7 @@ def nll(probs: Any, targets: Any, *, eps: float = 1e-6) -> float:
 
 
 @renamed("eps")
-def nll_clipped(probs: Any, targets: Any, *, eps: float = 1e-6) -> int:
+def nll_clipped(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> int:
     """How many true-label probabilities :func:`nll` clips up to ``eps`` (p_i^(y_i) < ε)."""
     _check_eps(eps)
     batch = _normalise(probs, targets)
@@ -617,7 +621,7 @@ def summarize(
     targets: Any,
     *,
     n_bins: int = 15,
-    eps: float = 1e-6,
+    eps: float = NLL_EPS,
     n_resamples: int = 1000,
     seed: int = 0,
     level: float = 0.95,

@@ -41,7 +41,7 @@ from beliefdrift.registry import canonical_methods
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS
 from beliefdrift.report.tables import ARROWS_NOTE, DAGGER, MISSING, arrow, format_value
 from beliefdrift.report.text import markdown_table
-from beliefdrift.runs.scoring import QualityControl
+from beliefdrift.runs.scoring import QualityControl, excluded_units
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
 
 BASELINE = "ppr"
@@ -81,11 +81,11 @@ def paired_scores(
     rows: Sequence[ResultRow], qc: QualityControl | None = None, n_resamples: int = 1000, seed: int = 0
 ) -> list[PairedComparison]:
     """Every pair of `comparisons`, scored with `paired_summary` on the questions both methods keep under `qc`
-    (their own estimates; in question order)."""
-    qc = qc or QualityControl()
+    (`scoring.excluded_units`; their own estimates; in question order)."""
+    excluded = excluded_units(rows, qc)
     kept: dict[str, dict[str, ResultRow]] = {row.method: {} for row in rows}
     for row in sorted(rows, key=lambda row: row.position):
-        if not qc.excludes(row):
+        if (row.question_id, row.method) not in excluded:
             kept[row.method][row.question_id] = row
     out = []
     for method, baseline in comparisons(kept):

@@ -22,7 +22,7 @@ from typing import Any
 from beliefdrift.data.lm_eval import is_task_spec, task_label
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.methods import Method, MethodResult
-from beliefdrift.metrics.functional import METRIC_NAMES, REPORT_METRICS
+from beliefdrift.metrics.functional import METRIC_NAMES, NLL_EPS, REPORT_METRICS
 from beliefdrift.registry import table_order
 from beliefdrift.report.text import markdown_table
 from beliefdrift.runs.scoring import MethodScore, QualityControl, score_results
@@ -99,9 +99,21 @@ def format_cell(score: MethodScore | None, metric: str, latex: bool = False) -> 
     if math.isnan(point):
         return text
     if math.isnan(low) or math.isnan(high):
-        return text + (LATEX_DAGGER if latex else f" {DAGGER}")
+        return text + (LATEX_DAGGER if latex else f" {DAGGER}") + clipped_mark(score, metric)
     interval = f"[{format_value(metric, low)}, {format_value(metric, high)}]"
-    return f"{text} {{\\scriptsize {interval}}}" if latex else f"{text} {interval}"
+    return (f"{text} {{\\scriptsize {interval}}}" if latex else f"{text} {interval}") + clipped_mark(score, metric)
+
+
+def clipped_mark(score: MethodScore, metric: str) -> str:
+    """` (k clipped)` after an NLL where k true-label probabilities were below ε and counted as ε (`nll_clipped`):
+    each adds −log ε ≈ 13.8 to the sum, so a few can dominate the mean."""
+    clipped = score.summary["nll_clipped"] if metric == "NLL" and score.summary else 0
+    return f" ({clipped} clipped)" if clipped else ""
+
+
+#: The caption's note on `clipped_mark`.
+CLIPPED_NOTE = (f"(k clipped): k true-label probabilities below ε = {NLL_EPS:g} counted as ε, each adding −log ε ≈ "
+                f"{-math.log(NLL_EPS):.1f} to the NLL's sum")
 
 
 def format_count(score: MethodScore | None) -> str:
@@ -131,7 +143,8 @@ def markdown_tables(runs: Sequence[RunScores]) -> str:
         notes = [f"{caption} with 95% bootstrap intervals",
                  *(["n (excl.): questions scored (removed by quality control)"] if counted else []),
                  f"{DAGGER}: no valid interval at this n (docs/statistics.md)", ARROWS_NOTE,
-                 *([MISSING_NOTE] if any(MISSING in row for row in rows) else [])]
+                 *([MISSING_NOTE] if any(MISSING in row for row in rows) else []),
+                 *([CLIPPED_NOTE] if any("clipped)" in cell for row in rows for cell in row) else [])]
         blocks.append(f"**{name}.** " + "; ".join(notes) + ".\n\n"
                       + markdown_table(header, rows))
     return "\n\n".join(blocks) + "\n"

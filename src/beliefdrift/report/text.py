@@ -47,3 +47,10 @@ def fixed(value: float, digits: int = 4) -> str:
 def plus_minus(mean: float, std: float, digits: int = 3) -> str:
     """`mean ± std` with `digits` decimals, e.g. `0.125 ± 0.031`."""
     return f"{fixed(mean, digits)} ± {fixed(std, digits)}"
+
+
+def wrote(out: object, names: Sequence[str]) -> str:
+    """A command's last message: every file and folder it wrote into `out`, e.g. `wrote to runs/x: run.sqlite (the
+    results), summary.md and summary.json`."""
+    listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
+    return f"wrote to {out}: {listed}"
