@@ -86,6 +86,7 @@ def test_markdown_has_hand_computed_values_in_paper_order(scores: RunScores) -> 
     assert ppr2.startswith("| PPR + NoSEED | 0.4000 † | ") and "| 0.5473 [" in ppr2 and "| 0.3700 [" in ppr2
     direct1, direct2 = table_lines(table1)[-1], table_lines(table2)[3]
     assert direct1 == "| Direct-Query | 100.0 [100.0, 100.0] | n/a | 5 (0) |"  # AUC undefined: one class
+    assert "n/a: undefined here (AUC when every prediction is right" in table1 and "n/a:" not in table2
     assert direct2 == "| Direct-Query | 0.0000 † | 0.0000 † | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] |"
     assert table_lines(table2)[-1] == "| Direct-Query | 5 (0) |"
     assert "(RB)" not in text

@@ -39,7 +39,7 @@ from beliefdrift.metrics.functional import (
 )
 from beliefdrift.registry import canonical_methods
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS
-from beliefdrift.report.tables import ARROWS_NOTE, DAGGER, MISSING, arrow, format_value
+from beliefdrift.report.tables import ARROWS_NOTE, DAGGER, MISSING, NOT_DEFINED, NOT_DEFINED_NOTE, arrow, format_value
 from beliefdrift.report.text import markdown_table
 from beliefdrift.runs.scoring import QualityControl, excluded_units
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
@@ -137,16 +137,16 @@ def p_cell(delta: PairedDelta | None) -> str:
 
 def comparison_table(pairs: Sequence[PairedComparison], metrics: Sequence[str], caption: str) -> str:
     """`caption`, then a Markdown row per pair: method, baseline, n, then `Δ [low, high]` and p per metric (split
-    into several tables where wider than a terminal, each Δ beside its p); a legend line for the pairs without a
-    shared question (`empty_pairs_note`)."""
+    into several tables where wider than a terminal, each Δ beside its p); legend lines for the pairs without a
+    shared question (`empty_pairs_note`) and for undefined values, where there are any."""
     header = ["Method", "vs", "n"] + [cell for metric in metrics for cell in (f"Δ {metric}{arrow(metric)}", "p")]
     rows = [[pair.method.title, pair.baseline.title, str(pair.n)]
             + [cell for metric in metrics
                for cell in (delta_cell(metric, pair.deltas.get(metric)), p_cell(pair.deltas.get(metric)))]
             for pair in pairs]
-    empty = empty_pairs_note(pairs)
-    return (f"{caption}\n\n{markdown_table(header, rows, keep=3, groups=[2] * len(metrics))}"
-            + (f"\n\n{empty}" if empty else ""))
+    undefined = any(cell.startswith(NOT_DEFINED) for row in rows for cell in row)
+    notes = filter(None, [empty_pairs_note(pairs), NOT_DEFINED_NOTE if undefined else ""])
+    return "\n\n".join([caption, markdown_table(header, rows, keep=3, groups=[2] * len(metrics)), *notes])
 
 
 def empty_pairs_note(pairs: Sequence[PairedComparison]) -> str:

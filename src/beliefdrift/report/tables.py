@@ -48,6 +48,9 @@ MISSING = "–"
 #: The tables' legend of ↑/↓ and of the empty cell.
 ARROWS_NOTE = "↑/↓: higher/lower is better"
 MISSING_NOTE = f"{MISSING}: no question scored (quality control excluded all of the method's questions)"
+#: A metric undefined on the questions scored, and the legend that says so.
+NOT_DEFINED = "n/a"
+NOT_DEFINED_NOTE = f"{NOT_DEFINED}: undefined here (AUC when every prediction is right, or every one wrong)"
 
 
 def arrow(metric: str, latex: bool = False) -> str:
@@ -82,9 +85,9 @@ def dataset_title(dataset: str) -> str:
 
 
 def format_value(metric: str, value: float) -> str:
-    """ACC/AUC in percent with one decimal, the others with four (as in the paper)."""
+    """ACC/AUC in percent with one decimal, the others with four (as in the paper); `NOT_DEFINED` for NaN."""
     if math.isnan(value):
-        return "n/a"
+        return NOT_DEFINED
     percent = metric in REPORT_METRICS and REPORT_METRICS[metric].percent  # other names (EMD‾): as numbers
     return f"{100 * value:.1f}" if percent else f"{value:.4f}"
 
@@ -144,6 +147,7 @@ def markdown_tables(runs: Sequence[RunScores]) -> str:
                  *(["n (excl.): questions scored (removed by quality control)"] if counted else []),
                  f"{DAGGER}: no valid interval at this n (docs/statistics.md)", ARROWS_NOTE,
                  *([MISSING_NOTE] if any(MISSING in row for row in rows) else []),
+                 *([NOT_DEFINED_NOTE] if any(cell.startswith(NOT_DEFINED) for row in rows for cell in row) else []),
                  *([CLIPPED_NOTE] if any("clipped)" in cell for row in rows for cell in row) else [])]
         blocks.append(f"**{name}.** " + "; ".join(notes) + ".\n\n"
                       + markdown_table(header, rows))

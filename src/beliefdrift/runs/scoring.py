@@ -182,7 +182,8 @@ def warn_quality(rows: Sequence[ResultRow], qc: QualityControl | None = None) ->
 
 
 def _by_method(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
-    """`rows` grouped by method, the methods in table order, each method's rows in question order."""
+    """`rows` grouped by method, the methods in table order, each method's rows in question order (the store's
+    order already: the sort is stable)."""
     groups: dict[str, list[ResultRow]] = {}
     for row in sorted(rows, key=lambda row: row.position):
         groups.setdefault(row.method, []).append(row)
@@ -196,12 +197,8 @@ def score_rows(
     `qc` (`excluded_units`) with bootstrap intervals over questions. Undefined metrics (AUC with one class) are
     NaN."""
     excluded = excluded_units(rows, qc)
-    by_method: dict[str, list[ResultRow]] = {}
-    for row in rows:
-        by_method.setdefault(row.method, []).append(row)
     scores = []
-    for name in canonical_methods(list(by_method)) if by_method else ():
-        group = by_method[name]
+    for name, group in _by_method(rows).items():
         kept = [row for row in group if (row.question_id, row.method) not in excluded]
         label_mass = float(np.mean([row.valid_mass_mean for row in group]))
         estimators = sorted({alt for row in group for alt in row.alternatives})
