@@ -485,8 +485,10 @@ def resample_indices(n: int, n_resamples: int, generator: np.random.Generator | 
 @dataclass(frozen=True)
 class MetricSpec:
     """A metric of the report: its table name, function and vectorised core, which way is better, the report
-    table it is in, whether it is shown in percent, the options of `summarize` it takes (`n_bins`, `eps`), and from
-    how many questions on its interval (and paired p-value) is valid (`interval_from`; `math.inf`: never)."""
+    table it is in, whether it is shown in percent, the options of `summarize` it takes (`n_bins`, `eps`), from
+    how many questions on its interval (and paired p-value) is valid (`interval_from`; `math.inf`: never), and
+    whether its interval is the percentile bootstrap of its core and `paired_summary` compares it
+    (`percentile_bootstrap`; CE₂'s is bias-centred, `ce2_interval`, and has no paired test)."""
 
     name: str
     function: Callable[..., Any]
@@ -496,6 +498,7 @@ class MetricSpec:
     percent: bool = False
     options: tuple[str, ...] = ()
     interval_from: float = 1
+    percentile_bootstrap: bool = True
 
 
 def _ce2_root_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
@@ -503,23 +506,22 @@ def _ce2_root_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(0.0, _ce2_core(batch, index)))
 
 
-#: Every metric that `summarize` bootstraps and `paired_summary` compares, in table order: adding one is one entry
-#: here (and its test in test_metrics.py). ECE has no valid interval or paired p at any n: its binned plug-in is
-#: biased upward by an amount that depends on how the confidences spread over the bins (docs/statistics.md).
-METRICS = {spec.name: spec for spec in (
+#: Every metric the report shows, in column order: adding one is one entry here (and its test in test_metrics.py).
+#: ECE has no valid interval or paired p at any n: its binned plug-in is biased upward by an amount that depends on
+#: how the confidences spread over the bins (docs/statistics.md).
+REPORT_METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
     MetricSpec("ACC", accuracy, _accuracy_core, higher_is_better=True, table=1, percent=True),
     MetricSpec("AUC", auroc, _auroc_core, higher_is_better=True, table=1, percent=True),
     MetricSpec("ECE", ece, _ece_core, higher_is_better=False, table=2, options=("n_bins",), interval_from=math.inf),
+    MetricSpec("CE2", ce2, _ce2_root_core, higher_is_better=False, table=2, interval_from=CE2_MIN_N,
+               percentile_bootstrap=False),
     MetricSpec("NLL", nll, _nll_core, higher_is_better=False, table=2, options=("eps",)),
     MetricSpec("BS", brier, _brier_core, higher_is_better=False, table=2),
 )}
+#: The metrics `summarize` bootstraps by percentiles and `paired_summary` compares, in table order (all but CE₂).
+METRICS = {name: spec for name, spec in REPORT_METRICS.items() if spec.percentile_bootstrap}
 #: Names of the metrics as they appear in report tables, in table order.
 METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
-#: Every metric the report shows, in column order: `METRICS` and, after ECE, the debiased CE₂ (`ce2_interval`: a
-#: bias-centred interval from `CE2_MIN_N` questions on; no paired test).
-REPORT_METRICS: dict[str, MetricSpec] = {spec.name: spec for name, metric in METRICS.items() for spec in (
-    (metric, MetricSpec("CE2", ce2, _ce2_root_core, higher_is_better=False, table=2, interval_from=CE2_MIN_N))
-    if name == "ECE" else (metric,))}
 
 
 def interval_valid(metric: str, n: int) -> bool:
@@ -540,6 +542,8 @@ def valid_only(metric: str, result: _R, n: int) -> _R:
     if isinstance(result, PairedDelta):
         return result._replace(low=math.nan, high=math.nan, p=math.nan)
     return result._replace(low=math.nan, high=math.nan)
+
+
 #: The vectorised core of each metric of this module.
 _CORES: dict[Callable[..., Any], Callable[..., np.ndarray]] = {spec.function: spec.core for spec in METRICS.values()}
 
