@@ -198,8 +198,8 @@ def test_quality_control_is_one_function_and_says_what_it_dropped(caplog: pytest
     with caplog.at_level("WARNING", logger="beliefdrift"):
         warn_quality(rows + off)
     lines = caplog.messages
-    assert lines[0] == ("quality control excluded 1 of 5 questions of PPR + NoSEED (more than 0.5 of its paths had "
-                        "mean label mass below 0.5): q4")
+    assert lines[0] == ("quality control excluded 1 of 5 questions of PPR + NoSEED (more than 0.5 of its paths "
+                        "(direct query: its one answer) had mean label mass below 0.5): q4")
     assert lines[1].startswith("QUALITY CONTROL EXCLUDED ALL 5 QUESTIONS OF PPR + SEED_1: its rows in the tables are "
                                "empty (–)") and "its mean label mass is 0.10" in lines[1]
     assert len(lines) == 4  # direct lost none
