@@ -5,10 +5,11 @@ docs/tutorials/am-ppr.md, each on the default model.
 A page marks what the test runs. `<!-- docs-test: {"-n 100": "-n 3 -J 2"} -->` above a shell block: its
 `beliefdrift …` lines run in order (in one scratch directory) with those replacements (each must occur in the block);
 `<!-- docs-test-file: NAME {"old": "new"} -->` above any block: the block is saved as NAME first (`{data}` in a
-replacement is the benchmark data directory). The sizes keep each example's -N (quality control reads the label mass
-over the N answers; at N = 5 the default model's first two answers, ~8% on the labels, drop unseeded PPR); the
-AM-PPR training is 2 updates at learning rate 3e-3 and format weight 1, where the page's preset takes 80 at 2e-4 and
-0.25 (both lift the first answer's label mass, which AM-PPR + NoSEED reads, above quality control's 0.5).
+replacement is the benchmark data directory). The sizes keep -N at 20 where an evaluation reads it (quality control
+reads the label mass over the N answers; at N = 5 the default model's first two answers, ~8% on the labels, drop
+unseeded PPR); the AM-PPR training is 2 updates at learning rate 3e-3 and format weight 1, where the page's preset
+takes 80 at 2e-4 and 0.25 (both lift the first answer's label mass, which AM-PPR + NoSEED reads, above quality
+control's 0.5). Measured on a shared 2-core machine (load 7–9): 95 s of CPU for the AM-PPR page, less for the others.
 """
 
 from __future__ import annotations
