@@ -67,13 +67,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def summary_rows(results: dict[str, list[Any]], targets: list[int]) -> list[tuple[str, float, float, float]]:
-    """(method, accuracy, mean confidence, mean valid_mass) per method (`results`: each method's `MethodResult`s)."""
+    """(method, accuracy, mean confidence, mean valid_mass) per method (`results`: each method's `MethodResult`s);
+    accuracy as Table 1 computes it (`metrics.accuracy`), on every question."""
     import torch
+
+    from beliefdrift.metrics.functional import accuracy
 
     rows = []
     for per_question in results.values():
-        probs = torch.stack([r.probs for r in per_question])
-        correct = (probs.argmax(1) == torch.tensor(targets)).double().mean().item()
+        probs = torch.stack([r.probs for r in per_question]).double()
+        correct = accuracy(probs.numpy(), targets)
         confidence = probs.max(1).values.mean().item()
         valid = sum(r.valid_mass for r in per_question) / len(per_question)
         rows.append((per_question[0].method.title, correct, confidence, valid))
