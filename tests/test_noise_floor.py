@@ -162,8 +162,9 @@ def test_emd_command_prints_and_stores_the_floor(tiny_model_dir, short_template,
     assert main([*args, "--noise-floor-replicates", "20"]) == 0  # from the stored records: nothing recomputed
     printed = capsys.readouterr()
     on, after = printed.out, json.loads(summary.read_text())
-    assert "urn floor" not in off and "(2 done)" in printed.err and on.count("urn floor [95%]") == 6
-    assert on.count("> urn floor (p)") == 2 and off.count("drift Û") == 4  # 3 columns and the footnote
+    assert "urn floor" not in off and "(2 of 2 stored already: resuming)" in printed.err
+    assert on.count("| urn floor [95%] |") == 6 and on.count("| > urn floor (p) |") == 2  # 3 per distance
+    assert off.count("drift Û") == 4  # 3 columns and the caption
     for method in ("ppr", "ppr-seed1"):
         for distance in ("l1", "kl"):
             old, new = before[method][distance], after[method][distance]

@@ -33,6 +33,7 @@ from beliefdrift.metrics.functional import (
     paired_summary,
     resample_indices,
     sign_flip_p,
+    valid_only,
 )
 from beliefdrift.report.paired import (
     PairedComparison,
@@ -86,7 +87,9 @@ def test_paired_bootstrap_matches_a_per_resample_loop(name: str) -> None:
         per_question = [float(METRICS[name]([a[i]], targets[[i]])) - float(METRICS[name]([b[i]], targets[[i]]))
                         for i in range(len(a))]
         assert got.p == pytest.approx(sign_flip_p(np.array(per_question)), abs=1e-12)
-    assert paired_summary(a, b, targets, n_resamples=300, seed=3)[name] == pytest.approx(got, abs=1e-12, nan_ok=True)
+    expected = valid_only(name, got, len(a))  # ΔECE: no interval or p (the registry's `interval_from`)
+    assert paired_summary(a, b, targets, n_resamples=300, seed=3)[name] == pytest.approx(expected, abs=1e-12,
+                                                                                        nan_ok=True)
 
 
 def test_paired_mean_bootstrap_matches_a_per_resample_loop() -> None:
@@ -128,7 +131,10 @@ def test_hand_computed_deltas() -> None:
 def test_a_method_against_itself_has_no_difference() -> None:
     a, _, targets = ragged_pair(2, 20)
     for name, delta in paired_summary(a, a, targets, n_resamples=200).items():
-        assert delta[:3] == (0.0, 0.0, 0.0) and (math.isnan(delta.p) if name in ("AUC", "ECE") else delta.p == 1.0)
+        if name == "ECE":  # no interval or p (the registry's `interval_from`)
+            assert delta.delta == 0.0 and all(math.isnan(v) for v in delta[1:])
+            continue
+        assert delta[:3] == (0.0, 0.0, 0.0) and (math.isnan(delta.p) if name == "AUC" else delta.p == 1.0)
     assert paired_mean_bootstrap([0.1, 0.5, 0.2], [0.1, 0.5, 0.2]) == (0.0, 0.0, 0.0, 1.0)
 
 
@@ -143,6 +149,7 @@ def test_a_clearly_better_method_has_a_small_p() -> None:
     right = rng.random(n) < 0.5
     b = np.where(right[:, None], np.stack([conf, 1 - conf], 1), np.stack([1 - conf, conf], 1))
     deltas = paired_summary(a, b, targets, n_resamples=500)
+    assert deltas["ECE"].delta < 0 and math.isnan(deltas.pop("ECE").p)  # ΔECE: no interval or p
     for name, delta in deltas.items():
         assert delta.p < 0.01, name
         higher_is_better = name in ("ACC", "AUC")
@@ -189,16 +196,17 @@ def test_emd_comparisons_pair_the_questions() -> None:
     assert (pair.method.name, pair.baseline.name, pair.n) == ("am-ppr", "ppr", 3)
     assert pair.deltas["EMD‾ (L1)"] == paired_mean_bootstrap([0.1, 0.2, 0.3], [0.3, 0.5, 0.4], n_resamples=50)
     assert pair.deltas["EMD‾ (KL)"].delta == pytest.approx(-0.4)
-    lines = emd_markdown([pair]).splitlines()
-    assert lines[2] == "| Method | vs | n | Δ EMD‾ (L1) | p | Δ EMD‾ (KL) | p |"
+    lines = emd_markdown([pair]).splitlines()  # wider than 100 columns together: one table per distance
+    assert lines[2] == "| Method | vs | n | Δ EMD‾ (L1) | p |" and lines[6] == "| Method | vs | n | Δ EMD‾ (KL) | p |"
     assert lines[4].startswith("| AM-PPR + NoSEED | PPR + NoSEED | 3 | -0.2000 [")
+    assert max(len(line) for line in lines if line.startswith("|")) <= 100
     assert emd_markdown(emd_comparisons({"ppr": records["ppr"]}, ["l1"])) == ""
 
 
 def test_delta_ece_is_printed_without_interval_or_p() -> None:
     # Two calibrated methods (true ECE 0 for both) whose confidences spread differently: the binned plug-in's bias
-    # differs, so Δ ECE's paired p falls below 5% far more often than 5% of the time. The table marks Δ ECE † with
-    # no interval and no p, as Table 2 prints ECE; the other metrics keep theirs.
+    # differs, so Δ ECE's paired p falls below 5% far more often than 5% of the time. `paired_summary` gives Δ ECE
+    # no interval and no p (NaN), and the table marks it †, as Table 2 prints ECE; the other metrics keep theirs.
     rng = np.random.default_rng(0)
     n, rejected = 100, 0
     for seed in range(40):
@@ -212,7 +220,9 @@ def test_delta_ece_is_printed_without_interval_or_p() -> None:
     assert rejected / 40 > 0.15
     pair = PairedComparison(parse_method("am-ppr"), parse_method("ppr"), n,
                             paired_summary(a, b, targets, n_resamples=200))
-    cells = metrics_markdown("X", [pair]).splitlines()[4].rstrip(" |").split(" | ")[3:]  # Δ and p per metric
+    assert all(math.isnan(v) for v in pair.deltas["ECE"][1:])
+    cells = [cell for line in metrics_markdown("X", [pair]).splitlines() if line.startswith("| AM-PPR")
+             for cell in line.rstrip(" |").split(" | ")[3:]]  # Δ and p per metric, over the split tables
     ece_at, bs_at = 2 * METRIC_NAMES.index("ECE"), 2 * METRIC_NAMES.index("BS")
     assert cells[ece_at : ece_at + 2] == [f"{pair.deltas['ECE'].delta:.4f} †", "–"]
     assert "[" in cells[bs_at] and cells[bs_at + 1] == f"{pair.deltas['BS'].p:.3f}"
@@ -231,9 +241,12 @@ def test_evaluate_then_report_writes_the_paired_tables(tiny_model_dir: Path, tmp
     assert markdown.strip() in capsys.readouterr().out
     lines = markdown.splitlines()
     assert lines[0].startswith("**Paired differences, Demo.**")
-    assert lines[2] == "| Method | vs | n | Δ ACC | p | Δ AUC | p | Δ ECE | p | Δ NLL | p | Δ BS | p |"
-    assert [line.split(" | ")[:3] for line in lines[4:]] == [["| PPR + SEED_1", "PPR + NoSEED", "4"],
+    heads = [line for line in lines if line.startswith("| Method |")]  # split to fit 100 columns, Δ beside its p
+    assert heads[0].startswith("| Method | vs | n | Δ ACC ↑ | p | Δ AUC ↑ | p |")
+    assert " | ".join(heads).count("| p |") == len(METRIC_NAMES) and "Δ BS ↓ | p |" in heads[-1]
+    assert [line.split(" | ")[:3] for line in lines[4:6]] == [["| PPR + SEED_1", "PPR + NoSEED", "4"],
                                                               ["| Direct-Query", "PPR + NoSEED", "4"]]
+    assert max(len(line) for line in lines if line.startswith("|")) <= 100
     rows = list(csv.DictReader((out / "paired.csv").read_text().splitlines()))
     assert [(r["method"], r["baseline"], r["metric"]) for r in rows] == [
         (m, "ppr", metric) for m in ("ppr-seed1", "direct") for metric in METRIC_NAMES]

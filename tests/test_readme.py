@@ -21,7 +21,7 @@ import beliefdrift
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-PYTHON_BLOCK = re.compile(r"(?:^<!-- docs-test: (?P<tiny>\{.*\}) -->\n)?^```python\n(?P<code>.*?)^```$",
+PYTHON_BLOCK = re.compile(r"(?:^<!-- docs-test: (?P<tiny>\{[^\n]*\}) -->\n)?^```python\n(?P<code>.*?)^```$",
                           re.MULTILINE | re.DOTALL)
 
 

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from table_checks import table_problems
 
 from beliefdrift.cli.main import main
 from beliefdrift.data import MCQuestion
@@ -71,8 +72,11 @@ def table_lines(text: str) -> list[str]:
 def test_markdown_has_hand_computed_values_in_paper_order(scores: RunScores) -> None:
     text = markdown_tables([scores])
     table1, table2 = text.split("**Table 2.**")
-    assert "| Method | CSQA ACC | CSQA AUC | CSQA n (excl.) |" in table1
-    assert "| Method | CSQA ECE | CSQA CE2 | CSQA NLL | CSQA BS | CSQA n (excl.) |" in table2
+    assert "| Method | CSQA ACC ↑ | CSQA AUC ↑ | CSQA n (excl.) |" in table1
+    # Table 2 is 101 columns wide in one piece: split, the row labels repeated
+    assert "| Method | CSQA ECE ↓ | CSQA CE2 ↓ | CSQA NLL ↓ | CSQA BS ↓ |" in table2
+    assert "| Method | CSQA n (excl.) |" in table2 and max(len(line) for line in text.splitlines()
+                                                          if line.startswith("|")) <= 100
     titles = [line.split(" | ")[0][2:] for line in table_lines(table1)]
     assert titles == ["PPR + NoSEED", "PPR + SEED_5", "AM-PPR + SEED_1", "Direct-Query"]
     ppr1 = table_lines(table1)[0]
@@ -80,11 +84,33 @@ def test_markdown_has_hand_computed_values_in_paper_order(scores: RunScores) -> 
     ppr2 = table_lines(table2)[0]
     # the paper's ECE without its (invalid) interval; CE2 without one below 20 questions
     assert ppr2.startswith("| PPR + NoSEED | 0.4000 † | ") and "| 0.5473 [" in ppr2 and "| 0.3700 [" in ppr2
-    direct1, direct2 = table_lines(table1)[-1], table_lines(table2)[-1]
+    direct1, direct2 = table_lines(table1)[-1], table_lines(table2)[3]
     assert direct1 == "| Direct-Query | 100.0 [100.0, 100.0] | n/a | 5 (0) |"  # AUC undefined: one class
-    assert direct2 == ("| Direct-Query | 0.0000 † | 0.0000 † | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] | "
-                       "5 (0) |")
+    assert "n/a: undefined here (AUC when every prediction is right" in table1 and "n/a:" not in table2
+    assert direct2 == "| Direct-Query | 0.0000 † | 0.0000 † | 0.0000 [0.0000, 0.0000] | 0.0000 [0.0000, 0.0000] |"
+    assert table_lines(table2)[-1] == "| Direct-Query | 5 (0) |"
     assert "(RB)" not in text
+
+
+def test_an_nll_with_clipped_probabilities_says_so() -> None:
+    """A true-label probability below ε counts as ε (−log ε ≈ 13.8), so one such question can dominate the NLL: its
+    cell says how many were clipped, and the caption says what that means (only where it happens)."""
+    rows = [ResultRow(f"q{i}", "ppr", i, target, 2, np.array(probs), np.full((2, 3), 0.9))
+            for i, (probs, target) in enumerate(zip([*PROBS, [1.0, 0.0]], [*TARGETS, 1], strict=True))]
+    text = markdown_tables([RunScores("CSQA", score_rows(rows, n_resamples=50))])
+    (line,) = [line for line in text.split("**Table 2.**")[1].splitlines() if line.startswith("| PPR")][:1]
+    assert "] (1 clipped) |" in line and "(k clipped): k true-label probabilities below ε = 1e-06" in text
+    assert "clipped" not in markdown_tables([RunScores("CSQA", score_rows(rows[:4], n_resamples=50))])
+
+
+def test_the_reasoning_table_says_what_its_columns_are() -> None:
+    from beliefdrift.runs.reasoning import summary_markdown
+
+    condition = {"title": "PPR", "curve_mean": [0.9, None, 0.8], "majority_accuracy": {"overall": 0.5}, "pairs": 8,
+                 "malformed": 1}
+    text = summary_markdown({"conditions": {"ppr": condition}})
+    assert table_problems(text) == [] and "c_1 at the first pair, c_last at the last n" in text
+    assert "| PPR | 0.900 | 0.800 | 0.50 | 8 | 1 |" in text
 
 
 def test_interval_brackets_the_bootstrap(scores: RunScores) -> None:
@@ -113,7 +139,9 @@ def test_csv_has_every_number(scores: RunScores) -> None:
     ppr = rows[0]
     for metric, value in EXPECTED.items():
         assert float(ppr[metric]) == pytest.approx(value, abs=1e-6)
-        assert float(ppr[metric + "_low"]) <= float(ppr[metric + "_high"])
+        if metric != "ECE":  # no valid interval: NaN bounds, as every surface shows it
+            assert float(ppr[metric + "_low"]) <= float(ppr[metric + "_high"])
+    assert all(math.isnan(float(ppr[f"{metric}_{end}"])) for metric in ("ECE", "CE2") for end in ("low", "high"))
     assert (ppr["n"], ppr["excluded"], ppr["total"], ppr["nll_clipped"]) == ("4", "1", "5", "0")
     # label mass over all five questions (q4's paths: 0.9, 0.2, 0.3); confidence and argmax over the kept four
     assert float(ppr["label_mass"]) == pytest.approx((4 * 0.9 + (0.9 + 0.2 + 0.3) / 3) / 5)
@@ -152,6 +180,36 @@ def test_report_command_counts_qc_exclusions(tmp_path: Path, capsys: pytest.Capt
     assert table_lines(markdown)[0].startswith("| PPR + NoSEED | 60.0 [") and "| 5 (0) |" in markdown
 
 
+def test_quality_control_is_one_function_and_says_what_it_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    """`excluded_units` is the one answer to "does quality control drop this (question, method)" (the tables, the
+    paired tests and the explorer read it); `quality_report` counts it per method and words the warnings: a line per
+    method that lost questions, a loud one for a method that lost all of them, and `all_excluded` naming it."""
+    from beliefdrift.report.paired import metrics_markdown, paired_scores
+    from beliefdrift.runs.scoring import excluded_units, quality_report, warn_quality
+
+    rows = synthetic_rows()
+    assert excluded_units(rows) == {("q4", method) for method in PPR_METHODS}
+    assert excluded_units(rows, QualityControl(common=True)) == {("q4", m) for m in (*PPR_METHODS, "direct")}
+    off = [ResultRow(f"q{i}", "ppr-seed1", i, 0, 2, np.array([0.5, 0.5]), np.full((3, 5), 0.1)) for i in range(5)]
+    report = quality_report(rows + off)
+    assert [(m.method, m.total, len(m.excluded)) for m in report.methods] == [
+        ("ppr", 5, 1), ("ppr-seed1", 5, 5), ("ppr-seed5", 5, 1), ("am-ppr-seed1", 5, 1), ("direct", 5, 0)]
+    assert report.all_excluded == ["ppr-seed1"] and report.as_dict()["methods"]["ppr"]["excluded_questions"] == ["q4"]
+    with caplog.at_level("WARNING", logger="beliefdrift"):
+        warn_quality(rows + off)
+    lines = caplog.messages
+    assert lines[0] == ("quality control excluded 1 of 5 questions of PPR + NoSEED (more than 0.5 of its paths "
+                        "(direct query: its one answer) had mean label mass below 0.5): q4")
+    assert lines[1].startswith("QUALITY CONTROL EXCLUDED ALL 5 QUESTIONS OF PPR + SEED_1: its rows in the tables are "
+                               "empty (–)") and "its mean label mass is 0.10" in lines[1]
+    assert len(lines) == 4  # direct lost none
+    # The paired table says why a comparison is empty.
+    text = metrics_markdown("CSQA", paired_scores(rows + off, n_resamples=20))
+    assert "| PPR + SEED_1 | PPR + NoSEED | 0 | – | – |" in text
+    assert "– with n = 0 (PPR + SEED_1 vs PPR + NoSEED): quality control kept no question for both methods" in text
+    assert "n = 0" not in metrics_markdown("CSQA", paired_scores(rows, n_resamples=20))
+
+
 def test_several_runs_side_by_side(tmp_path: Path) -> None:
     rows = synthetic_rows()
     for name, dataset in (("a", "tinymmlu"), ("b", "arc"), ("c", "arc")):
@@ -164,8 +222,43 @@ def test_several_runs_side_by_side(tmp_path: Path) -> None:
     assert r"\cmidrule(lr){2-4}\cmidrule(lr){5-7}\cmidrule(lr){8-10}" in latex
     assert r"\begin{tabular}{l ccc ccc ccc}" in latex
     header = (out / "tables.md").read_text().splitlines()[2]
-    assert header.startswith("| Method | TinyMMLU ACC | TinyMMLU AUC | TinyMMLU n (excl.) | AI2-ARC (b) ACC")
+    assert header.startswith("| Method | TinyMMLU ACC ↑ | TinyMMLU AUC ↑ | TinyMMLU n (excl.) | AI2-ARC (b) ACC ↑")
     assert (out / f"reliability-{safe_name('ai2-arc (c)')}-direct.png").exists()
+
+
+def test_no_surface_shows_an_interval_the_registry_marks_invalid(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """ECE has no valid interval or paired p (`MetricSpec.interval_from`): `summarize`, `paired_summary`,
+    `Run.scores()`, `Run.paired()`, metrics.csv and paired.csv all give NaN there, so every surface (the explorer
+    included) shows none; and the registry is the one place that says so, and which way is better."""
+    import dataclasses
+
+    from beliefdrift.metrics.functional import REPORT_METRICS, paired_summary, summarize
+    from beliefdrift.runs.results import open_run
+
+    assert math.isnan(summarize(PROBS, TARGETS, n_resamples=50)["ECE"].low)
+    assert all(math.isnan(v) for v in paired_summary(PROBS, [[0.5, 0.5]] * 4, TARGETS, n_resamples=50)["ECE"][1:])
+    write_store(tmp_path, "csqa", synthetic_rows())
+    assert main(["report", str(tmp_path), "--bootstrap", "50"]) == 0
+    metrics_csv = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
+    assert all(math.isnan(float(row["ECE_low"])) and math.isnan(float(row["ECE_high"])) for row in metrics_csv)
+    assert all(float(row["NLL_low"]) <= float(row["NLL_high"]) for row in metrics_csv)
+    paired_csv = [row for row in csv.DictReader((tmp_path / "paired.csv").read_text().splitlines())
+                  if row["metric"] == "ECE"]
+    assert paired_csv and all(math.isnan(float(row[key])) for row in paired_csv for key in ("low", "high", "p"))
+    run = open_run(tmp_path)
+    scores = run.scores(n_resamples=50)
+    assert all(math.isnan(score["ECE_low"]) for score in scores if "ECE" in score)
+    assert not math.isnan(scores[0]["ACC_low"])
+    assert all(math.isnan(pair.deltas["ECE"].p) and math.isnan(pair.deltas["ECE"].low)
+               for pair in run.paired(n_resamples=50))
+
+    # One entry of the registry decides it for every surface: NLL marked invalid, Brier score "higher is better".
+    monkeypatch.setitem(REPORT_METRICS, "NLL", dataclasses.replace(REPORT_METRICS["NLL"], interval_from=math.inf))
+    monkeypatch.setitem(REPORT_METRICS, "BS", dataclasses.replace(REPORT_METRICS["BS"], higher_is_better=True))
+    assert math.isnan(run.scores(n_resamples=50)[0]["NLL_low"])
+    text = markdown_tables([RunScores("CSQA", score_rows(synthetic_rows(), n_resamples=50))])
+    assert "| CSQA NLL ↓ | CSQA BS ↑ |" in text and "| 0.5473 † |" in text
 
 
 def test_evaluate_and_report_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -194,6 +287,27 @@ def test_evaluate_and_report_end_to_end(tiny_model_dir: Path, tmp_path: Path) ->
     assert "| 0 (3) |" in (out / "tables.md").read_text()
 
 
+def test_evaluate_warns_when_quality_control_drops_a_method(tiny_model_dir: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """At run time: the tiny random model puts ~1% of its mass on the labels, so the default quality control drops
+    every question of every method; evaluate says so on stderr, method by method, and summary.json (and
+    `Run.quality_control()`) lists them in `all_excluded`."""
+    import json
+
+    from beliefdrift.runs.results import open_run
+
+    out = tmp_path / "run"
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "2", "-J", "2", "-N", "2",
+                 "--methods", "direct", "ppr", "--bootstrap", "20", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "QUALITY CONTROL EXCLUDED ALL 2 QUESTIONS OF PPR + NoSEED" in err
+    assert "QUALITY CONTROL EXCLUDED ALL 2 QUESTIONS OF Direct-Query" in err
+    summary = json.loads((out / "summary.json").read_text())["quality_control"]
+    assert summary["all_excluded"] == ["ppr", "direct"] and summary["methods"]["ppr"]["excluded"] == 2
+    assert open_run(out).quality_control().all_excluded == ["ppr", "direct"]
+    assert "summary.json" in err and "run.sqlite" in err  # the last line names everything written
+
+
 def test_metric_table_for_in_memory_results(tiny_lm) -> None:
     questions = load_dataset("demo", n=3)
     methods = [parse_method(name) for name in ("direct", "ppr-seed1")]
@@ -202,7 +316,7 @@ def test_metric_table_for_in_memory_results(tiny_lm) -> None:
         for result in run_methods(tiny_lm, question, methods, paths=2, steps=2, seed=0, template="ppr-llama"):
             results[result.method.name].append(result)
     text = metric_table(results, questions, qc=QualityControl(path_mass=0.0), n_resamples=20)
-    assert "| Method | Demo ACC | Demo AUC | Demo n (excl.) |" in text
+    assert "| Method | Demo ACC ↑ | Demo AUC ↑ | Demo n (excl.) |" in text
     lines = table_lines(text.split("**Table 2.**")[0])
     assert [line.split(" | ")[0][2:] for line in lines] == ["PPR + SEED_1", "Direct-Query"]
     assert all(line.endswith("| 3 (0) |") for line in lines)

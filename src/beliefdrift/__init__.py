@@ -8,16 +8,18 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
 >>> questions = bd.load_dataset("demo", n=2)
 >>> results = bd.run_methods_many(lm, questions, [bd.parse_method("ppr")], paths=4, steps=5)
 
-- models and data: `load_model`, `load_adapter`, `load_dataset`, `MCQuestion`;
-- methods and paths: `parse_method`, `run_methods`, `run_methods_many`, `QuestionRunner`, `make_generator`;
+- models and data: `load_model` (a `LanguageModel`), `load_adapter`, `base_model`, `load_dataset`, `MCQuestion`;
+- methods and paths: `parse_method` (a `Method`), `run_methods`, `run_methods_many` (`MethodResult`s),
+  `QuestionRunner`, `Trajectories`, `make_generator`;
 - estimators: `martingale_posterior_mean` (q*), `rao_blackwell_mean` (q*_RB), `first_step_estimate` (θ̂_1);
 - diagnostics: `marginal_drift`, `marginal_shift`, `EMDConfig`, `emd_per_question` (each question's EMD, as the
   `emd` command stores it), `emd_rows` (those over questions), `emd_summary` (both in one call), `question_emd` and
-  `aggregate_emd` (one question, stored summaries), `noise_floor` (the rows beside their Pólya-urn floor),
-  `question_floor`, `method_floors` and `with_floor` (its parts);
+  `aggregate_emd` (one question, stored summaries; `QuestionEMD`, `EMDRow`), `noise_floor` (the rows beside their
+  Pólya-urn floor), `question_floor`, `method_floors` and `with_floor` (its parts), the c.i.d. check `cid_check`
+  (`CIDCheck`, `sign_flip_l1_p`, `smallest_p`, `half_differences`) and the drift test `drift_test` (`DriftTest`);
 - metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier` (each a
-  float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_summary`, `paired_mean_bootstrap`, `paired_scores`
-  (of stored rows);
+  float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_bootstrap`, `paired_summary`, `paired_mean_bootstrap`,
+  `paired_scores` (of stored rows);
 - runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `drift`, `emd`, `reasoning` (the
   same for the diagnostics, with `DriftConfig`, `EMDCommandConfig`, `ReasoningCommandConfig`), `open_run` (any run
   directory, finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
@@ -148,19 +150,22 @@ def progress_bar(*args: Any, **kwargs: Any) -> Any:
 
 #: Each module and the public names it defines.
 _EXPORTS = {
-    "beliefdrift.backend.loading": ("load_model",),
-    "beliefdrift.backend.adapters": ("load_adapter",),
+    "beliefdrift.backend.loading": ("load_model", "LanguageModel"),
+    "beliefdrift.backend.adapters": ("load_adapter", "base_model"),
     "beliefdrift.data.registry": ("load_dataset",),
     "beliefdrift.data.question": ("MCQuestion",),
-    "beliefdrift.engine.methods": ("parse_method", "run_methods", "run_methods_many"),
-    "beliefdrift.engine.resampling": ("QuestionRunner", "make_generator"),
+    "beliefdrift.engine.methods": ("parse_method", "Method", "MethodResult", "run_methods", "run_methods_many"),
+    "beliefdrift.engine.resampling": ("QuestionRunner", "Trajectories", "make_generator"),
     "beliefdrift.engine.estimators": ("martingale_posterior_mean", "rao_blackwell_mean", "first_step_estimate"),
     "beliefdrift.diagnostics.marginal": ("marginal_drift", "marginal_shift"),
     "beliefdrift.config.diagnostics": ("EMDConfig", "DriftConfig", "EMDCommandConfig"),
-    "beliefdrift.diagnostics.emd": ("emd_per_question", "emd_rows", "emd_summary", "question_emd", "aggregate_emd"),
+    "beliefdrift.diagnostics.emd": ("emd_per_question", "emd_rows", "emd_summary", "question_emd", "QuestionEMD",
+                                    "EMDRow", "aggregate_emd"),
+    "beliefdrift.diagnostics.cid": ("cid_check", "CIDCheck", "sign_flip_l1_p", "smallest_p", "half_differences"),
+    "beliefdrift.diagnostics.drift_test": ("drift_test", "DriftTest"),
     "beliefdrift.diagnostics.noise_floor": ("noise_floor", "question_floor", "method_floors", "with_floor"),
     "beliefdrift.metrics.functional": ("summarize", "accuracy", "auroc", "ece", "nll", "nll_clipped", "brier",
-                                       "bootstrap_ci", "paired_summary", "paired_mean_bootstrap"),
+                                       "bootstrap_ci", "paired_bootstrap", "paired_summary", "paired_mean_bootstrap"),
     "beliefdrift.report.paired": ("paired_scores",),
     "beliefdrift.config.evaluate": ("EvalConfig",),
     "beliefdrift.runs.results": ("evaluate", "drift", "emd", "reasoning", "open_run", "Run", "write_export"),

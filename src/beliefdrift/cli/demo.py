@@ -1,6 +1,7 @@
 """`beliefdrift demo`: the paper's main observations on the bundled demo set with the default model.
 
-Runs Direct-Query, PPR, PPR+SEED_1 and PPR+SEED_5, prints a short table and the paper's metric tables,
+Runs Direct-Query, PPR, PPR+SEED_1 and PPR+SEED_5, prints a summary table (every question, quality control's
+exclusions counted) and the paper's metric tables (the questions quality control keeps),
 draws the marginal drift of θ_n (the paper's Figure 1 (a)/(b)) for one question, and measures the expected
 martingale drift (EMD) with and without seeding on a few questions, and the drift of chain-of-thought
 trajectories in embedding space on a few more. Each question's results are stored in `out/run.sqlite` as it
@@ -66,17 +67,41 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def summary_rows(results: dict[str, list[Any]], targets: list[int]) -> list[tuple[str, float, float, float]]:
-    """(method, accuracy, mean confidence, mean valid_mass) per method (`results`: each method's `MethodResult`s)."""
+    """(method, accuracy, mean confidence, mean valid_mass) per method (`results`: each method's `MethodResult`s);
+    accuracy as Table 1 computes it (`metrics.accuracy`), on every question."""
     import torch
+
+    from beliefdrift.metrics.functional import accuracy
 
     rows = []
     for per_question in results.values():
-        probs = torch.stack([r.probs for r in per_question])
-        correct = (probs.argmax(1) == torch.tensor(targets)).double().mean().item()
+        probs = torch.stack([r.probs for r in per_question]).double()
+        correct = accuracy(probs.numpy(), targets)
         confidence = probs.max(1).values.mean().item()
         valid = sum(r.valid_mass for r in per_question) / len(per_question)
         rows.append((per_question[0].method.title, correct, confidence, valid))
     return rows
+
+
+def summary_table(results: dict[str, list[Any]], questions: list[MCQuestion], stored: list[ResultRow]) -> str:
+    """The demo's first table, titled: each method on every question before quality control, with how many questions
+    quality control removes from Tables 1 and 2 (`scoring.warn_quality` says which, on stderr)."""
+    from beliefdrift.runs.scoring import warn_quality
+
+    quality = warn_quality(stored)
+    excluded = {m.method: len(m.excluded) for m in quality.methods}
+    rows = summary_rows(results, [q.answer_index for q in questions])
+    caption = (f"**Demo summary.** Each method on all {len(questions)} questions, before quality control: accuracy "
+               "(share of questions whose most probable option is the answer), mean confidence (max_a q(a)), mean "
+               "valid_mass (the probability the model puts on the answer labels, over every step of every path), and "
+               "QC excl. (questions quality control removes from Tables 1 and 2: a path is off-format when its mean "
+               f"valid_mass is below {quality.qc.path_mass:g}, a question is removed when more than "
+               f"{quality.qc.max_fraction:g} of its paths are). Tables 1 and 2 score the kept questions only, so "
+               "their accuracy differs where QC excl. is not 0.")
+    return caption + "\n\n" + markdown_table(
+        ["method", "accuracy", "mean confidence", "mean valid_mass", "QC excl."],
+        [[title, f"{acc:.3f}", f"{conf:.3f}", f"{valid:.3f}", f"{excluded.get(name, 0)}/{len(questions)}"]
+         for name, (title, acc, conf, valid) in zip(results, rows, strict=True)])
 
 
 def stored_result(row: ResultRow) -> MethodResult:
@@ -94,9 +119,9 @@ def stored_result(row: ResultRow) -> MethodResult:
 
 
 def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[Method],
-                 config: DemoConfig) -> dict[str, list[MethodResult]]:
-    """Every method's result on every question, each question's stored in `out/run.sqlite` as it finishes: an
-    interrupted demo resumes with the questions it had finished."""
+                 config: DemoConfig) -> tuple[dict[str, list[MethodResult]], list[ResultRow]]:
+    """Every method's result on every question, and the stored rows; each question's stored in `out/run.sqlite` as
+    it finishes: an interrupted demo resumes with the questions it had finished."""
     from beliefdrift import progress_bar
     from beliefdrift.engine.methods import run_methods
     from beliefdrift.runs.identity import run_identity
@@ -120,7 +145,7 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
     results: dict[str, list[MethodResult]] = {m.name: [] for m in methods}
     for row in rows:  # in question order
         results[row.method].append(stored_result(row))
-    return results
+    return results, rows
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
     from beliefdrift.diagnostics.marginal import marginal_drift
     from beliefdrift.report.plots import plot_marginal_drift
     from beliefdrift.report.tables import metric_table
+    from beliefdrift.report.text import wrote
     from beliefdrift.runs.reasoning import demo_section as reasoning_section
+    from beliefdrift.runs.store import STORE_FILE
 
     config = settings_from(args, DemoConfig)
     questions = load_dataset("demo", n=config.n or None, seed=config.seed)
@@ -137,13 +164,9 @@ def run(args: argparse.Namespace) -> int:
     lm = model_from(config)
     log.info("%d questions × %d methods, J=%d paths, N=%d answers (%s, %s)", len(questions), len(methods),
              config.paths, config.steps, lm.dtype, lm.device)
-    results = demo_results(lm, questions, methods, config)
+    results, stored = demo_results(lm, questions, methods, config)
 
-    rows = summary_rows(results, [q.answer_index for q in questions])
-    table = markdown_table(
-        ["method", "accuracy", "mean confidence", "mean valid_mass"],
-        [[name, f"{acc:.3f}", f"{conf:.3f}", f"{valid:.3f}"] for name, acc, conf, valid in rows],
-    )
+    table = summary_table(results, questions, stored)
     metrics = metric_table(results, questions, label="Demo")
     print(table + "\n\n" + metrics)
     config.out.mkdir(parents=True, exist_ok=True)
@@ -163,7 +186,11 @@ def run(args: argparse.Namespace) -> int:
         sections.append(reasoning_section(lm, config.out / "reasoning", config.seed, config.reasoning_questions))
         print(sections[-1])
     (config.out / "summary.md").write_text("\n\n".join(sections) + "\n")
-    log.info("wrote %s and %s", config.out / "summary.md", ", ".join(str(p) for p in written))
+    log.info(wrote(config.out, [f"{STORE_FILE} (the results)", "summary.md (the tables above)",
+                                f"{written[0].stem}.{'/'.join(p.suffix[1:] for p in written)} (the drift of "
+                                f"{question.id})",
+                                *(["reasoning/ (its run store, summary.json and figure)"]
+                                  if config.reasoning_questions else [])]))
     return 0
 
 
@@ -176,7 +203,12 @@ def emd_section(lm: Any, questions: list[Any], config: DemoConfig) -> str:
              DEMO_EMD.prefix_lengths)
     rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], config=DEMO_EMD, seed=config.seed,
                        template=config.template, template_ending=config.template_ending)
-    return "Expected martingale drift (L1)\n\n" + markdown_table(
+    caption = (f"**Expected martingale drift (L1)** on {len(questions)} questions. EMD‾: the L1 distance between the "
+               f"k-step and the one-step predictive, averaged over k = 2 … {DEMO_EMD.horizon} and prefixes of "
+               f"{' and '.join(map(str, DEMO_EMD.prefix_lengths))} answers, mean ± std over questions (0 for a "
+               f"martingale); EMD_{DEMO_EMD.k}(b): the same at k = {DEMO_EMD.k} after a prefix of b answers sampled "
+               f"from the process, for b = 0 … {DEMO_EMD.burn_in} (the curve of the paper's Figure 3).")
+    return caption + "\n\n" + markdown_table(
         ["method", "EMD‾ mean ± std", f"EMD_{DEMO_EMD.k}(b), b = 0 … {DEMO_EMD.burn_in}"],
         [[row.method, plus_minus(row.emd_bar, row.emd_bar_std), " ".join(f"{v:.3f}" for v in row.burn_in)]
          for row in rows],

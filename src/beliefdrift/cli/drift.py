@@ -26,8 +26,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from beliefdrift.report.diagnostics import drift_report
+    from beliefdrift.report.text import wrote
     from beliefdrift.runs.diagnostics import run_drift
     from beliefdrift.runs.distributed import Ranks
+    from beliefdrift.runs.store import STORE_FILE
 
     config = settings_from(args, DriftConfig)
     run = run_drift(config)
@@ -38,5 +40,6 @@ def run(args: argparse.Namespace) -> int:
     print(report.table)
     write_atomic(config.out / "summary.md", report.table + "\n")
     write_atomic(config.out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
-    log.info("wrote %s/summary.md, records.csv and %d figure files", config.out, len(report.figures))
+    log.info(wrote(config.out, [f"{STORE_FILE} (the records)", "records.csv", "summary.md", "summary.json",
+                                f"{len(report.figures)} figure files (marginal_shift, marginal_drift*)"]))
     return 0

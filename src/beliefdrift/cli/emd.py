@@ -16,9 +16,7 @@ import argparse
 import json
 import logging
 
-from beliefdrift.config.diagnostics import (
-    EMDCommandConfig,
-)
+from beliefdrift.config.diagnostics import EMDCommandConfig
 from beliefdrift.config.options import add_command, settings_from
 from beliefdrift.files import write_atomic
 
@@ -34,8 +32,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from beliefdrift.diagnostics.noise_floor import method_floors, missing_fields
     from beliefdrift.report.diagnostics import emd_report
+    from beliefdrift.report.text import wrote
     from beliefdrift.runs.diagnostics import run_emd
     from beliefdrift.runs.distributed import Ranks
+    from beliefdrift.runs.store import STORE_FILE
 
     settings = settings_from(args, EMDCommandConfig)
     config = settings.emd
@@ -55,5 +55,6 @@ def run(args: argparse.Namespace) -> int:
     print(report.table)
     write_atomic(settings.out / "summary.md", report.table + "\n")
     write_atomic(settings.out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
-    log.info("wrote %s/summary.md, records.csv, emd_bar_*.png/pdf and emd_k_b_*.png/pdf", settings.out)
+    log.info(wrote(settings.out, [f"{STORE_FILE} (the records)", "records.csv", "summary.md", "summary.json",
+                                  "emd_bar_*.png/pdf", "emd_k_b_*.png/pdf"]))
     return 0

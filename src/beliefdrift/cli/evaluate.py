@@ -5,18 +5,24 @@ Settings come from the built-in defaults, then a `--config` YAML preset, then th
 Interrupted runs resume where they stopped when the same command is run again; under
 `torchrun --nproc_per_node=P -m beliefdrift evaluate …` the questions are sharded over P processes
 into the same store (write `-n` there, not `--n`: torchrun rejects `--n` as an ambiguous abbreviation of
-its own options).
+its own options). At the end a warning names each method whose questions quality control excludes, and
+summary.json says what it dropped (`all_excluded`: the methods it left without a question).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 
 from beliefdrift.config.evaluate import EvalConfig, resolve_methods
 from beliefdrift.config.options import add_command, settings_from
 
 log = logging.getLogger(__name__)
+
+#: The run's summary beside its report: what quality control dropped (`Run.quality_control`), with `all_excluded`
+#: naming the methods left without a question.
+SUMMARY = "summary.json"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,9 +32,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from beliefdrift.files import write_atomic
     from beliefdrift.report.runs import REPORT_FILES, write_report
+    from beliefdrift.report.text import wrote
     from beliefdrift.runs.distributed import Ranks
     from beliefdrift.runs.evaluate import evaluate
+    from beliefdrift.runs.results import open_run
 
     config = resolve_methods(settings_from(args, EvalConfig), given="methods" in args.given)
     ranks = Ranks.from_env()
@@ -40,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     if ranks.rank != 0:
         return 0
     markdown, files = write_report([config.out], config.out, config.quality_control, config.bootstrap)
+    quality = open_run(config.out).quality_control(config.quality_control)
+    write_atomic(config.out / SUMMARY, json.dumps({"quality_control": quality.as_dict()}, indent=2) + "\n")
     print(markdown)
-    log.info("results in %s; wrote %d report files (%s) to %s", store, len(files), REPORT_FILES, config.out)
+    log.info(wrote(config.out, [f"{store.name} (the results)", f"{SUMMARY} (quality control; all_excluded: "
+                                f"{', '.join(quality.all_excluded) or 'none'})", f"{len(files)} report files "
+                                f"({REPORT_FILES})"]))
     return 0

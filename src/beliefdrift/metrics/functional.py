@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -38,10 +38,12 @@ __all__ = [
     "METRICS",
     "METRIC_NAMES",
     "MetricSpec",
+    "NLL_EPS",
     "SUM_TOLERANCE",
     "Interval",
     "MetricWarning",
     "PairedDelta",
+    "REPORT_METRICS",
     "ReliabilityBins",
     "accuracy",
     "auroc",
@@ -51,6 +53,7 @@ __all__ = [
     "ce2_squared",
     "ce2_interval",
     "ece",
+    "interval_valid",
     "nll",
     "nll_clipped",
     "paired_bootstrap",
@@ -61,6 +64,7 @@ __all__ = [
     "resample_indices",
     "sign_flip_p",
     "summarize",
+    "valid_only",
 ]
 
 #: Equal-width confidence bins of the debiased calibration error CE₂ (fewer than ECE's 15: U_b needs n_b ≥ 2).
@@ -72,6 +76,9 @@ CE2_MIN_N = 20
 #: Below this many paired questions a paired p-value comes from a sign-flip permutation test, not the bootstrap
 #: (which gave p = 0.002 over n = 2 questions).
 PAIRED_EXACT_N = 30
+
+#: ε of NLL = mean −log max(p, ε): a true-label probability below it counts as ε (`nll_clipped` counts them).
+NLL_EPS = 1e-6
 
 #: A row of ``probs`` must sum to 1 within this absolute tolerance.
 SUM_TOLERANCE = 1e-3
@@ -293,7 +300,7 @@ def _ce2_core(batch: _Batch, index: np.ndarray, n_bins: int = CE2_BINS) -> np.nd
     return np.sum(count / index.shape[1] * within, axis=1)
 
 
-def _nll_core(batch: _Batch, index: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+def _nll_core(batch: _Batch, index: np.ndarray, eps: float = NLL_EPS) -> np.ndarray:
     """NLL = mean of −log max(p_i^(y_i), ε) over the resample."""
     # 0 − log rather than −log: a certain right answer scores +0, and a mean of −0s would print as "-0.0000"
     return (0.0 - np.log(np.maximum(batch.p_true, eps)))[index].mean(axis=1)
@@ -424,7 +431,7 @@ def _check_eps(eps: float) -> None:
 
 
 @renamed("eps")
-def nll(probs: Any, targets: Any, *, eps: float = 1e-6) -> float:
+def nll(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> float:
     """Negative log-likelihood: NLL = (1/N) Σ_i −log max(p_i^(y_i), ε).
 
     :func:`nll_clipped` counts the questions with p_i^(y_i) < ε (whose term is capped at −log ε); `summarize`
@@ -436,7 +443,7 @@ def nll(probs: Any, targets: Any, *, eps: float = 1e-6) -> float:
 
 
 @renamed("eps")
-def nll_clipped(probs: Any, targets: Any, *, eps: float = 1e-6) -> int:
+def nll_clipped(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> int:
     """How many true-label probabilities :func:`nll` clips up to ``eps`` (p_i^(y_i) < ε)."""
     _check_eps(eps)
     batch = _normalise(probs, targets)
@@ -478,7 +485,10 @@ def resample_indices(n: int, n_resamples: int, generator: np.random.Generator | 
 @dataclass(frozen=True)
 class MetricSpec:
     """A metric of the report: its table name, function and vectorised core, which way is better, the report
-    table it is in, whether it is shown in percent, and the options of `summarize` it takes (`n_bins`, `eps`)."""
+    table it is in, whether it is shown in percent, the options of `summarize` it takes (`n_bins`, `eps`), from
+    how many questions on its interval (and paired p-value) is valid (`interval_from`; `math.inf`: never), and
+    whether its interval is the percentile bootstrap of its core and `paired_summary` compares it
+    (`percentile_bootstrap`; CE₂'s is bias-centred, `ce2_interval`, and has no paired test)."""
 
     name: str
     function: Callable[..., Any]
@@ -487,18 +497,53 @@ class MetricSpec:
     table: int
     percent: bool = False
     options: tuple[str, ...] = ()
+    interval_from: float = 1
+    percentile_bootstrap: bool = True
 
 
-#: Every metric of the report, in table order: adding one is one entry here (and its test in test_metrics.py).
-METRICS = {spec.name: spec for spec in (
+def _ce2_root_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
+    """CE₂ = √max(0, CE₂²) of each resample (`_ce2_core`)."""
+    return np.sqrt(np.maximum(0.0, _ce2_core(batch, index)))
+
+
+#: Every metric the report shows, in column order: adding one is one entry here (and its test in test_metrics.py).
+#: ECE has no valid interval or paired p at any n: its binned plug-in is biased upward by an amount that depends on
+#: how the confidences spread over the bins (docs/statistics.md).
+REPORT_METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
     MetricSpec("ACC", accuracy, _accuracy_core, higher_is_better=True, table=1, percent=True),
     MetricSpec("AUC", auroc, _auroc_core, higher_is_better=True, table=1, percent=True),
-    MetricSpec("ECE", ece, _ece_core, higher_is_better=False, table=2, options=("n_bins",)),
+    MetricSpec("ECE", ece, _ece_core, higher_is_better=False, table=2, options=("n_bins",), interval_from=math.inf),
+    MetricSpec("CE2", ce2, _ce2_root_core, higher_is_better=False, table=2, interval_from=CE2_MIN_N,
+               percentile_bootstrap=False),
     MetricSpec("NLL", nll, _nll_core, higher_is_better=False, table=2, options=("eps",)),
     MetricSpec("BS", brier, _brier_core, higher_is_better=False, table=2),
 )}
+#: The metrics `summarize` bootstraps by percentiles and `paired_summary` compares, in table order (all but CE₂).
+METRICS = {name: spec for name, spec in REPORT_METRICS.items() if spec.percentile_bootstrap}
 #: Names of the metrics as they appear in report tables, in table order.
 METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
+
+
+def interval_valid(metric: str, n: int) -> bool:
+    """Whether `metric`'s interval and paired p-value over `n` questions are valid (`MetricSpec.interval_from` of
+    `REPORT_METRICS`; a name outside it, e.g. EMD‾, is)."""
+    spec = REPORT_METRICS.get(metric)
+    return spec is None or n >= spec.interval_from
+
+
+_R = TypeVar("_R", "Interval", "PairedDelta")
+
+
+def valid_only(metric: str, result: _R, n: int) -> _R:
+    """`result` (an `Interval` or `PairedDelta` of `metric` over `n` questions) with NaN bounds, and NaN p, where
+    `interval_valid` says it has none: every surface (tables, CSV, `Run`, explorer) then shows none."""
+    if interval_valid(metric, n):
+        return result
+    if isinstance(result, PairedDelta):
+        return result._replace(low=math.nan, high=math.nan, p=math.nan)
+    return result._replace(low=math.nan, high=math.nan)
+
+
 #: The vectorised core of each metric of this module.
 _CORES: dict[Callable[..., Any], Callable[..., np.ndarray]] = {spec.function: spec.core for spec in METRICS.values()}
 
@@ -580,7 +625,7 @@ def summarize(
     targets: Any,
     *,
     n_bins: int = 15,
-    eps: float = 1e-6,
+    eps: float = NLL_EPS,
     n_resamples: int = 1000,
     seed: int = 0,
     level: float = 0.95,
@@ -588,11 +633,12 @@ def summarize(
     """All metrics with bootstrap intervals, keyed by their report-table names.
 
     Returns ``{"ACC", "AUC", "ECE", "NLL", "BS"}`` → :class:`Interval` ``(point, low, high)``, ``"CE2"`` (the
-    debiased calibration error, :func:`ce2_interval`: no bounds below ``CE2_MIN_N`` questions), plus
+    debiased calibration error, :func:`ce2_interval`), plus
     ``"n"`` (number of questions), ``"nll_clipped"`` (true-label probabilities clipped to ``eps``),
     ``"level"`` and ``"n_resamples"``.  All metrics use the same resamples, those of
     :func:`bootstrap_ci` with ``seed``.  AUROC's point is NaN, with a :class:`MetricWarning`, when only
-    one class is present.
+    one class is present.  Bounds are NaN where the metric has no valid interval (`valid_only`: ECE always, CE2
+    below ``CE2_MIN_N`` questions).
     """
     n_resamples = _check_bootstrap_args(n_resamples, level)
     batch = _normalise(probs, targets)
@@ -600,8 +646,8 @@ def summarize(
     fns = _metric_fns(n_bins, eps)
     out: dict[str, Any] = {"n": batch.n, "nll_clipped": nll_clipped(batch.probs, batch.targets, eps=eps)}
     for name in METRIC_NAMES:
-        out[name] = _interval(fns[name], batch, index, level)
-    out["CE2"] = ce2_interval(batch, index, level)
+        out[name] = valid_only(name, _interval(fns[name], batch, index, level), batch.n)
+    out["CE2"] = valid_only("CE2", ce2_interval(batch, index, level), batch.n)
     out["level"] = level
     out["n_resamples"] = n_resamples
     return out
@@ -719,11 +765,13 @@ def paired_summary(
     level: float = 0.95,
 ) -> dict[str, PairedDelta]:
     """:func:`paired_bootstrap` of every metric, keyed by its report-table name (:data:`METRIC_NAMES`), all on
-    the same resamples (those of :func:`summarize` with ``seed``)."""
+    the same resamples (those of :func:`summarize` with ``seed``); interval and p NaN where the metric has none
+    (`valid_only`: ΔECE)."""
     n_resamples = _check_bootstrap_args(n_resamples, level)
     a, b = _paired_batches(probs_a, probs_b, targets)
     index = resample_indices(a.n, n_resamples, np.random.default_rng(seed))
-    return {name: _paired(_core_of(fn), a, b, index, level) for name, fn in _metric_fns(n_bins, eps).items()}
+    return {name: valid_only(name, _paired(_core_of(fn), a, b, index, level), a.n)
+            for name, fn in _metric_fns(n_bins, eps).items()}
 
 
 @renamed("n_resamples", "level", "seed")

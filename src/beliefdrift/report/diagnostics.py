@@ -61,8 +61,10 @@ def drift_report(
         s = summary[method.name]
         rows.append([method.title, str(len(questions)), plus_minus(shift_mean[-1], shift_std[-1]),
                      plus_minus(s["cid_l1_mean"], s["cid_l1_std"]), f"{s['cid_rejected']}/{len(questions)}"])
-    table = markdown_table(["method", "questions", "‖E[θ_N] − E[θ_0]‖₁", "c.i.d. ‖D̄‖₁", "c.i.d. rejected"], rows)
-    table += f"\n\n{CID_NOTE}"
+    table = (f"**Marginal drift and c.i.d. check, {dataset}.** ‖E[θ_N] − E[θ_0]‖₁: how far the mean over paths of the "
+             "answer distribution θ_n moved from before the first answer (n = 0) to after the last (n = N), L1, mean ± "
+             f"std over questions (a martingale keeps E[θ_n] constant); {CID_NOTE}.\n\n"
+             + markdown_table(["method", "questions", "‖E[θ_N] − E[θ_0]‖₁", "c.i.d. ‖D̄‖₁", "c.i.d. rejected"], rows))
 
     figures = plot_curves([(m.title, summary[m.name]["marginal_shift_mean"], summary[m.name]["marginal_shift_std"])
                            for m in methods], "n (answers generated)", r"$\|E[\theta_n] - E[\theta_0]\|_1$",
@@ -87,58 +89,71 @@ def emd_report(
     out: Path,
     dataset: str,
 ) -> DiagnosticsReport:
-    """Per method and distance: EMD‾ (k = 2 … `horizon`) and EMD_`lookahead`(b) at b = 0 and b = `burn_in`, each
-    beside its Pólya-urn floor when `floors` has the method's urn replicates and the predictives were Monte Carlo;
-    the drift test of each figure (`drift_test`, when the records store the unbiased drift); the c.i.d. check; then
-    each method's paired Δ EMD‾ against PPR. Bar and burn-in figures per distance, written under `out`."""
+    """Per distance a titled table: per method EMD‾ (k = 2 … `horizon`) and EMD_`lookahead`(b) at b = 0 and
+    b = `burn_in`, each beside its Pólya-urn floor when `floors` has the method's urn replicates and the predictives
+    were Monte Carlo; then the drift test of each figure (`drift_test`, when the records store the unbiased drift),
+    the c.i.d. check, and each method's paired Δ EMD‾ against PPR; every table fits `text.WIDTH` columns (split,
+    a figure beside its floor). Bar and burn-in figures per distance, written under `out`."""
     summary: dict[str, Any] = {}
     points = [0, burn_in] if burn_in else [0]
-    header = ["method", "questions"]
-    for distance in distances:
-        label = DISTANCE_LABELS[distance]
-        floor = ["urn floor [95%]"] if floors else []
-        header += [f"EMD‾ ({label})", *floor, *(["> urn floor (p)"] if floors else [])]
-        for b in points:
-            header += [f"EMD_{lookahead}({b}) ({label})", *floor]
-    header += ["drift Û, EMD‾ (p)", *(f"drift Û, b = {b} (p)" for b in points), "c.i.d. ‖D̄‖₁", "c.i.d. rejected"]
-    rows = {m.name: [m.title, str(len(questions))] for m in methods}
     exact = {m.name: all(r["kstep_exact"] for r in records[m.name]) for m in methods}
     figures: list[Path] = []
+    replicates = len(next(iter(floors.values()))) if floors else 0
+    blocks = [f"**Expected martingale drift, {dataset}.** {_emd_legend(horizon, lookahead, burn_in, replicates)}"]
     for distance in distances:
         emd_rows = [aggregate_emd(m.title, list(records[m.name]), distance) for m in methods]
         if floors:  # exact predictives have no noise: no floor (it would be 0 [0, 0] with p = 1/(R + 1))
             emd_rows = [row if exact[m.name] else with_floor(row, records[m.name], floors[m.name])
                         for m, row in zip(methods, emd_rows, strict=True)]
+        floor = any(row.floor_replicates for row in emd_rows)
+        label = DISTANCE_LABELS[distance]
+        header = ["method", "questions", f"EMD‾ ({label})", *(["urn floor [95%]", "> urn floor (p)"] if floor else [])]
+        for b in points:
+            header += [f"EMD_{lookahead}({b}) ({label})", *(["urn floor [95%]"] if floor else [])]
+        rows = [[m.title, str(len(questions)), *_emd_cells(row, points, floor)]
+                for m, row in zip(methods, emd_rows, strict=True)]
+        groups = [3 if floor else 1, *[2 if floor else 1] * len(points)]
+        blocks.append(f"**EMD, {label} distance.**\n\n" + markdown_table(header, rows, keep=2, groups=groups))
         for method, row in zip(methods, emd_rows, strict=True):
             summary.setdefault(method.name, {})[distance] = asdict(row)
-            rows[method.name] += _emd_cells(row, points, bool(floors))
         figures += plot_emd_bars({dataset: emd_rows}, out / f"emd_bar_{distance}", title=f"K = {horizon}")
         figures += plot_emd_burn_in(emd_rows, lookahead, out / f"emd_k_b_{distance}", title=dataset)
+    drift_rows, cid_rows = [], []
     for method, row in zip(methods, emd_rows, strict=True):
-        rows[method.name] += [_drift_cell(test) for test in
-                              ([row.drift, *(row.burn_in_drift[b] for b in points)] if row.burn_in_drift
-                               else [None] * (1 + len(points)))]
+        stored = [row.drift, *(row.burn_in_drift[b] for b in points)] if row.burn_in_drift else None
+        tests = stored or [None] * (len(points) + 1)
+        drift_rows.append([method.title, *map(_drift_cell, tests)])
         cid = cid_summary(list(records[method.name]))
         summary[method.name]["cid"] = cid
         summary[method.name]["kstep_exact"] = all(r["kstep_exact"] for r in records[method.name])
         summary[method.name]["prefixes_exact"] = all(r["prefixes_exact"] for r in records[method.name])
-        rows[method.name] += [f"{cid['cid_l1_mean']:.3f} ± {cid['cid_l1_std']:.3f}",
-                              f"{cid['cid_rejected']}/{cid['questions']}"]
-    table = markdown_table(header, list(rows.values()))
-    table += (f"\n\n{CID_NOTE}\n\ndrift Û: mean ± s.e. over questions of the unbiased ‖p^(k) − p^(1)‖₂² (×10³; 0 "
-              f"in expectation for every martingale), one-sided t-test p, * where p < {DRIFT_LEVEL}; exact: "
-              "enumerated, no noise, no p; —: records stored before it")
-    if floors:
-        replicates = len(next(iter(floors.values())))
-        table += (f"\n\nurn floor (a reference, valid for urns only): mean [2.5%, 97.5%] of the same figure for "
-                  f"{replicates} replicates of Pólya-urn martingales matched to each question's θ and spread (exact "
-                  "martingales: EMD = 0, so the floor is the estimator's noise); > urn floor: yes where the one-sided "
-                  "Monte Carlo p ≤ 0.025 (EMD‾ then also lies above the 97.5% point), and how many questions pass the "
-                  "same test against their own floor; "
-                  "exact: the predictives were enumerated, so there is no noise, no floor and no p")
+        cid_rows.append([method.title, f"{cid['cid_l1_mean']:.3f} ± {cid['cid_l1_std']:.3f}",
+                         f"{cid['cid_rejected']}/{cid['questions']}"])
+    blocks.append(f"**Drift test.** drift Û: mean ± s.e. over questions of the "
+                  f"unbiased ‖p^(k) − p^(1)‖₂² (×10³; 0 in expectation for every martingale), one-sided t-test p, * "
+                  f"where p < {DRIFT_LEVEL}; exact: enumerated, no noise, no p; —: records stored before it.\n\n"
+                  + markdown_table(["method", "drift Û, EMD‾ (p)", *(f"drift Û, b = {b} (p)" for b in points)],
+                                   drift_rows))
+    blocks.append(f"**c.i.d. check.** {CID_NOTE}.\n\n"
+                  + markdown_table(["method", "c.i.d. ‖D̄‖₁", "c.i.d. rejected"], cid_rows))
     paired = emd_markdown(emd_comparisons(records, distances))
-    table += f"\n\n{paired}" if paired else ""
+    table = "\n\n".join(blocks + ([paired] if paired else []))
     return DiagnosticsReport(summary, table, figures)
+
+
+def _emd_legend(horizon: int, lookahead: int, burn_in: int, replicates: int) -> str:
+    """What the EMD tables' columns mean, said once (the urn floor's where `replicates` of it were drawn)."""
+    floor = ("urn floor [95%] (a reference, valid for urns only): mean [2.5%, 97.5%] of the same figure for "
+             f"{replicates} replicates of Pólya-urn martingales matched to each question's θ and spread, through the "
+             "same estimator; > urn floor (p): yes where the one-sided Monte Carlo p ≤ 0.025 (the figure then also "
+             "lies above the 97.5% point), and how many questions pass the same test against their own floor; ")
+    return (f"EMD‾: the distance d(p^(k)_n, p^(1)_n) between the k-step and the one-step predictive averaged over "
+            f"k = 2 … {horizon} (-K) and the prefixes n (--prefix-lengths), mean ± std over questions (0 for a "
+            f"martingale); EMD_{lookahead}(b): the same at k = {lookahead} (-k) after a prefix of b answers sampled "
+            f"from the process (b = 0 and b = {burn_in}, --burn-in; sampled on their own, whatever the c.i.d. paths' "
+            "-N). "
+            + (floor if replicates else "")
+            + "exact: the predictives were enumerated, so there is no noise, no floor and no p.")
 
 
 def _emd_cells(row: EMDRow, points: list[int], floor_columns: bool) -> list[str]:

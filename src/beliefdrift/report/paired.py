@@ -6,10 +6,11 @@ for both methods, with `metrics.paired_summary`: one bootstrap index matrix over
 methods on the same resamples; the interval is the percentile interval of the resampled Δ*, the p-value the
 two-sided paired bootstrap one, 2 (1 + #{Δ* on the far side of 0}) / (R + 1); below `metrics.PAIRED_EXACT_N`
 (30) questions the p-value is a sign-flip permutation test of the per-question differences (exact up to 13
-questions) for the mean metrics (ACC, NLL, BS) and none (–) for AUC. Δ ECE is printed without interval or p (†,
-as Table 2 prints ECE; paired.csv keeps them): the binned plug-in's upward bias depends on how a method's
-confidences spread over the bins, so Δ ECE is biased even between two calibrated methods. EMD‾ is compared the
-same way over the per-question EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).
+questions) for the mean metrics (ACC, NLL, BS) and none (–) for AUC. Δ ECE has no interval or p (NaN in
+`paired_summary` and paired.csv, † in the table, as Table 2 prints ECE; the metric registry says so,
+`metrics.valid_only`): the binned plug-in's upward bias depends on how a method's confidences spread over the
+bins, so Δ ECE is biased even between two calibrated methods. EMD‾ is compared the same way over the per-question
+EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).
 
 Writes paired.md (one table per run, `Δ [low, high]` and p per metric) and paired.csv (one row per run × pair ×
 metric) beside the report's tables.
@@ -38,9 +39,9 @@ from beliefdrift.metrics.functional import (
 )
 from beliefdrift.registry import canonical_methods
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS
-from beliefdrift.report.tables import DAGGER, MISSING, NO_INTERVAL, format_value
+from beliefdrift.report.tables import ARROWS_NOTE, DAGGER, MISSING, NOT_DEFINED, NOT_DEFINED_NOTE, arrow, format_value
 from beliefdrift.report.text import markdown_table
-from beliefdrift.runs.scoring import QualityControl
+from beliefdrift.runs.scoring import QualityControl, excluded_units
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
 
 BASELINE = "ppr"
@@ -80,11 +81,11 @@ def paired_scores(
     rows: Sequence[ResultRow], qc: QualityControl | None = None, n_resamples: int = 1000, seed: int = 0
 ) -> list[PairedComparison]:
     """Every pair of `comparisons`, scored with `paired_summary` on the questions both methods keep under `qc`
-    (their own estimates; in question order)."""
-    qc = qc or QualityControl()
+    (`scoring.excluded_units`; their own estimates; in question order)."""
+    excluded = excluded_units(rows, qc)
     kept: dict[str, dict[str, ResultRow]] = {row.method: {} for row in rows}
     for row in sorted(rows, key=lambda row: row.position):
-        if not qc.excludes(row):
+        if (row.question_id, row.method) not in excluded:
             kept[row.method][row.question_id] = row
     out = []
     for method, baseline in comparisons(kept):
@@ -117,40 +118,54 @@ def emd_comparisons(
 
 
 def delta_cell(metric: str, delta: PairedDelta | None) -> str:
-    """`Δ [low, high]` in the units of the metric's table (ACC/AUC in points of %); `Δ †` for a metric without a
-    valid interval (`NO_INTERVAL`); `–` when not computed."""
+    """`Δ [low, high]` in the units of the metric's table (ACC/AUC in points of %); `Δ †` where there is no valid
+    interval (NaN bounds: `metrics.valid_only`, or no finite resample); `–` when not computed."""
     if delta is None:
         return MISSING
     text = format_value(metric, delta.delta)
-    if metric in NO_INTERVAL:
-        return f"{text} {DAGGER}"
-    if math.isnan(delta.low):
+    if math.isnan(delta.delta):
         return text
+    if math.isnan(delta.low) or math.isnan(delta.high):
+        return f"{text} {DAGGER}"
     return f"{text} [{format_value(metric, delta.low)}, {format_value(metric, delta.high)}]"
 
 
-def p_cell(metric: str, delta: PairedDelta | None) -> str:
-    """The p-value to three decimals; `–` when not computed, NaN, or the metric has no valid interval
-    (`NO_INTERVAL`: its p is the same resamples' and no more valid)."""
-    return MISSING if delta is None or metric in NO_INTERVAL or math.isnan(delta.p) else f"{delta.p:.3f}"
+def p_cell(delta: PairedDelta | None) -> str:
+    """The p-value to three decimals; `–` when not computed or NaN (no valid test)."""
+    return MISSING if delta is None or math.isnan(delta.p) else f"{delta.p:.3f}"
 
 
 def comparison_table(pairs: Sequence[PairedComparison], metrics: Sequence[str], caption: str) -> str:
-    """`caption`, then a Markdown row per pair: method, baseline, n, then `Δ [low, high]` and p per metric."""
-    header = ["Method", "vs", "n"] + [cell for metric in metrics for cell in (f"Δ {metric}", "p")]
+    """`caption`, then a Markdown row per pair: method, baseline, n, then `Δ [low, high]` and p per metric (split
+    into several tables where wider than a terminal, each Δ beside its p); legend lines for the pairs without a
+    shared question (`empty_pairs_note`) and for undefined values, where there are any."""
+    header = ["Method", "vs", "n"] + [cell for metric in metrics for cell in (f"Δ {metric}{arrow(metric)}", "p")]
     rows = [[pair.method.title, pair.baseline.title, str(pair.n)]
             + [cell for metric in metrics
-               for cell in (delta_cell(metric, pair.deltas.get(metric)), p_cell(metric, pair.deltas.get(metric)))]
+               for cell in (delta_cell(metric, pair.deltas.get(metric)), p_cell(pair.deltas.get(metric)))]
             for pair in pairs]
-    return f"{caption}\n\n{markdown_table(header, rows)}"
+    undefined = any(cell.startswith(NOT_DEFINED) for row in rows for cell in row)
+    notes = filter(None, [empty_pairs_note(pairs), NOT_DEFINED_NOTE if undefined else ""])
+    return "\n\n".join([caption, markdown_table(header, rows, keep=3, groups=[2] * len(metrics)), *notes])
+
+
+def empty_pairs_note(pairs: Sequence[PairedComparison]) -> str:
+    """Why a row is all `–`: n = 0, no question that quality control keeps for both methods (Tables 1 and 2 give
+    each method's excluded questions, `n (excl.)`)."""
+    empty = [f"{pair.method.title} vs {pair.baseline.title}" for pair in pairs if pair.n == 0]
+    if not empty:
+        return ""
+    return (f"{MISSING} with n = 0 ({'; '.join(empty)}): quality control kept no question for both methods, so there "
+            "is nothing to compare (n (excl.) in Tables 1 and 2 shows which method lost its questions).")
 
 
 def metrics_markdown(label: str, pairs: Sequence[PairedComparison]) -> str:
     """The metric Δ table of one run."""
     caption = (f"**Paired differences, {label}.** Δ = method − baseline on the n questions quality control keeps "
-               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}, "
-               f"none (–) for AUC); {DAGGER}: Δ of the binned ECE without interval or p (its bias differs between "
-               "methods, docs/statistics.md); ACC/AUC in points of %; lower is better for ECE, NLL and BS.")
+               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}; "
+               f"{MISSING}: no valid test, AUC below {PAIRED_EXACT_N} questions); {DAGGER}: no valid interval or p "
+               f"(Δ of the binned ECE: its bias differs between methods, docs/statistics.md); ACC/AUC in points of "
+               f"%; {ARROWS_NOTE} (for the metric; Δ > 0 favours the method where ↑).")
     return comparison_table(pairs, METRIC_NAMES, caption)
 
 

@@ -1,8 +1,9 @@
 """The paper's result tables from scored runs: Markdown, LaTeX (booktabs) and a CSV with every number.
 
 Table 1: ACC / AUC in percent per method, Table 2: ECE / CE2 / NLL / BS, one column group per run (dataset),
-rows in the paper's order (PPR + NoSEED, PPR + SEED_m…, AM-PPR…, Direct-Query). A cell carries its 95% bootstrap
-interval, e.g. `62.3 [55.1, 69.0]`, where that interval is valid (docs/statistics.md); a figure without one is
+rows in the paper's order (PPR + NoSEED, PPR + SEED_m…, AM-PPR…, Direct-Query); the columns, their ↑/↓ and which
+have an interval are the metric registry's (`metrics.REPORT_METRICS`). A cell carries its 95% bootstrap interval,
+e.g. `62.3 [55.1, 69.0]`, where the scores have one; a figure without one (NaN bounds, `metrics.valid_only`) is
 marked †: the paper's binned ECE (its plug-in is biased upward, its percentile interval covers the truth in well
 under 95% of simulated datasets at n ≤ 200) and CE2 below `CE2_MIN_N` (20) questions. Both tables give the questions
 scored and those excluded by quality control. Alternative estimators (q*_RB, θ̂_1) appear in the CSV only.
@@ -21,8 +22,9 @@ from typing import Any
 from beliefdrift.data.lm_eval import is_task_spec, task_label
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.methods import Method, MethodResult
-from beliefdrift.metrics.functional import METRIC_NAMES, METRICS
+from beliefdrift.metrics.functional import METRIC_NAMES, NLL_EPS, REPORT_METRICS
 from beliefdrift.registry import table_order
+from beliefdrift.report.text import markdown_table
 from beliefdrift.runs.scoring import MethodScore, QualityControl, score_results
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
@@ -30,10 +32,8 @@ DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": 
 
 
 def _table_metrics(table: int) -> tuple[str, ...]:
-    """The metrics of `METRICS` in report table `table`, in their order; CE2 (no entry there: its interval is not the
-    percentile bootstrap) follows ECE."""
-    names = [spec.name for spec in METRICS.values() if spec.table == table]
-    return tuple(name for metric in names for name in ((metric, "CE2") if metric == "ECE" else (metric,)))
+    """The metrics of `REPORT_METRICS` in report table `table`, in their order."""
+    return tuple(spec.name for spec in REPORT_METRICS.values() if spec.table == table)
 
 
 #: (name, metrics, caption, with the questions-scored column): a metric's table is its `MetricSpec.table`
@@ -42,10 +42,26 @@ TABLES = (
     ("Table 2", _table_metrics(2), "ECE (the paper's binned plug-in, no interval), CE2 (debiased L2 "
      "calibration error), NLL and Brier score", True),
 )
-NO_INTERVAL = ("ECE",)  # printed without bootstrap interval (and without paired p): not valid at the sizes we run
 DAGGER, LATEX_DAGGER = "†", r"$^\dagger$"
 COUNT_HEADER = "n (excl.)"
 MISSING = "–"
+#: The tables' legend of ↑/↓ and of the empty cell.
+ARROWS_NOTE = "↑/↓: higher/lower is better"
+MISSING_NOTE = f"{MISSING}: no question scored (quality control excluded all of the method's questions)"
+#: A metric undefined on the questions scored, and the legend that says so.
+NOT_DEFINED = "n/a"
+NOT_DEFINED_NOTE = f"{NOT_DEFINED}: undefined here (AUC when every prediction is right, or every one wrong)"
+
+
+def arrow(metric: str, latex: bool = False) -> str:
+    """↑ or ↓ after a metric's name as its `MetricSpec.higher_is_better` says; nothing for a name outside the
+    registry (EMD‾)."""
+    spec = REPORT_METRICS.get(metric)
+    if spec is None:
+        return ""
+    if latex:
+        return r" $\uparrow$" if spec.higher_is_better else r" $\downarrow$"
+    return " ↑" if spec.higher_is_better else " ↓"
 
 
 @dataclass(frozen=True)
@@ -69,26 +85,38 @@ def dataset_title(dataset: str) -> str:
 
 
 def format_value(metric: str, value: float) -> str:
-    """ACC/AUC in percent with one decimal, the others with four (as in the paper)."""
+    """ACC/AUC in percent with one decimal, the others with four (as in the paper); `NOT_DEFINED` for NaN."""
     if math.isnan(value):
-        return "n/a"
-    percent = metric in METRICS and METRICS[metric].percent  # other names (EMD‾ in the paired tables): as numbers
+        return NOT_DEFINED
+    percent = metric in REPORT_METRICS and REPORT_METRICS[metric].percent  # other names (EMD‾): as numbers
     return f"{100 * value:.1f}" if percent else f"{value:.4f}"
 
 
 def format_cell(score: MethodScore | None, metric: str, latex: bool = False) -> str:
-    """`point [low, high]`; `point †` where no valid interval exists (`NO_INTERVAL`, or bounds left NaN by the
-    metric at this n); `–` when the method is absent or QC excluded every question."""
+    """`point [low, high]`; `point †` where the scores have no valid interval (NaN bounds: `metrics.valid_only`);
+    `–` when the method is absent or QC excluded every question."""
     if score is None or score.summary is None:
         return MISSING if not latex else "--"
     point, low, high = score.summary[metric]
     text = format_value(metric, point)
     if math.isnan(point):
         return text
-    if metric in NO_INTERVAL or math.isnan(low) or math.isnan(high):
-        return text + (LATEX_DAGGER if latex else f" {DAGGER}")
+    if math.isnan(low) or math.isnan(high):
+        return text + (LATEX_DAGGER if latex else f" {DAGGER}") + clipped_mark(score, metric)
     interval = f"[{format_value(metric, low)}, {format_value(metric, high)}]"
-    return f"{text} {{\\scriptsize {interval}}}" if latex else f"{text} {interval}"
+    return (f"{text} {{\\scriptsize {interval}}}" if latex else f"{text} {interval}") + clipped_mark(score, metric)
+
+
+def clipped_mark(score: MethodScore, metric: str) -> str:
+    """` (k clipped)` after an NLL where k true-label probabilities were below ε and counted as ε (`nll_clipped`):
+    each adds −log ε ≈ 13.8 to the sum, so a few can dominate the mean."""
+    clipped = score.summary["nll_clipped"] if metric == "NLL" and score.summary else 0
+    return f" ({clipped} clipped)" if clipped else ""
+
+
+#: The caption's note on `clipped_mark`.
+CLIPPED_NOTE = (f"(k clipped): k true-label probabilities below ε = {NLL_EPS:g} counted as ε, each adding −log ε ≈ "
+                f"{-math.log(NLL_EPS):.1f} to the NLL's sum")
 
 
 def format_count(score: MethodScore | None) -> str:
@@ -102,21 +130,27 @@ def method_rows(runs: Sequence[RunScores]) -> list[Method]:
 
 
 def markdown_tables(runs: Sequence[RunScores]) -> str:
-    """Tables 1 and 2 as Markdown (columns `<dataset> <metric>`)."""
+    """Tables 1 and 2 as Markdown (columns `<dataset> <metric> ↑/↓`), each split where wider than a terminal
+    (`text.markdown_table`), with a caption that explains every mark in it once."""
     blocks = []
     for name, metrics, caption, counted in TABLES:
-        header = ["Method"] + [f"{run.label} {c}" for run in runs for c in (*metrics, *[COUNT_HEADER] * counted)]
-        lines = [f"**{name}.** {caption} with 95% bootstrap intervals"
-                 + ("; n = questions scored (excl. = removed by quality control)" if counted else "")
-                 + f"; {DAGGER}: no valid interval at this n (docs/statistics.md).",
-                 "", "| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
+        columns = (*[f"{metric}{arrow(metric)}" for metric in metrics], *[COUNT_HEADER] * counted)
+        header = ["Method"] + [f"{run.label} {c}" for run in runs for c in columns]
+        rows = []
         for method in method_rows(runs):
             cells = [method.title]
             for run in runs:
                 score = run.main().get(method.name)
                 cells += [format_cell(score, m) for m in metrics] + ([format_count(score)] if counted else [])
-            lines.append("| " + " | ".join(cells) + " |")
-        blocks.append("\n".join(lines))
+            rows.append(cells)
+        notes = [f"{caption} with 95% bootstrap intervals",
+                 *(["n (excl.): questions scored (removed by quality control)"] if counted else []),
+                 f"{DAGGER}: no valid interval at this n (docs/statistics.md)", ARROWS_NOTE,
+                 *([MISSING_NOTE] if any(MISSING in row for row in rows) else []),
+                 *([NOT_DEFINED_NOTE] if any(cell.startswith(NOT_DEFINED) for row in rows for cell in row) else []),
+                 *([CLIPPED_NOTE] if any("clipped)" in cell for row in rows for cell in row) else [])]
+        blocks.append(f"**{name}.** " + "; ".join(notes) + ".\n\n"
+                      + markdown_table(header, rows))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -143,7 +177,7 @@ def latex_tables(runs: Sequence[RunScores]) -> str:
         groups = " &\n".join(rf"\multicolumn{{{width}}}{{c}}{{\textbf{{{latex_escape(run.label)}}}}}"
                              for run in runs)
         rules = "".join(rf"\cmidrule(lr){{{2 + i * width}-{1 + (i + 1) * width}}}" for i in range(len(runs)))
-        heads = " & ".join(rf"\textbf{{{latex_escape(c)}}}" for _ in runs for c in columns)
+        heads = " & ".join(rf"\textbf{{{latex_escape(c)}}}{arrow(c, latex=True)}" for _ in runs for c in columns)
         lines = [
             r"\begin{table*}[t]",
             rf"\caption{{{latex_escape(caption)} on {datasets}" + (f" inferred by {models}" if models else "")

@@ -19,8 +19,8 @@ from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.methods import Method, parse_method, run_methods_many
 from beliefdrift.runs.distributed import Ranks
 from beliefdrift.runs.loop import Models, prepare, run_loop
-from beliefdrift.runs.scoring import result_row
-from beliefdrift.runs.store import ResultRow
+from beliefdrift.runs.scoring import result_row, warn_quality
+from beliefdrift.runs.store import ResultRow, RunStore
 
 
 def question_rows(
@@ -53,7 +53,8 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
     Resumable: a question's methods are committed together, so a killed run leaves whole questions and the
     re-run computes the others exactly as an uninterrupted run would. Shardable: under torchrun each rank
     takes its share of the questions; all ranks have finished when this returns. Results are bit-for-bit
-    reproducible at a fixed number of CPU threads per process (torchrun workers use one).
+    reproducible at a fixed number of CPU threads per process (torchrun workers use one). At the end, a warning
+    names each method whose questions quality control excludes, and how many (`scoring.warn_quality`).
     """
     ranks = ranks or Ranks.from_env()
     run = prepare("evaluate", config, config.method_list, config.steps, lm, ranks)
@@ -64,6 +65,10 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
             rows[row.question_id].append(row)
         return rows
 
-    return run_loop(out, run.identity, run.questions, [m.name for m in run.methods], compute, table="results",
+    path = run_loop(out, run.identity, run.questions, [m.name for m in run.methods], compute, table="results",
                     batch=questions_per_batch(config.batch_questions, run.models.base.device), ranks=ranks,
                     progress=progress, desc=config.dataset)
+    if ranks.rank == 0:  # what quality control will drop from the tables, said now (`scoring.warn_quality`)
+        with RunStore.open(path, read_only=True) as store:
+            warn_quality(store.rows(trajectories=False), config.quality_control)
+    return path

@@ -103,7 +103,9 @@ def run_loop(
         done = sum((q.id, name) in stored for _, q in mine for name in names)
         todo = [(i, q) for i, q in mine if any((q.id, name) not in stored for name in names)]
         rank = f"rank {ranks.rank}: " if ranks.world_size > 1 else ""
-        log.info("%s%d questions × %d %ss (%d done)", rank, len(mine), len(names), kind, done)
+        units = len(mine) * len(names)
+        log.info("%s%d questions × %d %ss = %d units to compute%s", rank, len(mine), len(names), kind, units - done,
+                 f" ({done} of {units} stored already: resuming)" if done else "")
         with tqdm(total=len(mine) * len(names), initial=done, desc=desc, unit=f"question×{kind}", dynamic_ncols=True,
                   disable=not progress or ranks.rank != 0) as bar:
             for start in range(0, len(todo), batch):

@@ -299,9 +299,18 @@ def _above(results: Sequence[dict], key: str, reference: str) -> list[int]:
     return [sum(a is not None and b is not None and a > b for a, b in column) for column in zip(*pairs, strict=True)]
 
 
+#: The caption of `summary_markdown`'s table: each column said once.
+REASONING_CAPTION = ("**Chain-of-thought drift.** c_n = cos(h̄_n, h̄_{n+τ}), the cosine between the centroids over "
+                     "rollouts of the embeddings of thought–answer pairs n and n + τ, mean over questions: c_1 at the "
+                     "first pair, c_last at the last n with a value (lower: the reasoning drifts further); majority "
+                     "acc.: accuracy of each question's majority answer over its rollouts; pairs: thought–answer "
+                     "pairs generated; malformed: pairs off the <sol>…</sol><ans>…</ans> format.")
+
+
 def summary_markdown(summary: dict) -> str:
-    """A short table: per condition the mean curve's first and last value, majority accuracy, format."""
-    lines = ["| condition | c_1 | c_last | majority acc. | pairs | malformed |", "|---|---|---|---|---|---|"]
+    """A short titled table: per condition the mean curve's first and last value, majority accuracy, format."""
+    lines = [REASONING_CAPTION, "",
+             "| condition | c_1 | c_last | majority acc. | pairs | malformed |", "|---|---|---|---|---|---|"]
     for cond in summary["conditions"].values():
         curve = [v for v in cond["curve_mean"] if v is not None]
         first, last = (f"{curve[0]:.3f}", f"{curve[-1]:.3f}") if curve else ("–", "–")

@@ -13,7 +13,7 @@ reasoning's summary.json and figure, which its experiment writes.
 
 One row per question × method: `records()` (what `beliefdrift export` writes), `trajectories()` (the paths'
 answers, seeds and θ_n as numpy arrays); `scores()` is one row per method and estimator, quality control and
-bootstrap intervals applied as in the report's tables (metrics.csv).
+bootstrap intervals applied as in the report's tables (metrics.csv); `quality_control()` what quality control drops.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from beliefdrift.config.diagnostics import DriftConfig, EMDCommandConfig
     from beliefdrift.config.evaluate import EvalConfig
     from beliefdrift.config.reasoning import ReasoningCommandConfig
+    from beliefdrift.runs.scoring import QualityReport
 
 #: `beliefdrift export --format` values.
 EXPORT_FORMATS = ("jsonl", "parquet")
@@ -61,6 +62,16 @@ class Run:
         with self._store() as store:
             rows = store.rows(trajectories=False)
         return [score_fields(score) for score in score_rows(rows, qc, n_resamples)]
+
+    def quality_control(self, qc: QualityControl | None = None) -> QualityReport:
+        """What quality control drops (`runs.scoring.quality_report`): per method its excluded questions;
+        `.all_excluded` names the methods it leaves with none (empty rows in the tables), `.as_dict()` is what
+        evaluate writes to summary.json."""
+        from beliefdrift.runs.scoring import quality_report
+
+        with self._store() as store:
+            rows = store.rows(trajectories=False)
+        return quality_report(rows, qc)
 
     def paired(self, qc: QualityControl | None = None, n_resamples: int = 1000) -> list[Any]:
         """Each method against its baseline on the questions both keep (`report.paired.paired_scores`: Δ of each

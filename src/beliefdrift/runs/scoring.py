@@ -2,11 +2,14 @@
 
 Per method, questions where more than `max_fraction` of the paths have mean label mass below `path_mass` are
 dropped and counted (the paper's "> 50% of paths off-format" rule); the others are scored by
-`metrics.summarize` with bootstrap intervals over questions. Rows come in the paper's table order.
+`metrics.summarize` with bootstrap intervals over questions. Rows come in the paper's table order. Which
+(question, method) quality control drops is `excluded_units`, the one answer every surface reads (tables, paired
+tests, the explorer); `quality_report` counts them per method and words the run's warnings.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -22,6 +25,8 @@ from beliefdrift.engine.methods import Method, MethodResult
 from beliefdrift.metrics.functional import MetricWarning, predictions, summarize
 from beliefdrift.registry import canonical_methods, parse_method
 from beliefdrift.runs.store import ResultRow, StoreError
+
+log = logging.getLogger(__name__)
 
 #: How an alternative estimator is named in a row title, e.g. "PPR + NoSEED (RB)".
 ESTIMATOR_TITLES = {"q_star_rb": "RB", "theta_1": "θ̂_1"}
@@ -92,20 +97,109 @@ class MethodScore:
         return " ".join(f"{chr(ord('A') + i)}:{c}" for i, c in enumerate(counts) if c)
 
 
+def excluded_units(rows: Sequence[ResultRow], qc: QualityControl | None = None) -> set[tuple[str, str]]:
+    """(question id, method) of each stored result that quality control `qc` drops from its method's scores: those
+    its rule excludes (`QualityControl.excludes`) and, with `qc.common`, every method's result on a question that
+    the rule excludes for any method."""
+    qc = qc or QualityControl()
+    own = {(row.question_id, row.method) for row in rows if qc.excludes(row)}
+    if not qc.common:
+        return own
+    dropped = {question_id for question_id, _ in own}
+    return {(row.question_id, row.method) for row in rows if row.question_id in dropped}
+
+
+@dataclass(frozen=True)
+class MethodExclusions:
+    """What quality control did to one method's results: its questions, the ones it dropped and the method's mean
+    label mass (over all its questions and paths, dropped ones included)."""
+
+    method: str
+    total: int
+    excluded: tuple[str, ...]
+    label_mass: float
+
+    @property
+    def title(self) -> str:
+        return parse_method(self.method).title
+
+
+@dataclass(frozen=True)
+class QualityReport:
+    """Quality control over a run (`quality_report`): per method in table order, what it dropped; `all_excluded` is
+    the methods it left without a question (their rows in the tables are empty, `–`)."""
+
+    qc: QualityControl
+    methods: tuple[MethodExclusions, ...]
+
+    @property
+    def all_excluded(self) -> list[str]:
+        return [m.method for m in self.methods if m.total and len(m.excluded) == m.total]
+
+    def warnings(self) -> list[str]:
+        """One line per method that lost questions; a louder one for a method that lost them all."""
+        rule = (f"more than {self.qc.max_fraction:g} of its paths (direct query: its one answer) had mean label mass "
+                f"below {self.qc.path_mass:g}"
+                + (", for any method (--qc-common)" if self.qc.common else ""))
+        lines = []
+        for m in self.methods:
+            if len(m.excluded) == m.total and m.total:
+                lines.append(f"QUALITY CONTROL EXCLUDED ALL {m.total} QUESTIONS OF {m.title}: its rows in the tables "
+                             f"are empty (–). On each, {rule}; its mean label mass is {m.label_mass:.2f}. A small "
+                             "model puts little probability on the labels at the first answers: more answers (-N), "
+                             "--template-ending paper, or a lower --qc-path-mass (docs/reading.md)")
+            elif m.excluded:
+                lines.append(f"quality control excluded {len(m.excluded)} of {m.total} questions of {m.title} "
+                             f"({rule}): {', '.join(m.excluded)}")
+        return lines
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the thresholds, per method its counts and excluded question ids, and `all_excluded`."""
+        return {"path_mass": self.qc.path_mass, "max_fraction": self.qc.max_fraction, "common": self.qc.common,
+                "methods": {m.method: {"total": m.total, "excluded": len(m.excluded),
+                                       "excluded_questions": list(m.excluded), "label_mass": m.label_mass}
+                            for m in self.methods},
+                "all_excluded": self.all_excluded}
+
+
+def quality_report(rows: Sequence[ResultRow], qc: QualityControl | None = None) -> QualityReport:
+    """What quality control `qc` drops from each method of `rows` (`excluded_units`), in table order."""
+    qc = qc or QualityControl()
+    excluded = excluded_units(rows, qc)
+    by_method = _by_method(rows)
+    return QualityReport(qc, tuple(
+        MethodExclusions(name, len(group), tuple(r.question_id for r in group if (r.question_id, name) in excluded),
+                         float(np.mean([r.valid_mass_mean for r in group])))
+        for name, group in by_method.items()))
+
+
+def warn_quality(rows: Sequence[ResultRow], qc: QualityControl | None = None) -> QualityReport:
+    """Log `quality_report`'s warnings (one line per method that lost questions) and return the report."""
+    report = quality_report(rows, qc)
+    for line in report.warnings():
+        log.warning(line)
+    return report
+
+
+def _by_method(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
+    """`rows` grouped by method, the methods in table order, each method's rows in question order (the store's
+    order already: the sort is stable)."""
+    groups: dict[str, list[ResultRow]] = {}
+    for row in sorted(rows, key=lambda row: row.position):
+        groups.setdefault(row.method, []).append(row)
+    return {name: groups[name] for name in canonical_methods(list(groups))} if groups else {}
+
+
 def score_rows(
     rows: Sequence[ResultRow], qc: QualityControl | None = None, n_resamples: int = 1000, seed: int = 0
 ) -> list[MethodScore]:
     """Per method in table order: its estimate, then its alternatives, scored on the questions that pass
-    `qc` with bootstrap intervals over questions. Undefined metrics (AUC with one class) are NaN."""
-    qc = qc or QualityControl()
-    by_method: dict[str, list[ResultRow]] = {}
-    for row in rows:
-        by_method.setdefault(row.method, []).append(row)
-    dropped = {row.question_id for row in rows if qc.excludes(row)} if qc.common else set()
+    `qc` (`excluded_units`) with bootstrap intervals over questions. Undefined metrics (AUC with one class) are
+    NaN."""
+    excluded = excluded_units(rows, qc)
     scores = []
-    for name in canonical_methods(list(by_method)) if by_method else ():
-        group = by_method[name]
-        kept = [row for row in group if not (qc.excludes(row) or row.question_id in dropped)]
+    for name, group in _by_method(rows).items():
+        kept = [row for row in group if (row.question_id, row.method) not in excluded]
         label_mass = float(np.mean([row.valid_mass_mean for row in group]))
         estimators = sorted({alt for row in group for alt in row.alternatives})
         for estimator in [None, *estimators]:
