@@ -140,7 +140,7 @@ def test_the_architecture_page_names_each_thing_where_it_is_defined() -> None:
     references = set(re.findall(r"`([a-z_][\w/]*(?:\.[A-Za-z_]\w*)+)(?:\([^`]*\))?`", text))
     wrong = []
     for reference in sorted(references):
-        if re.search(r"\.(py|md|txt|jsonl?|yaml|png|pdf|csv|sqlite|html)$", reference):
+        if re.search(r"\.(py|md|txt|jsonl?|js|yaml|png|pdf|csv|sqlite|html)$", reference):
             continue
         parts = reference.replace("/", ".").split(".")
         if parts[0] in ("bd", "beliefdrift"):
