@@ -23,13 +23,12 @@ from beliefdrift.cli.main import main
 from beliefdrift.report.explorer import (
     QUANT,
     SIDECAR_DIR,
-    excluded_units,
     explorer_script,
     plotly_js,
     script_json,
     write_explorer,
 )
-from beliefdrift.runs.scoring import QualityControl, score_rows
+from beliefdrift.runs.scoring import QualityControl
 from beliefdrift.runs.store import STORE_FILE, RunStore
 
 pytest.importorskip("plotly", reason="the explorer embeds plotly.js from the plotly package")
@@ -156,22 +155,6 @@ def test_the_page_holds_the_runs_and_the_stores_paths(explorer: Path) -> None:
     assert explorer_script() in text and "explorer.js" not in own.replace(explorer_script(), "")
     assert "<script>window.pwned" not in text and "<b>bold" not in text
     assert len(list((page.parent / SIDECAR_DIR).glob("*.js"))) == len(questions)
-
-
-def test_excluded_units_agree_with_the_scores(explorer: Path) -> None:
-    """The question × method pairs the page marks as excluded are those the scores leave out, per method and with
-    `--qc-common`, at thresholds that keep some rows and exclude others."""
-    with RunStore.open(explorer / "evaluate" / STORE_FILE, read_only=True) as store:
-        rows = store.rows()
-    masses = sorted({float(row.path_valid_mass.min()) for row in rows})  # with max_fraction 0: excluded below
-    for path_mass in ((masses[0] + masses[1]) / 2, (masses[-2] + masses[-1]) / 2):
-        for common in (False, True):
-            qc = QualityControl(path_mass, 0.0, common)
-            units = excluded_units(rows, qc)
-            assert 0 < len(units) < len(rows) or common
-            for score in score_rows(rows, qc, n_resamples=2):
-                if score.estimator is None:
-                    assert score.excluded == sum(method == score.method.name for _, method in units)
 
 
 def test_script_json_cannot_close_a_script() -> None:

@@ -10,7 +10,7 @@ JSON and is written into the page as text, never as markup.
 The page reads every fact from the data rather than knowing it: a method's display name (`titles`: the registry's
 `Method.title`), the metric columns (`metrics`: the tables' `TABLES`), whether a figure has a valid interval (its
 bounds are null where the metrics layer left them NaN), which question × method quality control excluded (`qc` and
-each row's `excluded`: `QualityControl.excludes`, the rule the scores apply).
+each row's `excluded`: `runs.scoring.excluded_units`, the rule the scores apply).
 
 What each run directory contributes depends on the command that wrote it: evaluate (run.sqlite results: method
 tables, paired comparisons, reliability bins, the question browser and its trajectories), drift and emd
@@ -43,7 +43,7 @@ from beliefdrift.metrics.functional import METRICS, reliability_bins
 from beliefdrift.registry import parse_method
 from beliefdrift.report.paired import paired_scores
 from beliefdrift.report.tables import TABLES, dataset_title
-from beliefdrift.runs.scoring import ESTIMATOR_TITLES, QualityControl, score_rows
+from beliefdrift.runs.scoring import ESTIMATOR_TITLES, QualityControl, excluded_units, score_rows
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
 
 EXPLORER_FILE = "explorer.html"
@@ -84,16 +84,6 @@ def table_metrics() -> list[dict[str, Any]]:
     each is shown in percent."""
     return [{"name": name, "percent": name in METRICS and METRICS[name].percent}
             for _, names, _, _ in TABLES for name in names]
-
-
-def excluded_units(rows: Sequence[ResultRow], qc: QualityControl) -> set[tuple[str, str]]:
-    """(question id, method) of the rows quality control keeps out of the metrics: `qc.excludes`, and under
-    `qc.common` every method of a question that any method's rule excludes (as `score_rows` drops them)."""
-    units = {(row.question_id, row.method) for row in rows if qc.excludes(row)}
-    if qc.common:
-        dropped = {qid for qid, _ in units}
-        units |= {(row.question_id, row.method) for row in rows if row.question_id in dropped}
-    return units
 
 
 def plain(value: Any) -> Any:
