@@ -473,5 +473,5 @@ def test_a_store_from_before_the_checksums_resumes(name: str, argv: list[str], r
     assert run_here([*argv, "--out", str(out)]) == 0
     assert COMMANDS[name].results(out) == COMMANDS[name].results(reference)
     assert query(out, "SELECT key, value FROM config ORDER BY key") == identity
-    assert query(out, "PRAGMA user_version") == [(3,)]
+    assert query(out, "PRAGMA user_version") == [(4,)]
     assert query(out, f"SELECT count(*) FROM checksums WHERE kind = '{table}'") == [(COMMANDS[name].stored(out),)]

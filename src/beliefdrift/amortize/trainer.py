@@ -26,7 +26,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 import yaml
@@ -50,7 +50,7 @@ from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.diagnostics.emd import EMDConfig, question_emd
 from beliefdrift.engine.resampling import QuestionRunner, make_generator, ppr_tokens
 from beliefdrift.errors import UserError, first_line
-from beliefdrift.files import lock_directory, write_atomic
+from beliefdrift.files import DirectoryLock, lock_directory, write_atomic
 from beliefdrift.prompts import load_template
 from beliefdrift.runs import store
 from beliefdrift.runs.identity import pin_identity, run_identity
@@ -105,8 +105,6 @@ class SCTrainer:
 
     def __init__(self, config: TrainConfig, out: str | Path, accelerator: Any = None, lm: LanguageModel | None = None):
         from accelerate import Accelerator
-        from peft import LoraConfig, get_peft_model
-        from transformers import get_cosine_schedule_with_warmup
 
         self.config = config
         self.out = Path(out)
@@ -120,6 +118,18 @@ class SCTrainer:
         self._training: list[MCQuestion] | None = None
         self._check_data()  # before anything is written or loaded
         self._lock = self._hold_directory()
+        try:
+            self._build(lm)
+        except BaseException:  # the directory is free again, its lock file removed
+            self.release()
+            raise
+
+    def _build(self, lm: LanguageModel | None) -> None:
+        """The model (`lm` or `config.model`), its rollout groups, the planned updates, LoRA, optimizer and loss."""
+        from peft import LoraConfig, get_peft_model
+        from transformers import get_cosine_schedule_with_warmup
+
+        config = self.config
         base = lm or load_model(config.model, device=str(self.accelerator.device), dtype=config.dtype,
                                 attn_implementation=config.attn_implementation, **config.pretrained_kwargs())
         self.groups = self._rollout_groups(base)
@@ -143,7 +153,7 @@ class SCTrainer:
         self.loss = SelfConsistencyLoss(config.beta, config.clip, config.anchor, config.format_weight, predictive_paths)
         self._tokens: dict[str, AnswerTokens] = {}
 
-    def _hold_directory(self) -> TextIO | None:
+    def _hold_directory(self) -> DirectoryLock | None:
         """Lock `out` (the main process, for the whole run): a second run on the same directory would race on its
         rollouts, checkpoints and log, so it is refused at once, naming the process that holds it."""
         lock, error = None, None
@@ -159,6 +169,11 @@ class SCTrainer:
         if error:
             raise UserError(error)
         return lock
+
+    def release(self) -> None:
+        """Free the output directory (the lock and its file); `train` does so when it ends."""
+        if self._lock is not None:
+            self._lock.release()
 
     # -------------------------------------------------------------------------------------------- data
 
@@ -404,7 +419,14 @@ class SCTrainer:
     # -------------------------------------------------------------------------------------------- loop
 
     def train(self) -> Path:
-        """Run (or resume) every planned update; returns the directory of the final adapter."""
+        """Run (or resume) every planned update; returns the directory of the final adapter. The output directory is
+        released when it ends, whether it finished or not."""
+        try:
+            return self._train()
+        finally:
+            self.release()
+
+    def _train(self) -> Path:
         self.out.mkdir(parents=True, exist_ok=True)
         self._check_config()
         checkpoint = latest_checkpoint(self.out / "checkpoints")
