@@ -73,6 +73,11 @@ def replacing(path: Path) -> Iterator[Path]:
         if temporary.exists():
             os.chmod(temporary, 0o666 & ~current_umask())
         os.replace(temporary, path)
+    except OSError as err:  # a full disk, a file too large: named by the output, not by its temporary
+        temporary.unlink(missing_ok=True)
+        if err.filename is None or err.filename == str(temporary):
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

@@ -69,7 +69,7 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
     @property
     def method_list(self) -> list[Method]:
         names = self.methods or [*BASE_METHODS, *(ADAPTER_METHODS if self.adapter else ())]
-        methods = [parse_method(name) for name in names]
+        methods = list({m.name: m for m in map(parse_method, names)}.values())  # ppr-seed05 is ppr-seed5: one unit
         for method in methods:
             if not method.resamples:
                 raise UserError(f"{method.name}: drift diagnostics need a resampling method (ppr…, am-ppr…)")

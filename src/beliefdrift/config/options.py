@@ -501,8 +501,12 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, settings: typ
 
 
 def settings_from(args: argparse.Namespace, cls: type[Config]) -> Config:
-    """The `cls` dataclass from parsed arguments (flags over `--config` over the built-in defaults)."""
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init})  # type: ignore
+    """The `cls` dataclass from parsed arguments (flags over `--config` over the built-in defaults); the `--config`
+    file is an input like the others (it may not lie in an output directory, where it could be replaced)."""
+    settings = cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init})  # type: ignore
+    if getattr(args, "config", None) and isinstance(settings, Settings):
+        settings.check_inputs({"--config": preset_file(args.config)})
+    return settings
 
 
 def flag_name(field: dataclasses.Field) -> str:

@@ -21,8 +21,10 @@ from typing import Any
 from beliefdrift.data.lm_eval import is_task_spec, task_label
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.methods import Method, MethodResult
+from beliefdrift.files import write_atomic
 from beliefdrift.metrics.functional import METRIC_NAMES, METRICS
 from beliefdrift.registry import table_order
+from beliefdrift.report.text import markdown_cell
 from beliefdrift.runs.scoring import MethodScore, QualityControl, score_results
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
@@ -105,7 +107,8 @@ def markdown_tables(runs: Sequence[RunScores]) -> str:
     """Tables 1 and 2 as Markdown (columns `<dataset> <metric>`)."""
     blocks = []
     for name, metrics, caption, counted in TABLES:
-        header = ["Method"] + [f"{run.label} {c}" for run in runs for c in (*metrics, *[COUNT_HEADER] * counted)]
+        header = ["Method"] + [f"{markdown_cell(run.label)} {c}" for run in runs
+                               for c in (*metrics, *[COUNT_HEADER] * counted)]
         lines = [f"**{name}.** {caption} with 95% bootstrap intervals"
                  + ("; n = questions scored (excl. = removed by quality control)" if counted else "")
                  + f"; {DAGGER}: no valid interval at this n (docs/statistics.md).",
@@ -120,8 +123,13 @@ def markdown_tables(runs: Sequence[RunScores]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+#: LaTeX's special characters in text (a file-derived label such as a data file's name) and how each is written.
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "^": r"\textasciicircum{}", "~": r"\textasciitilde{}",
+                 **{c: "\\" + c for c in "&%$#_{}"}}
+
+
 def latex_escape(text: str) -> str:
-    return "".join("\\" + c if c in "&%$#_{}" else c for c in text)
+    return "".join(LATEX_SPECIAL.get(c, c) for c in text)
 
 
 def latex_method(method: Method) -> str:
@@ -213,7 +221,7 @@ def write_tables(runs: Sequence[RunScores], out: Path) -> list[Path]:
     written = []
     for filename, text in (("tables.md", markdown_tables(runs)), ("tables.tex", latex_tables(runs)),
                            ("metrics.csv", csv_table(runs))):
-        (out / filename).write_text(text)
+        write_atomic(out / filename, text)
         written.append(out / filename)
     return written
 

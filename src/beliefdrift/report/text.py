@@ -20,3 +20,9 @@ def fixed(value: float, digits: int = 4) -> str:
 def plus_minus(mean: float, std: float, digits: int = 3) -> str:
     """`mean ± std` with `digits` decimals, e.g. `0.125 ± 0.031`."""
     return f"{fixed(mean, digits)} ± {fixed(std, digits)}"
+
+
+def markdown_cell(text: str) -> str:
+    """`text` from a file (a data file's name, a question id) as one Markdown table cell: `|` and `\\` escaped, line
+    breaks as spaces, so the table keeps its columns."""
+    return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").split())
