@@ -59,17 +59,36 @@ GSM8K_FILE = str(Path(__file__).resolve().parent / "fixtures" / "data" / "gsm8k_
 LORA = {"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["q_proj"], "task_type": "CAUSAL_LM"}
 
 
-def adapter(directory: Path, config: str, weights: bool = True) -> str:
-    """An adapter directory whose adapter_config.json is `config` (as written), with LoRA weights unless not
-    `weights` (of a shape the tiny model's q_proj does not have, which only loading it notices)."""
+def adapter(directory: Path, config: str, weights: bool = True, fill: float = 0.0) -> str:
+    """An adapter directory whose adapter_config.json is `config` (as written), with LoRA weights (all `fill`)
+    unless not `weights` (of a shape the tiny model's q_proj does not have, which only loading it notices)."""
     from safetensors.numpy import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "adapter_config.json").write_text(config)
     if weights:
-        save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.zeros((2, 7), np.float32)},
+        save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.full((2, 7), fill,
+                                                                                                np.float32)},
                   str(directory / "adapter_model.safetensors"))
     return str(directory)
+
+
+def run_files(directory: Path, files: dict[str, str | bytes]) -> str:
+    """A directory holding `files` ({name: text or bytes}): a run's output as report --html reads it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (directory / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(directory)
+
+
+def dangling(link: Path) -> str:
+    link.symlink_to(link.parent / "nowhere")
+    return str(link)
+
+
+#: "Billion laughs": nine aliases of nine aliases of …, 9^9 values once expanded (a few hundred bytes of YAML).
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)) + "paths: *i\n"
 
 
 def model_files(directory: Path, config: str, weights: bytes = b"") -> str:
@@ -142,10 +161,10 @@ BAD_INPUTS = {
                              "); did you mean 'cpu-default'?"),
     "yaml not a mapping": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "- 1\n"), "--out", str(t)],
                            "expected a mapping of settings"),
-    "zero paths": (lambda m, t: evaluate(m, t, "-J", "0"), "-J/--paths must be at least 1, got 0"),
-    "negative n": (lambda m, t: evaluate(m, t, "-n", "-1"), "-n/--n must be at least 0, got -1"),
+    "zero paths": (lambda m, t: evaluate(m, t, "-J", "0"), "-J/--paths must be in [1, 65536], got 0"),
+    "negative n": (lambda m, t: evaluate(m, t, "-n", "-1"), "-n/--n must be in [0, 100000000], got -1"),
     "negative n in drift": (lambda m, t: ["drift", "--model", str(m), "-n", "-2", "--out", str(t)],
-                            "-n/--n must be at least 0, got -2"),
+                            "-n/--n must be in [0, 100000000], got -2"),
     "unknown dataset": (lambda m, t: ["drift", "--model", str(m), "--dataset", "nope", "--out", str(t)],
                         "unknown dataset 'nope'"),
     "empty data file": (lambda m, t: evaluate(m, t, "--dataset", write(t / "empty.jsonl", "")),
@@ -268,6 +287,65 @@ BAD_INPUTS = {
     "paper preset not valid YAML": (
         lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages: [\n"), "--out", str(t / "o")],
         "p.yaml: not valid YAML (while parsing a flow node"),
+    # an output never replaces a run store, another run's files or an input
+    "export onto its own run store": (lambda m, t: ["export", drift_run(t / "a"), "--out", str(t / "a" / "run.sqlite")],
+                                      "/a/run.sqlite: is a run store (or another SQLite database)"),
+    "export into another run": (lambda m, t: ["export", drift_run(t / "a"), "--out",
+                                              str(Path(drift_run(t / "b")) / "x.jsonl")],
+                                "/b/x.jsonl: lies in the run directory"),
+    "report over another run's tables": (lambda m, t: ["report", drift_run(t / "a"), "--out", drift_run(t / "b")],
+                                         "/b: holds another run (its run.sqlite)"),
+    "train config in its output directory": (
+        lambda m, t: ["train", "--model", str(m), "--config", run_files(t / "run", {"config.yaml": "n: 1\n"}) +
+                      "/config.yaml", "--out", str(t / "run")],
+        "/config.yaml: the command writes config.yaml into its output directory (--out"),
+    "drift data named as its output": (
+        lambda m, t: ["drift", "--model", str(m), "--dataset", run_files(t / "run", {"records.csv": "Q?,a,b,c,d,A\n"})
+                      + "/records.csv", "--out", str(t / "run")],
+        "/records.csv: the command writes records.csv into its output directory (--out"),
+    "empty output path": (lambda m, t: ["drift", "--model", str(m), "--out", ""],
+                          "argument --out: expected a path, got an empty string"),
+    "empty output path in yaml": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "out: ''\n")],
+                                  "setting out: expected a path, got ''"),
+    "output through a dangling link": (lambda m, t: ["drift", "--model", str(m), "--out", dangling(t / "link")],
+                                       "/link: is a symbolic link to "),
+    # YAML: a key given twice, an alias bomb, a float where an integer is meant
+    "yaml key given twice": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "paths: 2\nsteps: 3\n"
+                                                                                       "paths: 4\n"), "--out", str(t)],
+                             "line 3: the key 'paths' given again (first on line 1)"),
+    "yaml alias bomb": (lambda m, t: ["drift", "--config", write(t / "c.yaml", ALIAS_BOMB), "--out", str(t)],
+                        "c.yaml: its aliases expand to more than 100000 values"),
+    "yaml float for an integer": (lambda m, t: ["drift", "--config", write(t / "c.yaml", "paths: 1.0e+308\n"),
+                                                "--out", str(t)], "setting paths: expected an integer, got 1e+308"),
+    "split outside the data directory": (
+        lambda m, t: evaluate(m, t, "--dataset", "mmlu", "--split", "../../x", "--data-dir", str(t)),
+        "mmlu: --split '../../x' is not a split name"),
+    "paths and steps past the machine's memory": (lambda m, t: evaluate(m, t, "-J", "65536", "-N", "65536"),
+                                                  "GiB, more than this machine's"),
+    "every prompt too long, all skipped": (
+        lambda m, t: ["drift", "--model", str(m), "--dataset", write(t / "d.jsonl", csqa_line("long",
+                                                                                              stem="why? " * 900)
+                                                                     + "\n"), *FAST, "--skip-long-prompts",
+                      "--out", str(t / "run")], "nothing to run"),
+    "train prompt longer than the context": (
+        lambda m, t: ["train", "--model", str(m), "--dataset", write(t / "d.jsonl", csqa_line("long-one",
+                                                                                              stem="why? " * 900)
+                                                                     + "\n"), "-n", "0", "--paths", "4",
+                      "--micro-batch", "2", "--grad-accum", "2", "--out", str(t / "train")],
+        "question long-one ("),
+    "adapter without finite weights": (
+        lambda m, t: evaluate(m, t, "--methods", "am-ppr", "--adapter", adapter(t / "a", json.dumps(LORA),
+                                                                                fill=np.nan)),
+        "adapter_model.safetensors holds weights that are not finite numbers"),
+    # report --html reads a run's other files: damaged ones are named
+    "report --html of a bad summary.json": (
+        lambda m, t: ["report", run_files(t / "r", {"summary.json": "{"}), "--html"],
+        "/r/summary.json: not a readable summary.json"),
+    "report --html of a binary log.csv": (lambda m, t: ["report", run_files(t / "r", {"log.csv": b"\xff\0"}), "--html"],
+                                          "/r/log.csv:1: not UTF-8"),
+    "report --html of an alias bomb config.yaml": (
+        lambda m, t: ["report", run_files(t / "r", {"config.yaml": ALIAS_BOMB, "log.csv": "step\n"}), "--html"],
+        "/r/config.yaml: its aliases expand to more than 100000 values"),
     "paper stage args not a mapping": (
         lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages:\n  e:\n    command: evaluate\n"
                                                                "    args: [n, 2]\n"), "--out", str(t / "o")],
@@ -493,7 +571,8 @@ def test_every_numeric_option_declares_its_range() -> None:
     options = numeric_options()
     assert len(options) > 40 and {command for command, _ in options} >= {"demo", "drift", "emd", "evaluate", "report",
                                                                           "reasoning", "train"}
-    undeclared = [f"{command} {flag_name(field)}" for command, field in options if field.metadata["range"] is None]
+    undeclared = [f"{command} {flag_name(field)}" for command, field in options
+                  if field.metadata["range"] is None or field.metadata["range"].high is None]  # an upper bound too
     assert undeclared == []
     for command, field in options:  # every default lies in its range
         default = field.default_factory() if field.default is dataclasses.MISSING else field.default
@@ -519,7 +598,7 @@ def test_help_shows_each_range(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         main(["report", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "below this (in [0, 1]) (default: 0.5)" in text and "(at least 1) (default: 1000)" in text
+    assert "below this (in [0, 1]) (default: 0.5)" in text and "(in [1, 1000000]) (default: 1000)" in text
 
 
 # ---------------------------------------------------------------------------------------- question ids as file names

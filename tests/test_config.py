@@ -107,15 +107,19 @@ def test_an_output_directory_under_home_is_expanded(tmp_path: Path, monkeypatch:
 
 def test_out_of_range_values_name_the_flag(capsys: pytest.CaptureFixture) -> None:
     assert main(["emd", "-K", "1"]) == 2
-    assert "-K/--horizon must be at least 2, got 1" in capsys.readouterr().err
+    assert "-K/--horizon must be in [2, 65536], got 1" in capsys.readouterr().err
     with pytest.raises(UserError, match="--prefix-lengths must be at least 0"):
         load_settings(EMDCommandConfig, None, {"prefix_lengths": [0, -2]})
 
 
 def test_coerce_reads_yaml_values_as_the_field_types() -> None:
-    assert coerce(float, "1e-4") == 1e-4 and coerce(int, 3.0) == 3 and coerce(int | None, None) is None
-    assert coerce(list[int], [0, 2.0]) == [0, 2] and coerce(Path, "a/b") == Path("a/b")
-    for hint, value in ((int, True), (bool, "yes"), (str, 3), (list[int], 3), (int, None)):
+    assert coerce(float, "1e-4") == 1e-4 and coerce(int, 3) == 3 and coerce(int, "3") == 3
+    assert coerce(int | None, None) is None and coerce(float, 3) == 3.0
+    assert coerce(list[int], [0, 2]) == [0, 2] and coerce(Path, "a/b") == Path("a/b")
+    # a float where an integer is meant (1.0e+308 would be taken as the integer 10^308), an empty path (the current
+    # directory), a number past any float
+    for hint, value in ((int, True), (bool, "yes"), (str, 3), (list[int], 3), (int, None), (int, 3.0),
+                        (int, 1.0e308), (list[int], [0, 2.0]), (int, "1e3"), (Path, ""), (float, 10**400)):
         with pytest.raises(ValueError, match="expected"):
             coerce(hint, value)
 

@@ -5,11 +5,12 @@ a lock for commands whose output directory one process at a time may write."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import re
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -148,17 +149,23 @@ def same_path(a: Path, b: Path) -> bool:
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
-def check_inputs_outside(directory: Path, flag: str, inputs: Mapping[str, str | Path | None]) -> None:
-    """No input file (`inputs`: {its flag: its path, or a name that is not a file}) lies directly in the output
-    directory `directory`, whose files the command writes (an output never replaces an input): else a UserError
-    naming both flags."""
+def check_inputs_outside(directory: Path, flag: str, inputs: Mapping[str, str | Path | None],
+                         outputs: Sequence[str]) -> None:
+    """No input file (`inputs`: {its flag: its path, or a name that is not a file}) is one the command writes into
+    its output directory `directory` (`outputs`: glob patterns of paths relative to it): an output never replaces
+    an input. Else a UserError naming both flags."""
+    root = Path(directory).expanduser().resolve()
     for name, value in inputs.items():
-        if value is None or not str(value).strip():
+        if value is None or not str(value).strip() or not Path(str(value)).expanduser().is_file():
             continue
-        candidate = Path(str(value)).expanduser()
-        if candidate.is_file() and same_path(candidate.parent, directory):
-            raise UserError(f"{name} {value}: lies in the output directory ({flag} {directory}), whose files the "
-                            "command writes; move it elsewhere or choose another output directory")
+        candidate = Path(str(value)).expanduser().resolve()
+        if not candidate.is_relative_to(root):
+            continue
+        relative = candidate.relative_to(root).as_posix()
+        if any(fnmatch.fnmatchcase(relative, pattern) for pattern in outputs):
+            raise UserError(f"{name} {value}: the command writes {relative} into its output directory ({flag} "
+                            f"{directory}), which would replace this input; move it elsewhere or choose another "
+                            "output directory")
 
 
 #: A name `safe_name` keeps as it is: short, lowercase ASCII letters, digits, `-` and `_`, not starting with `-`.

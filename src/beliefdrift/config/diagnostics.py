@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from beliefdrift.config.options import (
     BYTES_PER_VALUE,
     MAX_COUNT,
     MAX_LABELS,
+    RUN_OUTPUTS,
     BatchingOptions,
     DataOptions,
     ModelOptions,
@@ -59,6 +61,7 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
     """Model, questions, methods and sampling of `drift` and `emd` (each adds its own settings)."""
 
     _argument_group_name = "methods"
+    outputs: ClassVar[tuple[str, ...]] = (*RUN_OUTPUTS, "summary.md", "summary.json")
 
     methods: list[str] | None = option(None, f"PPR-type methods (default {' '.join(BASE_METHODS)}, plus "
                                              f"{' '.join(ADAPTER_METHODS)} with --adapter)")

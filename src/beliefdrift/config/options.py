@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 from beliefdrift.data.registry import DATASETS
 from beliefdrift.errors import UserError, load_yaml, read_yaml
@@ -154,18 +154,23 @@ class Settings:
         self.check_inputs()
         self.check_memory()
 
+    #: What the command writes into its output directory (glob patterns of paths relative to it): an input file
+    #: there that one of them names is refused (`check_inputs`); the commands' tests check every file they write
+    #: against it.
+    outputs: ClassVar[tuple[str, ...]] = ()
+
     def output_directories(self) -> dict[str, Path]:
         """{flag: directory} of the output directories set."""
         return {flag_name(f): Path(getattr(self, f.name)) for f in dataclasses.fields(self)
                 if f.metadata.get("output") == "directory" and getattr(self, f.name) is not None}
 
     def check_inputs(self, extra: Mapping[str, str | Path | None] | None = None) -> None:
-        """No input file (the `input` settings, and `extra`: {flag: path}) lies in an output directory, where the
-        command's outputs could replace it (`files.check_inputs_outside`)."""
+        """No input file (the `input` settings, and `extra`: {flag: path}) is one of the command's `outputs` in its
+        output directory, which the command would replace (`files.check_inputs_outside`)."""
         inputs = {flag_name(f): _file_part(getattr(self, f.name)) for f in dataclasses.fields(self)
                   if f.metadata.get("input")}
         for flag, directory in self.output_directories().items():
-            check_inputs_outside(directory, flag, {**inputs, **(extra or {})})
+            check_inputs_outside(directory, flag, {**inputs, **(extra or {})}, self.outputs)
 
     def check_memory(self) -> None:
         """A command whose sizes multiply into the memory it needs checks their product here (`memory_needed`),
@@ -332,6 +337,11 @@ class ReportOptions(Settings):
             memory_needed(f"the bootstrap's resamples (--bootstrap {self.bootstrap} × {questions} questions × "
                           f"{BYTES_PER_VALUE} bytes)", self.bootstrap * questions * BYTES_PER_VALUE, "--bootstrap")
         super().check_memory()
+
+
+#: What every run-store command writes into its output directory (see `Settings.outputs`): the store and its
+#: SQLite sidecars, records.csv and figures.
+RUN_OUTPUTS = ("run.sqlite", "run.sqlite-*", "records.csv", "*.png", "*.pdf")
 
 
 def out_option(default: str) -> Any:

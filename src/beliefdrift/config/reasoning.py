@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from beliefdrift.config.options import (
     MAX_COUNT,
+    RUN_OUTPUTS,
     DataOptions,
     ModelOptions,
     SamplingOptions,
@@ -63,6 +65,7 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
     """The settings of `beliefdrift reasoning`: rollouts are its paths, thought–answer pairs its steps."""
 
     _argument_group_name = "rollouts"
+    outputs: ClassVar[tuple[str, ...]] = (*RUN_OUTPUTS, "summary.json")
 
     template: str | None = retuned(ModelOptions, "template", None, "pairs prompt: a .txt file with {num_lines} and "
                                                                    "{question} (default: the dataset's)")

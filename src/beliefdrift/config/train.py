@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from beliefdrift.config.options import (
     MAX_COUNT,
@@ -36,6 +37,9 @@ class TrainConfig(ModelOptions, DataOptions):
     The operational ones (checkpoints, validation, output) may change when a run resumes."""
 
     _argument_group_name = "training"
+    outputs: ClassVar[tuple[str, ...]] = ("config.yaml", "identity.json", "log.csv", ".beliefdrift.lock", "adapter/*",
+                                          ".adapter.tmp/*", "checkpoints/*", "rollouts/*", "rollouts.tmp/*",
+                                          "tensorboard/*")
 
     # training queries and their rollout groups
     dataset: str = retuned(DataOptions, "dataset", "csqa")
