@@ -422,6 +422,67 @@ def finished_run(tiny_model_dir: Path, tmp_path: Path) -> Path:
     return out
 
 
+def test_report_and_export_leave_the_run_directory_as_it_was(finished_run: Path, tmp_path: Path) -> None:
+    """They only read: no run.sqlite-wal or -shm beside the store, no lock file, no temporary; an export's
+    temporaries that a killed export left (its process gone) are removed by the next export."""
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    abandoned = finished_run / f".export.jsonl.{dead.pid}.0badc0de.tmp"
+    abandoned.write_text("{half a row")
+    before = sorted(path.name for path in finished_run.iterdir())
+    assert main(["report", str(finished_run), "--bootstrap", "10", "--out", str(tmp_path / "report")]) == 0
+    assert main(["export", str(finished_run)]) == 0
+    assert sorted(path.name for path in finished_run.iterdir()) == sorted(
+        [name for name in before if name != abandoned.name] + ["export.jsonl"])
+    assert [path.name for path in finished_run.glob("run.sqlite*")] == ["run.sqlite"]
+
+
+def test_file_derived_text_is_escaped_in_the_tables(finished_run: Path, tmp_path: Path) -> None:
+    """A data file named with Markdown's `|` and LaTeX's `^ ~ \\` heads a column of both tables: escaped, so the
+    Markdown table keeps its columns and the LaTeX text compiles."""
+    from beliefdrift.report.runs import load_run
+    from beliefdrift.report.tables import RunScores, latex_tables, markdown_tables
+    from beliefdrift.runs.scoring import QualityControl
+
+    run, _ = load_run(finished_run, QualityControl(path_mass=0), 10)
+    label = "a|b^c~d\\e_f"
+    tables = markdown_tables([RunScores(label, run.scores)])
+    for block in tables.split("\n\n"):  # each table: every row as many cells as its header
+        rows = [line for line in block.splitlines() if line.startswith("|")]
+        assert len({len(re.split(r"(?<!\\)\|", row)) for row in rows}) <= 1, block  # a cell ends at a bare `|`
+    assert "a\\|b^c~d\\\\e_f" in tables
+    latex = latex_tables([RunScores(label, run.scores)])
+    assert r"a|b\textasciicircum{}c\textasciitilde{}d\textbackslash{}e\_f" in latex
+    assert "^c" not in latex and "~d" not in latex
+
+
+def test_messages_name_what_to_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A model cache that cannot be created (HOME unwritable) names BELIEFDRIFT_CACHE; running out of the machine's
+    memory names the settings to lower, as running out of the GPU's does."""
+    import beliefdrift.backend.loading as loading
+    from beliefdrift.cli.main import error_message
+
+    monkeypatch.setattr(loading, "cache_dir", lambda: Path("/proc/self/.cache/beliefdrift/models"))
+    message = error_message(FileNotFoundError(2, "No such file or directory", "/proc/self/.cache"), "demo")
+    assert message.startswith("cannot create the model cache /proc/self/.cache/beliefdrift/models (No such file or "
+                              "directory: /proc/self/.cache; is HOME writable?); set BELIEFDRIFT_CACHE")
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to "
+                       "allocate 8000000000000 bytes")
+    assert error_message(cpu, "drift").startswith("out of memory; lower --batch-questions or -J/--paths")
+    assert error_message(MemoryError(), "emd").startswith("out of memory; lower --batch-budget")
+
+
+def test_outputs_are_utf_8_whatever_the_locale(tmp_path: Path) -> None:
+    """Non-ASCII data (an option "Café") in the C locale, UTF-8 mode off: written as UTF-8, not refused."""
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    code = "import sys; from pathlib import Path; from beliefdrift.files import write_atomic; " \
+           "write_atomic(Path(sys.argv[1]), 'Caf\\u00e9 \\u03b8')"
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.md")], env=env, capture_output=True,
+                            text=True, timeout=HANG_S)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "out.md").read_bytes() == "Café θ".encode()
+
+
 def test_partial_run_is_marked_in_every_table_and_on_stdout(finished_run: Path, capsys: pytest.CaptureFixture):
     with sqlite3.connect(finished_run / "run.sqlite") as db:  # the last ppr unit, as if never stored
         qid = db.execute("SELECT question_id FROM results WHERE method = 'ppr' ORDER BY rowid DESC").fetchone()[0]
@@ -512,6 +573,28 @@ def test_sigint_in_a_real_process_exits_130_and_resumes(tiny_model_dir: Path, tm
     assert main(evaluate(tiny_model_dir, out, *slow)) == 0
     with RunStore.open(out / "run.sqlite", read_only=True) as store:
         assert store.count() == 30
+
+
+def test_sigterm_in_a_real_process_says_what_is_stored(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A scheduler ending the job (SIGTERM) gets the line Ctrl-C gets, and exit status 128 + 15."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "beliefdrift", *evaluate(tiny_model_dir, out, "-n", "30", "--methods", "ppr")]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + HANG_S
+    try:
+        while not _stored(out / "run.sqlite"):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=HANG_S)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, err[-2000:]
+    last = err.rstrip().splitlines()[-1]
+    assert "Traceback" not in err and re.fullmatch(rf"beliefdrift evaluate: interrupted; \d+ question × method results "
+                                                   rf"stored in {re.escape(str(out / 'run.sqlite'))}; run the same "
+                                                   "command again to resume", last), last
 
 
 def _stored(path: Path) -> int:

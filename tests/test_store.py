@@ -6,6 +6,8 @@ import io
 import json
 import multiprocessing
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
@@ -340,6 +342,35 @@ def test_records_round_trip_atomically_and_version_1_stores_gain_the_table(tmp_p
     with RunStore.open(path) as store:
         assert store.record_units() == [] and store.count() == 0
         store.add_records("q1", {"ppr": {"emd": 0.5}})
+
+
+#: Writes records into the store argv[1] until a write fails, under a file size limit (EFBIG: what a full disk
+#: gives the store, as ENOSPC), and prints the error.
+FILL_THE_DISK = """import resource, signal, sys
+from beliefdrift.runs.store import RunStore, StoreError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+store = RunStore.open(sys.argv[1])
+store.add_records("q0", {"ppr": {"curve": [0.5] * 1000}})
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
+try:
+    for i in range(1, 1000):
+        store.add_records(f"q{i}", {"ppr": {"curve": [i / 7] * 1000}})
+except StoreError as err:
+    print(err)
+"""
+
+
+def test_a_full_disk_while_writing_says_so_and_the_run_resumes(tmp_path: Path) -> None:
+    """Not "not a readable run store … move it away": nothing stored is lost, and freeing space resumes it."""
+    path = tmp_path / "run.sqlite"
+    result = subprocess.run([sys.executable, "-c", FILL_THE_DISK, str(path)], capture_output=True, text=True,
+                            timeout=HANG_S)
+    assert "cannot write the run store (disk I/O error: is the disk full?); free some space and run the same " \
+           "command again to resume" in result.stdout, result.stdout + result.stderr[-2000:]
+    with RunStore.open(path) as store:
+        units = store.record_units()
+        assert 1 < len(units) < 1000 and store.records(*units[-1])["curve"][0] == (len(units) - 1) / 7
+        store.add_records("q999", {"ppr": {"curve": [1.0]}})
 
 
 def sidecars(directory: Path) -> list[str]:
