@@ -6,6 +6,7 @@ a lock for commands whose output directory one process at a time may write."""
 from __future__ import annotations
 
 import fnmatch
+import glob
 import hashlib
 import os
 import re
@@ -31,13 +32,16 @@ def current_umask() -> int:
 
 
 def process_alive(pid: int) -> bool:
-    """Whether a process `pid` exists on this machine (one of another user's counts)."""
+    """Whether a process `pid` exists on this machine (one of another user's counts); where this cannot be asked
+    without a signal (not POSIX), every process counts as alive."""
+    if os.name != "posix":
+        return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # none, or a number no process can have
         return False
-    except (PermissionError, OverflowError):
-        return pid > 0
+    except PermissionError:
+        return True
     return True
 
 
@@ -50,15 +54,10 @@ def _temporary_name(path: Path) -> Path:
 def remove_abandoned(path: Path) -> None:
     """Remove the temporaries of `path` (`_temporary_name`) whose writing process has ended (a killed writer's)."""
     prefix = f".{path.name}."
-    for temporary in path.parent.glob(f"{glob_escape(prefix)}*.tmp"):
+    for temporary in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
         pid = temporary.name[len(prefix) : -len(".tmp")].split(".")[0]
         if pid.isdigit() and not process_alive(int(pid)):
             temporary.unlink(missing_ok=True)
-
-
-def glob_escape(text: str) -> str:
-    """`text` matched literally by `Path.glob` (its `*`, `?` and `[` in brackets)."""
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 @contextmanager

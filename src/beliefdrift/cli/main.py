@@ -133,7 +133,7 @@ def error_message(err: BaseException, command: str | None) -> str:
     if isinstance(err, memory_errors()) or out_of_host_memory(err):
         return out_of_memory(command, gpu=isinstance(err, memory_errors()))
     loading = sys.modules.get("beliefdrift.backend.loading")
-    if isinstance(err, OSError) and err.filename and loading is not None:
+    if isinstance(err, OSError) and isinstance(err.filename, str) and loading is not None:
         cache = loading.cache_dir()
         if Path(err.filename) in (cache, *cache.parents) and Path(err.filename) != Path(cache.anchor):
             return (f"cannot create the model cache {cache} ({err.strerror}: {err.filename}; is HOME writable?); set "

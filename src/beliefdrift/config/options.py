@@ -95,7 +95,7 @@ def option(default: Any, help: str, *aliases: str, operational: bool = False, ch
     A `when_set` setting enters the run identity only when it differs from its default (settings added after runs
     were stored: those runs' identities stay as they were, so they still resume). An `output` setting names an
     output "directory" or "file" (`files.check_output`); an `input` setting may name a file the command reads,
-    which may not lie in its output directory (`files.check_inputs_outside`)."""
+    which may not be one of the files the command writes (`Settings.outputs`, `files.check_inputs_outside`)."""
     bounds = Range(above if above is not None else minimum, below if below is not None else maximum,
                    above is not None, below is not None)
     metadata: dict[str, Any] = {"help": help, "operational": operational,
@@ -178,7 +178,7 @@ class Settings:
 
 
 def _file_part(value: Any) -> Any:
-    """The local path in a setting's value (`hf:` and `lm-eval:` prefixes aside)."""
+    """The local path a setting's value may name (an `hf:` prefix aside)."""
     return str(value).removeprefix("hf:") if isinstance(value, (str, Path)) else None
 
 

@@ -54,8 +54,7 @@ class TrainConfig(ModelOptions, DataOptions):
     horizon: int = option(6, "K: k1 < k2 ≤ K, rollouts of depth K − 1", "-K", minimum=2, maximum=MAX_COUNT)
     mode: str = option("offline", "offline: stored base-model rollouts (the paper's); on-policy: fresh rollouts "
                                   "every update", choices=MODES)
-    rollout_dir: str | None = option(None, "an existing rollout dataset (unset: generated into OUT/rollouts)",
-                                     input=True)
+    rollout_dir: str | None = option(None, "an existing rollout dataset (unset: generated into OUT/rollouts)")
     # loss
     beta: float = option(0.01, "weight β of the policy-gradient correction", minimum=0, maximum=MAX_WEIGHT)
     clip: float = option(5.0, "advantage clamp", above=0, maximum=MAX_WEIGHT)
