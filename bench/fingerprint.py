@@ -286,6 +286,9 @@ class Fingerprint:
             self.note(f"{name} not hashed: the run's identity and resolved settings, pinned by the command lines")
         elif name == "README.md" and path.parent.name == "adapter":
             self.note("adapter/README.md (peft's model card) not hashed: names the base model's path and versions")
+        elif name == "checksums.json" and "checkpoints" in path.parts:
+            self.note("train checkpoints/*/checksums.json not hashed: the sha256 of the checkpoint's other files, "
+                      "which are hashed (as the run store's checksums table is not)")
         elif name == "meta.json" and "rollouts" in path.parts:
             self.note("train rollouts/meta.json: only its `questions` hashed (its `settings` are the run config)")
             self.add(f"{rel}:questions", sha(dumps(json.loads(path.read_text()).get("questions"))))

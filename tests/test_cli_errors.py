@@ -59,17 +59,36 @@ GSM8K_FILE = str(Path(__file__).resolve().parent / "fixtures" / "data" / "gsm8k_
 LORA = {"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["q_proj"], "task_type": "CAUSAL_LM"}
 
 
-def adapter(directory: Path, config: str, weights: bool = True) -> str:
-    """An adapter directory whose adapter_config.json is `config` (as written), with LoRA weights unless not
-    `weights` (of a shape the tiny model's q_proj does not have, which only loading it notices)."""
+def adapter(directory: Path, config: str, weights: bool = True, fill: float = 0.0) -> str:
+    """An adapter directory whose adapter_config.json is `config` (as written), with LoRA weights (all `fill`)
+    unless not `weights` (of a shape the tiny model's q_proj does not have, which only loading it notices)."""
     from safetensors.numpy import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "adapter_config.json").write_text(config)
     if weights:
-        save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.zeros((2, 7), np.float32)},
+        save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.full((2, 7), fill,
+                                                                                                np.float32)},
                   str(directory / "adapter_model.safetensors"))
     return str(directory)
+
+
+def run_files(directory: Path, files: dict[str, str | bytes]) -> str:
+    """A directory holding `files` ({name: text or bytes}): a run's output as report --html reads it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (directory / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(directory)
+
+
+def dangling(link: Path) -> str:
+    link.symlink_to(link.parent / "nowhere")
+    return str(link)
+
+
+#: "Billion laughs": nine aliases of nine aliases of …, 9^9 values once expanded (a few hundred bytes of YAML).
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)) + "paths: *i\n"
 
 
 def model_files(directory: Path, config: str, weights: bytes = b"") -> str:
@@ -142,10 +161,10 @@ BAD_INPUTS = {
                              "); did you mean 'cpu-default'?"),
     "yaml not a mapping": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "- 1\n"), "--out", str(t)],
                            "expected a mapping of settings"),
-    "zero paths": (lambda m, t: evaluate(m, t, "-J", "0"), "-J/--paths must be at least 1, got 0"),
-    "negative n": (lambda m, t: evaluate(m, t, "-n", "-1"), "-n/--n must be at least 0, got -1"),
+    "zero paths": (lambda m, t: evaluate(m, t, "-J", "0"), "-J/--paths must be in [1, 65536], got 0"),
+    "negative n": (lambda m, t: evaluate(m, t, "-n", "-1"), "-n/--n must be in [0, 100000000], got -1"),
     "negative n in drift": (lambda m, t: ["drift", "--model", str(m), "-n", "-2", "--out", str(t)],
-                            "-n/--n must be at least 0, got -2"),
+                            "-n/--n must be in [0, 100000000], got -2"),
     "unknown dataset": (lambda m, t: ["drift", "--model", str(m), "--dataset", "nope", "--out", str(t)],
                         "unknown dataset 'nope'"),
     "empty data file": (lambda m, t: evaluate(m, t, "--dataset", write(t / "empty.jsonl", "")),
@@ -268,6 +287,65 @@ BAD_INPUTS = {
     "paper preset not valid YAML": (
         lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages: [\n"), "--out", str(t / "o")],
         "p.yaml: not valid YAML (while parsing a flow node"),
+    # an output never replaces a run store, another run's files or an input
+    "export onto its own run store": (lambda m, t: ["export", drift_run(t / "a"), "--out", str(t / "a" / "run.sqlite")],
+                                      "/a/run.sqlite: is a run store (or another SQLite database)"),
+    "export into another run": (lambda m, t: ["export", drift_run(t / "a"), "--out",
+                                              str(Path(drift_run(t / "b")) / "x.jsonl")],
+                                "/b/x.jsonl: lies in the run directory"),
+    "report over another run's tables": (lambda m, t: ["report", drift_run(t / "a"), "--out", drift_run(t / "b")],
+                                         "/b: holds another run (its run.sqlite)"),
+    "train config in its output directory": (
+        lambda m, t: ["train", "--model", str(m), "--config", run_files(t / "run", {"config.yaml": "n: 1\n"}) +
+                      "/config.yaml", "--out", str(t / "run")],
+        "/config.yaml: the command writes config.yaml into its output directory (--out"),
+    "drift data named as its output": (
+        lambda m, t: ["drift", "--model", str(m), "--dataset", run_files(t / "run", {"records.csv": "Q?,a,b,c,d,A\n"})
+                      + "/records.csv", "--out", str(t / "run")],
+        "/records.csv: the command writes records.csv into its output directory (--out"),
+    "empty output path": (lambda m, t: ["drift", "--model", str(m), "--out", ""],
+                          "argument --out: expected a path, got an empty string"),
+    "empty output path in yaml": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "out: ''\n")],
+                                  "setting out: expected a path, got ''"),
+    "output through a dangling link": (lambda m, t: ["drift", "--model", str(m), "--out", dangling(t / "link")],
+                                       "/link: is a symbolic link to "),
+    # YAML: a key given twice, an alias bomb, a float where an integer is meant
+    "yaml key given twice": (lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "paths: 2\nsteps: 3\n"
+                                                                                       "paths: 4\n"), "--out", str(t)],
+                             "line 3: the key 'paths' given again (first on line 1)"),
+    "yaml alias bomb": (lambda m, t: ["drift", "--config", write(t / "c.yaml", ALIAS_BOMB), "--out", str(t)],
+                        "c.yaml: its aliases expand to more than 100000 values"),
+    "yaml float for an integer": (lambda m, t: ["drift", "--config", write(t / "c.yaml", "paths: 1.0e+308\n"),
+                                                "--out", str(t)], "setting paths: expected an integer, got 1e+308"),
+    "split outside the data directory": (
+        lambda m, t: evaluate(m, t, "--dataset", "mmlu", "--split", "../../x", "--data-dir", str(t)),
+        "mmlu: --split '../../x' is not a split name"),
+    "paths and steps past the machine's memory": (lambda m, t: evaluate(m, t, "-J", "65536", "-N", "65536"),
+                                                  "GiB, more than this machine's"),
+    "every prompt too long, all skipped": (
+        lambda m, t: ["drift", "--model", str(m), "--dataset", write(t / "d.jsonl", csqa_line("long",
+                                                                                              stem="why? " * 900)
+                                                                     + "\n"), *FAST, "--skip-long-prompts",
+                      "--out", str(t / "run")], "nothing to run"),
+    "train prompt longer than the context": (
+        lambda m, t: ["train", "--model", str(m), "--dataset", write(t / "d.jsonl", csqa_line("long-one",
+                                                                                              stem="why? " * 900)
+                                                                     + "\n"), "-n", "0", "--paths", "4",
+                      "--micro-batch", "2", "--grad-accum", "2", "--out", str(t / "train")],
+        "question long-one ("),
+    "adapter without finite weights": (
+        lambda m, t: evaluate(m, t, "--methods", "am-ppr", "--adapter", adapter(t / "a", json.dumps(LORA),
+                                                                                fill=np.nan)),
+        "adapter_model.safetensors holds weights that are not finite numbers"),
+    # report --html reads a run's other files: damaged ones are named
+    "report --html of a bad summary.json": (
+        lambda m, t: ["report", run_files(t / "r", {"summary.json": "{"}), "--html"],
+        "/r/summary.json: not a readable summary.json"),
+    "report --html of a binary log.csv": (lambda m, t: ["report", run_files(t / "r", {"log.csv": b"\xff\0"}), "--html"],
+                                          "/r/log.csv:1: not UTF-8"),
+    "report --html of an alias bomb config.yaml": (
+        lambda m, t: ["report", run_files(t / "r", {"config.yaml": ALIAS_BOMB, "log.csv": "step\n"}), "--html"],
+        "/r/config.yaml: its aliases expand to more than 100000 values"),
     "paper stage args not a mapping": (
         lambda m, t: ["paper", "--preset", write(t / "p.yaml", "stages:\n  e:\n    command: evaluate\n"
                                                                "    args: [n, 2]\n"), "--out", str(t / "o")],
@@ -342,6 +420,67 @@ def finished_run(tiny_model_dir: Path, tmp_path: Path) -> Path:
     out = tmp_path / "run"
     assert main(evaluate(tiny_model_dir, out, "--methods", "direct", "ppr")) == 0
     return out
+
+
+def test_report_and_export_leave_the_run_directory_as_it_was(finished_run: Path, tmp_path: Path) -> None:
+    """They only read: no run.sqlite-wal or -shm beside the store, no lock file, no temporary; an export's
+    temporaries that a killed export left (its process gone) are removed by the next export."""
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    abandoned = finished_run / f".export.jsonl.{dead.pid}.0badc0de.tmp"
+    abandoned.write_text("{half a row")
+    before = sorted(path.name for path in finished_run.iterdir())
+    assert main(["report", str(finished_run), "--bootstrap", "10", "--out", str(tmp_path / "report")]) == 0
+    assert main(["export", str(finished_run)]) == 0
+    assert sorted(path.name for path in finished_run.iterdir()) == sorted(
+        [name for name in before if name != abandoned.name] + ["export.jsonl"])
+    assert [path.name for path in finished_run.glob("run.sqlite*")] == ["run.sqlite"]
+
+
+def test_file_derived_text_is_escaped_in_the_tables(finished_run: Path, tmp_path: Path) -> None:
+    """A data file named with Markdown's `|` and LaTeX's `^ ~ \\` heads a column of both tables: escaped, so the
+    Markdown table keeps its columns and the LaTeX text compiles."""
+    from beliefdrift.report.runs import load_run
+    from beliefdrift.report.tables import RunScores, latex_tables, markdown_tables
+    from beliefdrift.runs.scoring import QualityControl
+
+    run, _ = load_run(finished_run, QualityControl(path_mass=0), 10)
+    label = "a|b^c~d\\e_f"
+    tables = markdown_tables([RunScores(label, run.scores)])
+    for block in tables.split("\n\n"):  # each table: every row as many cells as its header
+        rows = [line for line in block.splitlines() if line.startswith("|")]
+        assert len({len(re.split(r"(?<!\\)\|", row)) for row in rows}) <= 1, block  # a cell ends at a bare `|`
+    assert "a\\|b^c~d\\\\e_f" in tables
+    latex = latex_tables([RunScores(label, run.scores)])
+    assert r"a|b\textasciicircum{}c\textasciitilde{}d\textbackslash{}e\_f" in latex
+    assert "^c" not in latex and "~d" not in latex
+
+
+def test_messages_name_what_to_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A model cache that cannot be created (HOME unwritable) names BELIEFDRIFT_CACHE; running out of the machine's
+    memory names the settings to lower, as running out of the GPU's does."""
+    import beliefdrift.backend.loading as loading
+    from beliefdrift.cli.main import error_message
+
+    monkeypatch.setattr(loading, "cache_dir", lambda: Path("/proc/self/.cache/beliefdrift/models"))
+    message = error_message(FileNotFoundError(2, "No such file or directory", "/proc/self/.cache"), "demo")
+    assert message.startswith("cannot create the model cache /proc/self/.cache/beliefdrift/models (No such file or "
+                              "directory: /proc/self/.cache; is HOME writable?); set BELIEFDRIFT_CACHE")
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to "
+                       "allocate 8000000000000 bytes")
+    assert error_message(cpu, "drift").startswith("out of memory; lower --batch-questions or -J/--paths")
+    assert error_message(MemoryError(), "emd").startswith("out of memory; lower --batch-budget")
+
+
+def test_outputs_are_utf_8_whatever_the_locale(tmp_path: Path) -> None:
+    """Non-ASCII data (an option "Café") in the C locale, UTF-8 mode off: written as UTF-8, not refused."""
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    code = "import sys; from pathlib import Path; from beliefdrift.files import write_atomic; " \
+           "write_atomic(Path(sys.argv[1]), 'Caf\\u00e9 \\u03b8')"
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.md")], env=env, capture_output=True,
+                            text=True, timeout=HANG_S)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "out.md").read_bytes() == "Café θ".encode()
 
 
 def test_partial_run_is_marked_in_every_table_and_on_stdout(finished_run: Path, capsys: pytest.CaptureFixture):
@@ -436,6 +575,28 @@ def test_sigint_in_a_real_process_exits_130_and_resumes(tiny_model_dir: Path, tm
         assert store.count() == 30
 
 
+def test_sigterm_in_a_real_process_says_what_is_stored(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A scheduler ending the job (SIGTERM) gets the line Ctrl-C gets, and exit status 128 + 15."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "beliefdrift", *evaluate(tiny_model_dir, out, "-n", "30", "--methods", "ppr")]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + HANG_S
+    try:
+        while not _stored(out / "run.sqlite"):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=HANG_S)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, err[-2000:]
+    last = err.rstrip().splitlines()[-1]
+    assert "Traceback" not in err and re.fullmatch(rf"beliefdrift evaluate: interrupted; \d+ question × method results "
+                                                   rf"stored in {re.escape(str(out / 'run.sqlite'))}; run the same "
+                                                   "command again to resume", last), last
+
+
 def _stored(path: Path) -> int:
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
@@ -493,7 +654,8 @@ def test_every_numeric_option_declares_its_range() -> None:
     options = numeric_options()
     assert len(options) > 40 and {command for command, _ in options} >= {"demo", "drift", "emd", "evaluate", "report",
                                                                           "reasoning", "train"}
-    undeclared = [f"{command} {flag_name(field)}" for command, field in options if field.metadata["range"] is None]
+    undeclared = [f"{command} {flag_name(field)}" for command, field in options
+                  if field.metadata["range"] is None or field.metadata["range"].high is None]  # an upper bound too
     assert undeclared == []
     for command, field in options:  # every default lies in its range
         default = field.default_factory() if field.default is dataclasses.MISSING else field.default
@@ -519,7 +681,7 @@ def test_help_shows_each_range(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         main(["report", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "below this (in [0, 1]) (default: 0.5)" in text and "(at least 1) (default: 1000)" in text
+    assert "below this (in [0, 1]) (default: 0.5)" in text and "(in [1, 1000000]) (default: 1000)" in text
 
 
 # ---------------------------------------------------------------------------------------- question ids as file names

@@ -107,15 +107,19 @@ def test_an_output_directory_under_home_is_expanded(tmp_path: Path, monkeypatch:
 
 def test_out_of_range_values_name_the_flag(capsys: pytest.CaptureFixture) -> None:
     assert main(["emd", "-K", "1"]) == 2
-    assert "-K/--horizon must be at least 2, got 1" in capsys.readouterr().err
-    with pytest.raises(UserError, match="--prefix-lengths must be at least 0"):
+    assert "-K/--horizon must be in [2, 65536], got 1" in capsys.readouterr().err
+    with pytest.raises(UserError, match=r"--prefix-lengths must be in \[0, 65536\], got \[0, -2\]"):
         load_settings(EMDCommandConfig, None, {"prefix_lengths": [0, -2]})
 
 
 def test_coerce_reads_yaml_values_as_the_field_types() -> None:
-    assert coerce(float, "1e-4") == 1e-4 and coerce(int, 3.0) == 3 and coerce(int | None, None) is None
-    assert coerce(list[int], [0, 2.0]) == [0, 2] and coerce(Path, "a/b") == Path("a/b")
-    for hint, value in ((int, True), (bool, "yes"), (str, 3), (list[int], 3), (int, None)):
+    assert coerce(float, "1e-4") == 1e-4 and coerce(int, 3) == 3 and coerce(int, "3") == 3
+    assert coerce(int | None, None) is None and coerce(float, 3) == 3.0
+    assert coerce(list[int], [0, 2]) == [0, 2] and coerce(Path, "a/b") == Path("a/b")
+    # a float where an integer is meant (1.0e+308 would be taken as the integer 10^308), an empty path (the current
+    # directory), a number past any float
+    for hint, value in ((int, True), (bool, "yes"), (str, 3), (list[int], 3), (int, None), (int, 3.0),
+                        (int, 1.0e308), (list[int], [0, 2.0]), (int, "1e3"), (Path, ""), (float, 10**400)):
         with pytest.raises(ValueError, match="expected"):
             coerce(hint, value)
 
@@ -176,3 +180,29 @@ def test_settings_added_later_enter_the_identity_only_when_set() -> None:
         "main", True, "a=1,b=x", "question=q")
     assert config.pretrained_kwargs() == {"revision": "main", "trust_remote_code": True,
                                           "model_args": {"a": 1, "b": "x"}}
+
+
+def test_one_spelling_per_method() -> None:
+    """`ppr-seed05` is `ppr-seed5` (and `ppr-seed0` is `ppr`): one row, one random stream, never two rows titled
+    "PPR + SEED_5" with different numbers."""
+    from beliefdrift.config.evaluate import resolve_methods
+    from beliefdrift.registry import parse_method
+
+    assert parse_method("ppr-seed05").name == "ppr-seed5" and parse_method("AM-PPR-seed001").name == "am-ppr-seed1"
+    assert parse_method("ppr-seed0").name == "ppr"
+    assert resolve_methods(EvalConfig(methods=["ppr-seed5", "ppr-seed05", "ppr-seed0", "ppr"])).methods == [
+        "ppr", "ppr-seed5"]
+    assert [m.name for m in DriftConfig(methods=["ppr-seed5", "ppr-seed05"]).method_list] == ["ppr-seed5"]
+
+
+def test_sizes_that_multiply_past_the_machine_are_refused_before_anything_loads() -> None:
+    """The product of the sizes, estimated from them, against the machine's memory: one line naming the flags."""
+    from beliefdrift.config.options import ReportOptions
+
+    with pytest.raises(UserError, match=r"the bootstrap's resamples \(--bootstrap 1000000 × 100000000 questions × 8 "
+                                        r"bytes\) need about .* GiB, more than this machine's .* lower --bootstrap"):
+        ReportOptions(bootstrap=10**6).check_memory(questions=10**8)
+    ReportOptions(bootstrap=10**6).check_memory(questions=100)  # 800 MB: fine
+    with pytest.raises(UserError, match=r"the k-step estimates of a question .* lower -J/--paths, -K/--horizon"):
+        EMDCommandConfig(burn_in_paths=65536, burn_in=65536)
+    EMDCommandConfig(paths=512, horizon=64, lookahead=64, burn_in=64, noise_floor_replicates=1000)  # a large GPU run

@@ -198,7 +198,7 @@ def test_config_layers_and_adapter_methods(tmp_path: Path, caplog: pytest.LogCap
     assert evaluate_config("--config", str(preset), "--adapter", "lora").methods == ["ppr", "am-ppr-seed1", "direct"]
     with pytest.raises(ValueError, match="am-ppr-seed1 need --adapter"):
         evaluate_config("--methods", "am-ppr-seed1")
-    with pytest.raises(ValueError, match=r"-N/--steps must be at least 1"):
+    with pytest.raises(ValueError, match=r"-N/--steps must be in \[1, 65536\], got 0"):
         evaluate_config("--steps", "0")
 
 

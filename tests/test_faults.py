@@ -7,11 +7,13 @@ cannot recover from is one error line and exit status 2."""
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import math
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import sqlite3
@@ -29,6 +31,10 @@ import pytest
 import torch
 
 from beliefdrift.cli.main import main
+from beliefdrift.config.diagnostics import DriftConfig, EMDCommandConfig
+from beliefdrift.config.evaluate import EvalConfig
+from beliefdrift.config.reasoning import ReasoningCommandConfig
+from beliefdrift.config.train import TrainConfig
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 #: Only guards a hang: real processes on a loaded machine take what they take (the tests assert outcomes, not speeds).
@@ -375,6 +381,46 @@ def test_damaged_files_are_one_line_and_exit_2(name: str, argv: list[str], refer
         assert f"{out}" in line and damage.error in line, (damage, line)
 
 
+def test_every_file_a_command_writes_is_declared(name: str, reference: Path) -> None:
+    """`Settings.outputs` (what an input file may not be, lest the command replace it) names every file the command
+    writes into its output directory."""
+    settings = {"evaluate": EvalConfig, "drift": DriftConfig, "emd": EMDCommandConfig, "train": TrainConfig,
+                "reasoning": ReasoningCommandConfig}[name]
+    written = [path.relative_to(reference).as_posix() for path in reference.rglob("*") if path.is_file()]
+    assert written and [file for file in written if not any(fnmatch.fnmatchcase(file, pattern)
+                                                            for pattern in settings.outputs)] == []
+
+
+def limited_to(size: int) -> Callable[[], None]:
+    """In the child before it starts: no file it writes may grow past `size` bytes (EFBIG, as a full disk gives
+    ENOSPC), the signal that limit raises ignored so that the write fails instead."""
+    def limit() -> None:
+        interruptible()
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return limit
+
+
+def test_a_write_cut_short_leaves_every_output_whole(name: str, reference: Path, tmp_path: Path) -> None:
+    """`report` on a run whose outputs exist, where the disk takes every table but no figure: the figure it cannot
+    write is named, every file is the one it was (none truncated in place), and no temporary is left."""
+    if name != "evaluate":
+        pytest.skip("report's outputs: evaluate's run")
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    figures = [name for name in before if name.endswith(".png")]
+    limit = max(len(data) for name, data in before.items() if name.endswith((".md", ".tex", ".csv"))) + 1
+    assert figures and all(len(before[figure]) > limit for figure in figures)
+    result = subprocess.run([sys.executable, "-m", "beliefdrift", "report", str(out), "--bootstrap", "10",
+                             "--qc-path-mass", "0"], env=ENV, capture_output=True, text=True,
+                            preexec_fn=limited_to(limit), timeout=DEADLINE_S)
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = one_error_line(result.stderr, "report")
+    assert "File too large" in line and re.search(rf"{re.escape(str(out))}/reliability-[\w-]+\.png", line), line
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
 def test_train_refuses_a_directory_another_process_holds(tiny_model_dir: Path, template: str, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture) -> None:
     argv = [*COMMANDS["train"].argv(tiny_model_dir, template), "--out", str(tmp_path)]
@@ -393,6 +439,7 @@ def test_train_refuses_a_directory_another_process_holds(tiny_model_dir: Path, t
     finally:
         holder.communicate("")
     assert run_here(argv) == 0  # the lock ended with its process
+    assert not (tmp_path / ".beliefdrift.lock").exists()  # and a finished run leaves no lock file naming it
 
 
 # ---------------------------------------------------------------------------------------- stored numbers
@@ -473,5 +520,5 @@ def test_a_store_from_before_the_checksums_resumes(name: str, argv: list[str], r
     assert run_here([*argv, "--out", str(out)]) == 0
     assert COMMANDS[name].results(out) == COMMANDS[name].results(reference)
     assert query(out, "SELECT key, value FROM config ORDER BY key") == identity
-    assert query(out, "PRAGMA user_version") == [(3,)]
+    assert query(out, "PRAGMA user_version") == [(4,)]
     assert query(out, f"SELECT count(*) FROM checksums WHERE kind = '{table}'") == [(COMMANDS[name].stored(out),)]

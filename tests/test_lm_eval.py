@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +16,7 @@ import pytest
 from beliefdrift.cli.main import main
 from beliefdrift.data import DataError, load_dataset
 from beliefdrift.data.lm_eval import MULTIPLE_INPUT_STEM, load_task_questions
+from beliefdrift.errors import UserError
 from beliefdrift.report.runs import load_runs
 from beliefdrift.runs.scoring import QualityControl
 
@@ -198,3 +200,51 @@ def test_evaluate_on_a_task_file_reports_each_subtask(tiny_model_dir: Path, tmp_
     assert "alpha ACC" in capsys.readouterr().out
     title, columns, _ = load_runs(out, QualityControl(), 10)
     assert title == "both" and [run.label for run in columns] == ["alpha", "beta"]
+
+
+def test_a_first_document_without_options_is_explained(tmp_path: Path) -> None:
+    """lm-eval builds a task by trying its first document, and fails there with a bare IndexError."""
+    data = write_jsonl(tmp_path / "d.jsonl", [{"q": "x?", "o": [], "t": 0}, {"q": "y?", "o": ["a", "b"], "t": 0}])
+    task = task_file(tmp_path, "empty", f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
+                     "doc_to_text: q\ndoc_to_choice: o\ndoc_to_target: t\n")
+    with pytest.raises(DataError, match=r"could not build the task \(IndexError: list index out of range\); lm-eval "
+                                        "checks the first document when it builds a task: does doc_to_choice give "
+                                        "an empty list"):
+        load_dataset(str(task))
+
+
+def test_a_task_file_of_an_alias_bomb_is_refused_before_lm_eval_reads_it(tmp_path: Path) -> None:
+    levels = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True))
+    data = write_jsonl(tmp_path / "d.jsonl", [{"q": "x?", "o": ["a", "b"], "t": 0}])
+    task = task_file(tmp_path, "bomb", f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
+                     "doc_to_text: q\ndoc_to_choice: o\ndoc_to_target: t\nmetadata:\n  "
+                     + levels.replace("\n", "\n  "))
+    with pytest.raises(UserError, match=r"bomb\.yaml: its aliases expand to more than 100000 values"):
+        load_dataset(str(task))
+    (tmp_path / "base.yaml").write_text(f"metadata:\n  {levels.replace(chr(10), chr(10) + '  ')}")
+    task = task_file(tmp_path, "including", "include: base.yaml\ndoc_to_text: q\ndoc_to_choice: o\ndoc_to_target: t\n")
+    with pytest.raises(UserError, match=r"base\.yaml: its aliases expand to more than 100000 values"):
+        load_dataset(str(task))  # lm-eval reads the files a task file includes too
+
+
+def test_report_html_never_runs_the_code_of_a_task_file_a_run_names(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A run directory someone shares names a task file in its stored settings; its `!function` hook is Python that
+    lm-eval imports and runs. Viewing the run (report --html) runs none of it: the page lists the question ids."""
+    marker = tmp_path / "hook-ran"
+    (tmp_path / "hooks.py").write_text(f"from pathlib import Path\nPath({str(marker)!r}).touch()\n"
+                                       "def choices(doc):\n    return doc['o']\n")
+    data = write_jsonl(tmp_path / "d.jsonl", [{"q": f"question {i}?", "o": ["yes", "no"], "t": i % 2}
+                                              for i in range(2)])
+    task = task_file(tmp_path, "hooked", f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
+                     "doc_to_text: q\ndoc_to_choice: !function hooks.choices\ndoc_to_target: t\n")
+    out = tmp_path / "run"
+    assert main(["drift", "--model", str(tiny_model_dir), "--dataset", str(task), "-J", "2", "-N", "2",
+                 "--methods", "ppr", "--plot-questions", "0", "--out", str(out)]) == 0
+    assert marker.exists()  # running it ran the hook, as in lm-eval
+    marker.unlink()
+    sys.modules.pop("hooks", None)  # as in another process: the hook module not imported yet
+    assert main(["report", str(out), "--html", "--out", str(tmp_path / "page")]) == 0
+    assert not marker.exists()
+    page = (tmp_path / "page" / "explorer.html").read_text()
+    assert "hooked/0" in page and "question 0?" not in page

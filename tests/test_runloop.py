@@ -1,5 +1,6 @@
 """The one run loop (`runs.loop.run_loop`): drift, emd and reasoning sharded over two torchrun ranks store what one
-process stores (as evaluate's test in test_evaluate.py), and a store holding some units resumes with the others."""
+process stores (as evaluate's test in test_evaluate.py) and leave the store one file, and a store holding some units
+resumes with the others."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 
 from beliefdrift.cli.main import main
 from beliefdrift.diagnostics.cid import CID_TEST
-from beliefdrift.runs.store import STORE_FILE, RunStore
+from beliefdrift.runs.store import CHECKSUM_INSERT, STORE_FILE, RunStore, checksum_row, config_parts
 
 #: The tiniest settings that give each rank questions (3 questions: rank 0 takes two, rank 1 one).
 COMMANDS = {
@@ -78,6 +79,9 @@ def test_two_ranks_store_what_one_process_stores(tiny_model_dir: Path, tmp_path:
         assert two[0] == one[0] and len(one[1]) == 3 * (2 if name != "emd" else 1), name
         assert two[1] == one[1], name
         assert (tmp_path / "two" / name / "summary.json").exists()  # rank 0 reported, once both ranks had stored
+        for run in ("one", "two"):  # a finished run leaves only its outputs: the store is one file, no lock file
+            assert sorted(p.name for p in (tmp_path / run / name).glob("*run.sqlite*")) == ["run.sqlite"], (run, name)
+            assert not list((tmp_path / run / name).glob(".*lock*")), (run, name)
 
 
 def test_a_partial_store_resumes_to_the_uninterrupted_run(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -104,9 +108,10 @@ def test_a_store_of_another_cid_check_is_not_resumed(tiny_model_dir: Path, tmp_p
     assert "-J 2: the c.i.d. check rejects no question with fewer than 6 paths" in capsys.readouterr().err
     assert stored(out)[0]["cid_test"] == CID_TEST
     assert all(0 < records["cid_p"] <= 1 for records in stored(out)[1].values())
-    with RunStore.open(out / STORE_FILE) as store:
+    with RunStore.open(out / STORE_FILE) as store:  # as written before the key (with the config's checksum)
         store._db.execute("DELETE FROM config WHERE key = 'cid_test'")
-        store._db.commit()
+        texts = store._db.execute("SELECT key, value FROM config").fetchall()
+        store._db.execute(CHECKSUM_INSERT, ("config", "", "", *checksum_row(config_parts(texts))))
     capsys.readouterr()
     assert main(command("drift", tiny_model_dir, out)) == 2
     assert "cid_test: stored None" in capsys.readouterr().err

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import io
+import json
 import multiprocessing
 import sqlite3
+import subprocess
+import sys
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +16,18 @@ import numpy as np
 import pytest
 
 from beliefdrift.runs.scoring import score_rows
-from beliefdrift.runs.store import ResultRow, RunStore, StoreError, from_blob, to_blob
+from beliefdrift.runs.store import (
+    BLOB_COLUMNS,
+    CHECKSUM_INSERT,
+    ResultRow,
+    RunStore,
+    StoreError,
+    checksum_row,
+    from_blob,
+    records_parts,
+    result_parts,
+    to_blob,
+)
 
 
 def make_row(question: str, method: str, position: int, seed: int = 0, paths: int = 3, steps: int = 4) -> ResultRow:
@@ -185,13 +200,113 @@ def test_a_version_2_store_reads_unchecked_then_gains_checksums(tmp_path: Path) 
         store.ensure_config({"model": "m", "sha256": "abc"})
         assert_rows_equal(store.rows()[1], make_row("q2", "ppr", 1))
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
         assert db.execute("SELECT kind, count(*) FROM checksums GROUP BY kind ORDER BY kind").fetchall() == [
-            ("records", 1), ("results", 2)]
+            ("config", 1), ("records", 1), ("results", 2)]
         db.execute("UPDATE results SET thetas = ? WHERE question_id = 'q1'", (to_blob(make_row("q", "ppr", 0,
                                                                                               seed=5).thetas),))
     with RunStore.open(path, read_only=True) as store, pytest.raises(StoreError, match="'q1', method ppr does not "
                                                                                         r"match its checksum \(thetas"):
+        store.rows()
+
+
+def stored_run(path: Path) -> None:
+    with RunStore.open(path) as store:
+        store.ensure_config({"model": "m", "questions": 2, "methods": ["ppr-seed5"]})
+        store.add([make_row("q1", "ppr-seed5", 0), make_row("q2", "ppr-seed5", 1)])
+        store.add_records("q1", {"ppr-seed5": {"emd": 0.5}})
+
+
+@pytest.mark.parametrize("change", [
+    "UPDATE results SET method = 'ppr-seed4' WHERE question_id = 'q2'",  # one bit: a phantom "PPR + SEED_4" row
+    "UPDATE results SET question_id = 'q3' WHERE question_id = 'q2'",
+    "UPDATE records SET method = 'ppr-seed4'",
+    "DELETE FROM checksums WHERE kind = 'results' AND question_id = 'q2'",  # a removed checksum: damage, not absence
+    "DELETE FROM checksums WHERE kind = 'records'",
+])
+def test_a_changed_key_or_a_removed_checksum_is_damage(tmp_path: Path, change: str) -> None:
+    path = tmp_path / "run.sqlite"
+    stored_run(path)
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute(change)
+    for read_only in (True, False):  # report, and a resume
+        with RunStore.open(path, create=False, read_only=read_only) as store:
+            table = "records" if "records" in change else "result"
+            with pytest.raises(StoreError, match=f"the stored {table} of question 'q[123]', method ppr-seed[45] has no "
+                                                 "checksum .*the file is damaged"):
+                store.rows() if table == "result" else store.records(*store.record_units()[0])
+            with pytest.raises(StoreError, match="has no checksum"):
+                store.done() if table == "result" else store.record_units()
+
+
+def test_a_key_changed_with_its_checksum_row_still_fails_the_checksum(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    stored_run(path)
+    with closing(sqlite3.connect(path)) as db, db:
+        for table in ("results", "alternatives", "checksums"):
+            db.execute(f"UPDATE {table} SET method = 'ppr-seed4' WHERE question_id = 'q2'")
+    with RunStore.open(path, read_only=True) as store, pytest.raises(
+            StoreError, match=r"question 'q2', method ppr-seed4 does not match its checksum \(key changed"):
+        store.rows()
+
+
+@pytest.mark.parametrize("change", ["UPDATE config SET value = '3' WHERE key = 'questions'",
+                                    "DELETE FROM config WHERE key = 'methods'",
+                                    "DELETE FROM checksums WHERE kind = 'config'",
+                                    "DELETE FROM config"])
+def test_the_config_is_checksummed(tmp_path: Path, change: str) -> None:
+    """A changed setting would make report call a finished run partial, or a resume accept other settings."""
+    path = tmp_path / "run.sqlite"
+    stored_run(path)
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute(change)
+    with RunStore.open(path, read_only=True) as store, pytest.raises(StoreError, match="run identity"):
+        store.config()
+    with RunStore.open(path) as store, pytest.raises(StoreError, match="run identity"):
+        store.ensure_config({"model": "m", "questions": 3, "methods": ["ppr-seed5"]})
+
+
+def as_version_3(path: Path) -> None:
+    """The store as beliefdrift wrote it with schema version 3: checksums without the keys, none for the config."""
+    with RunStore.open(path, read_only=True) as store:
+        rows, records = store.rows(), {unit: store.records(*unit) for unit in store.record_units()}
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("DELETE FROM checksums")
+        for row in rows:
+            blobs = {name: to_blob(getattr(row, name)) for name in BLOB_COLUMNS}
+            pairs = [(name, to_blob(probs)) for name, probs in row.alternatives.items()]
+            scalars = (row.position, row.target, row.num_labels, row.valid_mass_mean, row.seconds)
+            db.execute(CHECKSUM_INSERT, ("results", row.question_id, row.method,
+                                         *checksum_row(result_parts(scalars, blobs, pairs))))
+        for (qid, method), values in records.items():
+            texts = [(name, json.dumps(value)) for name, value in values.items()]
+            db.execute(CHECKSUM_INSERT, ("records", qid, method, *checksum_row(records_parts(texts))))
+        db.execute("PRAGMA user_version = 3")
+
+
+def test_a_version_3_store_is_checked_as_written_then_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "run.sqlite"
+    stored_run(path)
+    as_version_3(path)
+    with RunStore.open(path, read_only=True) as store:  # report: checked as written
+        assert [r.method for r in store.rows()] == ["ppr-seed5"] * 2 and store.records("q1", "ppr-seed5")
+        assert store.config()["questions"] == 2
+    damaged = tmp_path / "damaged" / "run.sqlite"
+    damaged.parent.mkdir()
+    damaged.write_bytes(path.read_bytes())
+    with closing(sqlite3.connect(damaged)) as db, db:
+        db.execute("UPDATE results SET seconds = 2.5 WHERE question_id = 'q2'")
+    with pytest.raises(StoreError, match=r"question 'q2', method ppr-seed5 does not match its checksum \(row"):
+        RunStore.open(damaged)  # never migrated to a checksum of the damaged row
+    with RunStore.open(path) as store:  # resumed: verified, then the keys and the config covered
+        store.ensure_config({"model": "m", "questions": 2, "methods": ["ppr-seed5"]})
+    with closing(sqlite3.connect(path)) as db, db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("SELECT kind, count(*) FROM checksums GROUP BY kind ORDER BY kind").fetchall() == [
+            ("config", 1), ("records", 1), ("results", 2)]
+        db.execute("UPDATE results SET method = 'ppr-seed4' WHERE question_id = 'q2'")
+        db.execute("UPDATE checksums SET method = 'ppr-seed4' WHERE question_id = 'q2'")
+    with RunStore.open(path, read_only=True) as store, pytest.raises(StoreError, match="key changed"):
         store.rows()
 
 
@@ -229,10 +344,64 @@ def test_records_round_trip_atomically_and_version_1_stores_gain_the_table(tmp_p
         store.add_records("q1", {"ppr": {"emd": 0.5}})
 
 
-def test_wal_mode(tmp_path: Path) -> None:
-    RunStore.open(tmp_path / "run.sqlite").close()
-    with sqlite3.connect(tmp_path / "run.sqlite") as db:
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+#: Writes records into the store argv[1] until a write fails, under a file size limit (EFBIG: what a full disk
+#: gives the store, as ENOSPC), and prints the error.
+FILL_THE_DISK = """import resource, signal, sys
+from beliefdrift.runs.store import RunStore, StoreError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+store = RunStore.open(sys.argv[1])
+store.add_records("q0", {"ppr": {"curve": [0.5] * 1000}})
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
+try:
+    for i in range(1, 1000):
+        store.add_records(f"q{i}", {"ppr": {"curve": [i / 7] * 1000}})
+except StoreError as err:
+    print(err)
+"""
+
+
+def test_a_full_disk_while_writing_says_so_and_the_run_resumes(tmp_path: Path) -> None:
+    """Not "not a readable run store … move it away": nothing stored is lost, and freeing space resumes it."""
+    path = tmp_path / "run.sqlite"
+    result = subprocess.run([sys.executable, "-c", FILL_THE_DISK, str(path)], capture_output=True, text=True,
+                            timeout=HANG_S)
+    assert "cannot write the run store (disk I/O error: is the disk full?); free some space and run the same " \
+           "command again to resume" in result.stdout, result.stdout + result.stderr[-2000:]
+    with RunStore.open(path) as store:
+        units = store.record_units()
+        assert 1 < len(units) < 1000 and store.records(*units[-1])["curve"][0] == (len(units) - 1) / 7
+        store.add_records("q999", {"ppr": {"curve": [1.0]}})
+
+
+def sidecars(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir() if path.name != "run.sqlite")
+
+
+def journal_mode(path: Path) -> str:
+    """As the file's header says (bytes 18 and 19: 1 for a rollback journal, 2 for WAL), without opening it."""
+    return {b"\x01\x01": "delete", b"\x02\x02": "wal"}[path.read_bytes()[18:20]]
+
+
+def test_a_closed_store_is_one_file_and_readers_leave_nothing(tmp_path: Path) -> None:
+    """WAL while writers have it open (several processes write at once); the last one to close checkpoints it into
+    one file, and a read-only open (report, export) creates no -wal or -shm beside it, also of a store that was
+    left in WAL mode (written before, or by two writers that closed at once)."""
+    path = tmp_path / "run.sqlite"
+    with RunStore.open(path) as writer, RunStore.open(path, create=False) as other:
+        writer.add([make_row("q1", "ppr", 0)])
+        other.add([make_row("q2", "ppr", 1)])
+        assert journal_mode(path) == "wal" and sidecars(tmp_path) == ["run.sqlite-shm", "run.sqlite-wal"]
+        with RunStore.open(path, read_only=True) as reader:  # a report while the run is going on
+            assert reader.count() == 2
+    assert sidecars(tmp_path) == [] and journal_mode(path) == "delete"
+    with RunStore.open(path, read_only=True) as reader:
+        assert reader.count() == 2
+    assert sidecars(tmp_path) == []
+    with closing(sqlite3.connect(path, isolation_level=None)) as db:  # as stores were left before
+        db.execute("PRAGMA journal_mode = WAL")
+    with RunStore.open(path, read_only=True) as reader:
+        assert reader.count() == 2
+    assert sidecars(tmp_path) == []
 
 
 @pytest.mark.parametrize("content", [b"garbage " * 200, b"SQLite format 3\x00" + b"\xff" * 200])

@@ -39,6 +39,7 @@ from beliefdrift.config.options import load_settings
 from beliefdrift.diagnostics.emd import kstep_drift
 from beliefdrift.diagnostics.kstep import kstep_exact
 from beliefdrift.engine.resampling import QuestionRunner, make_generator, ppr_tokens, sample_answers
+from beliefdrift.errors import UserError
 from beliefdrift.runs.distributed import leave_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +100,11 @@ def test_rollout_dataset_round_trip_and_determinism(tiny_lm, question, template,
     assert all(torch.allclose(g.forecast, h.forecast, atol=1e-7) for g, h in zip(loaded, groups, strict=True))
     rows = (directory / "rollouts.jsonl").read_text().splitlines()
     assert len(rows) == 12 and json.loads(rows[0])["group"] == groups[0].id
+    edited = json.loads(rows[0])  # one answer of one path, still a valid label: only the checksum can tell
+    edited["rollout"][0] = (edited["rollout"][0] + 1) % len(question.choices)
+    (directory / "rollouts.jsonl").write_text("\n".join([json.dumps(edited), *rows[1:]]) + "\n")
+    with pytest.raises(ValueError, match="rollouts.jsonl does not match its checksum in meta.json"):
+        load_rollouts(directory)
 
 
 def test_group_forecast_is_the_exact_k_step_predictive_in_expectation(tiny_lm, question, template):
@@ -117,6 +123,19 @@ def test_anchor_needs_rollouts_with_final_thetas(tiny_model_dir, template, tmp_p
     with pytest.raises(ValueError, match="final θ"):
         SCTrainer(tiny_config(tiny_model_dir, template, anchor=1.0, rollout_dir=str(tmp_path / "old")), tmp_path / "b")
     assert trainer.groups[0].forecast is not None
+
+
+def test_the_plan_stops_at_max_steps_and_refuses_one_that_would_not_end(monkeypatch):
+    import beliefdrift.amortize.trainer as trainer
+
+    drawn = []
+    real = trainer.make_generator
+    monkeypatch.setattr(trainer, "make_generator", lambda *keys: drawn.append(keys) or real(*keys))
+    plan = plan_updates(3, TrainConfig(epochs=10**7, max_steps=2))
+    assert [u.step for u in plan] == [1, 2] and len(drawn) == 1  # one epoch's order drawn, not ten million
+    with pytest.raises(UserError, match=r"--epochs 10000000 × 100 groups per process × --steps-per-group 10 = "
+                                        r"10000000000 updates, more than 10000000; lower them or set --max-steps"):
+        plan_updates(100, TrainConfig(epochs=10**7, steps_per_group=10))
 
 
 def test_update_plan_shards_groups_and_repeats_each_group_u_times():
@@ -279,9 +298,46 @@ def test_tampered_checkpoint_is_refused_without_running_it(tiny_model_dir, templ
             return (os.system, (f"touch {marker}",))
 
     torch.save({"state": Payload(), "param_groups": []}, checkpoint / "optimizer.rank0.pt")
+    with pytest.raises(ValueError, match=r"optimizer\.rank0\.pt changed since it was written"):
+        trainer.load_checkpoint(checkpoint)  # its manifest tells first
+    (checkpoint / "checksums.json").unlink()  # a checkpoint written before the manifest: the file itself is refused
     with pytest.raises(ValueError, match=r"optimizer\.rank0\.pt: refused to load.*GLOBAL posix\.system"):
         trainer.load_checkpoint(checkpoint)
     assert not marker.exists(), "the pickled call never ran"
+
+
+def test_a_diverging_update_stops_training_naming_the_flags(tiny_model_dir, template, tmp_path):
+    trainer = SCTrainer(tiny_config(tiny_model_dir, template, learning_rate=1.0), tmp_path)
+    trainer.optimizer.param_groups[0]["lr"] = math.inf  # a finite loss, then weights that are not
+    with pytest.raises(UserError, match="step 1: the adapter's weights are not finite: training diverged; lower "
+                                        r"--learning-rate \(1\) or the loss weights --beta \(0.01\)"):
+        trainer.update(trainer.updates[0])
+    with pytest.raises(UserError, match="step 2: the loss is nan: training diverged"):  # what those weights give
+        trainer.update(trainer.updates[1])
+
+
+def test_checkpoint_files_are_checked_against_their_manifest(tiny_model_dir, template, tmp_path):
+    """A step edited in state.json, or one changed weight, would resume to another adapter without a word."""
+    trainer = SCTrainer(tiny_config(tiny_model_dir, template), tmp_path / "run")
+    checkpoint = trainer.save_checkpoint(1)
+    assert trainer.load_checkpoint(checkpoint) == 1
+    state = checkpoint / "state.json"
+    original = state.read_text()
+    state.write_text(original.replace('"step": 1', '"step": 2'))
+    with pytest.raises(UserError, match=r"checkpoint-000001: not a readable checkpoint \(ValueError: state.json "
+                                        r"changed since it was written"):
+        trainer.load_checkpoint(checkpoint)
+    state.write_text(original)
+    weights = checkpoint / "adapter" / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 1  # the low mantissa byte of the last weight: still a number
+    weights.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"adapter/adapter_model.safetensors changed since it was written"):
+        trainer.load_checkpoint(checkpoint)
+    (checkpoint / "checksums.json").unlink()  # a checkpoint written before the manifest: its step is still checked
+    state.write_text(original.replace('"step": 1', '"step": 2'))
+    with pytest.raises(UserError, match="state.json says step 2, the checkpoint's name 1"):
+        trainer.load_checkpoint(checkpoint)
 
 
 @pytest.mark.cuda

@@ -92,12 +92,15 @@ class Method:
 
 
 def parse_method(name: str) -> Method:
-    """`direct`, `ppr`, `ppr-seed5`, `am-ppr-seed1`, … → `Method`; anything else is a ValueError."""
+    """`direct`, `ppr`, `ppr-seed5`, `am-ppr-seed1`, … → `Method`, named canonically (`ppr-seed05` is `ppr-seed5`,
+    `ppr-seed0` is `ppr`: one spelling per method, so one row and one random stream); anything else is a
+    ValueError."""
     match = _METHOD.match(name.strip().lower())
     if not match or (match["m"] and not METHOD_KINDS[match["kind"]].resamples):
         raise ValueError(f"unknown method {name!r}; expected direct, ppr, ppr-seed<m>, am-ppr or am-ppr-seed<m>"
                          + did_you_mean(name.strip().lower(), METHOD_EXAMPLES))
-    return Method(name=match.group(0), kind=match["kind"], num_seeds=int(match["m"] or 0))
+    seeds = int(match["m"] or 0)
+    return Method(name=f"{match['kind']}-seed{seeds}" if seeds else match["kind"], kind=match["kind"], num_seeds=seeds)
 
 
 def table_order(method: Method) -> tuple[int, int]:

@@ -12,11 +12,14 @@ Each trajectory also keeps θ_base after its last answer; their mean over the J 
 forecast p̂_base^(K)(· | a_{1:n}), the target of the SC loss's optional anchor term.
 
 On disk, a directory: `rollouts.jsonl` (one row per trajectory: group id, question id, prefix, path index, rollout,
-final θ) and `meta.json` (the settings that produced it and the questions, so the dataset is self-contained).
+final θ) and `meta.json` (the settings that produced it, the questions, so the dataset is self-contained, and the
+sha256 of `rollouts.jsonl`: a dataset whose rows changed after it was written is refused, as a damaged run store is;
+one written before the checksum is read unchecked).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -36,6 +39,7 @@ from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 
 ROWS_FILE = "rollouts.jsonl"
 META_FILE = "meta.json"
+ROWS_DIGEST = "rollouts_sha256"  # the key of meta.json holding the sha256 of rollouts.jsonl
 
 
 def group_id(question_id: str, prefix: Sequence[int]) -> str:
@@ -121,16 +125,20 @@ def save_rollouts(groups: Sequence[RolloutGroup], directory: str | Path, setting
     shutil.rmtree(temporary, ignore_errors=True)
     temporary.mkdir(parents=True)
     questions = {g.question.id: g.question for g in groups}
-    meta = {"settings": settings, "questions": [asdict(q) for q in questions.values()]}
-    (temporary / META_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False))
-    with open(temporary / ROWS_FILE, "w") as rows:
+    digest = hashlib.sha256()
+    with open(temporary / ROWS_FILE, "w", encoding="utf-8") as rows:
         for g in groups:
             for j, rollout in enumerate(g.rollouts.tolist()):
                 row = {"group": g.id, "question": g.question.id, "prefix": list(g.prefix), "path": j}
                 row["rollout"] = rollout
                 if g.final_thetas is not None:
                     row["final_theta"] = g.final_thetas[j].tolist()
-                rows.write(json.dumps(row) + "\n")
+                line = json.dumps(row) + "\n"
+                rows.write(line)
+                digest.update(line.encode("utf-8"))
+    meta = {"settings": settings, "questions": [asdict(q) for q in questions.values()],
+            ROWS_DIGEST: digest.hexdigest()}
+    (temporary / META_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
     if directory.exists():
         shutil.rmtree(directory)
     os.replace(temporary, directory)
@@ -142,14 +150,17 @@ def load_rollouts(directory: str | Path) -> tuple[list[RolloutGroup], dict[str, 
     directory = Path(directory)
     if not (directory / META_FILE).is_file() or not (directory / ROWS_FILE).is_file():
         raise FileNotFoundError(f"{directory}: not a rollout dataset (needs {META_FILE} and {ROWS_FILE})")
-    meta = json.loads((directory / META_FILE).read_text())
+    meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
     questions = {q["id"]: MCQuestion(**{**q, "choices": tuple(q["choices"]), "labels": tuple(q["labels"])})
                  for q in meta["questions"]}
+    data = (directory / ROWS_FILE).read_bytes()
+    if ROWS_DIGEST in meta and hashlib.sha256(data).hexdigest() != meta[ROWS_DIGEST]:
+        raise ValueError(f"{ROWS_FILE} does not match its checksum in {META_FILE} (changed since it was written: "
+                         "damaged or edited)")
     rows: dict[str, list[dict[str, Any]]] = {}
-    with open(directory / ROWS_FILE) as lines:
-        for line in lines:
-            row = json.loads(line)
-            rows.setdefault(row["group"], []).append(row)
+    for line in data.decode("utf-8").splitlines():
+        row = json.loads(line)
+        rows.setdefault(row["group"], []).append(row)
     groups = []
     for paths in rows.values():
         paths.sort(key=lambda p: p["path"])

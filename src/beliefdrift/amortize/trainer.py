@@ -15,6 +15,8 @@ gradients of one group per process.
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import logging
 import math
@@ -23,10 +25,11 @@ import pickle
 import random
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 import yaml
@@ -44,16 +47,18 @@ from beliefdrift.amortize.rollouts import (
 from beliefdrift.backend import AnswerTokens, LanguageModel, load_model
 from beliefdrift.backend.shared_prefix import enable_shared_prefix
 from beliefdrift.config.options import as_mapping
-from beliefdrift.config.train import ROLLOUT_SETTINGS, TrainConfig
+from beliefdrift.config.train import MAX_UPDATES, ROLLOUT_SETTINGS, TrainConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.diagnostics.emd import EMDConfig, question_emd
 from beliefdrift.engine.resampling import QuestionRunner, make_generator, ppr_tokens
 from beliefdrift.errors import UserError, first_line
-from beliefdrift.files import lock_directory, write_atomic
+from beliefdrift.files import DirectoryLock, lock_directory, write_atomic
 from beliefdrift.prompts import load_template
+from beliefdrift.registry import parse_method
 from beliefdrift.runs import store
 from beliefdrift.runs.identity import pin_identity, run_identity
+from beliefdrift.runs.loop import prompt_positions
 from beliefdrift.runs.store import StoreError
 
 logger = logging.getLogger(__name__)
@@ -61,9 +66,32 @@ logger = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------------------ checkpoints
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+#: A checkpoint's manifest: the sha256 of each of its other files, checked before it is restored.
+CHECKSUMS_FILE = "checksums.json"
 LOG_FIELDS = ("step", "epoch", "group", "k1", "k2", "loss", "sc", "pg", "anchor", "format", "grad_norm", "lr",
               "seconds", "val_emd_l1", "val_confidence")
 VALIDATION_FIELDS = ("val_emd_l1", "val_confidence")
+
+
+def file_digests(directory: Path) -> dict[str, str]:
+    """{path relative to `directory`: sha256} of every file under it but the manifest (`CHECKSUMS_FILE`)."""
+    return {path.relative_to(directory).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(directory.rglob("*")) if path.is_file() and path.name != CHECKSUMS_FILE}
+
+
+def verify_checkpoint(directory: Path) -> None:
+    """A ValueError naming what changed when the checkpoint's files differ from its manifest (one written before the
+    manifest is read unchecked) or its state.json names another step than its directory."""
+    manifest = directory / CHECKSUMS_FILE
+    if manifest.is_file():
+        expected, found = json.loads(manifest.read_text(encoding="utf-8")), file_digests(directory)
+        changed = sorted(name for name in expected.keys() | found.keys() if expected.get(name) != found.get(name))
+        if changed:
+            raise ValueError(f"{', '.join(changed)} changed since it was written (missing, added or damaged)")
+    step = json.loads((directory / "state.json").read_text(encoding="utf-8"))["step"]
+    named = CHECKPOINT.match(directory.name)
+    if named and step != int(named[1]):
+        raise ValueError(f"state.json says step {step!r}, the checkpoint's name {int(named[1])}")
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
@@ -84,16 +112,26 @@ class Update:
 
 def plan_updates(num_groups: int, config: TrainConfig, rank: int = 0, world: int = 1) -> list[Update]:
     """The updates of process `rank`: every epoch shuffles the groups (seeded), process r takes positions
-    r, r + P, … (wrapping around so all processes take the same number), each group U times in a row."""
-    updates = []
+    r, r + P, … (wrapping around so all processes take the same number), each group U times in a row; the first
+    `max_steps` of them (the epochs past them are never planned). More than `MAX_UPDATES` is a UserError."""
     per_process = math.ceil(num_groups / world)
+    total = config.epochs * per_process * config.steps_per_group
+    if config.max_steps:
+        total = min(total, config.max_steps)
+    elif total > MAX_UPDATES:
+        raise UserError(f"--epochs {config.epochs} × {per_process} groups per process × --steps-per-group "
+                        f"{config.steps_per_group} = {total} updates, more than {MAX_UPDATES}; lower them or set "
+                        "--max-steps")
+    updates: list[Update] = []
     for epoch in range(config.epochs):
         order = torch.randperm(num_groups, generator=make_generator(config.seed, "order", epoch)).tolist()
         for i in range(per_process):
             group = order[(i * world + rank) % num_groups]
             for u in range(config.steps_per_group):
+                if len(updates) == total:
+                    return updates
                 updates.append(Update(len(updates) + 1, epoch, group, u))
-    return updates[: config.max_steps] if config.max_steps else updates
+    return updates
 
 
 class SCTrainer:
@@ -105,8 +143,6 @@ class SCTrainer:
 
     def __init__(self, config: TrainConfig, out: str | Path, accelerator: Any = None, lm: LanguageModel | None = None):
         from accelerate import Accelerator
-        from peft import LoraConfig, get_peft_model
-        from transformers import get_cosine_schedule_with_warmup
 
         self.config = config
         self.out = Path(out)
@@ -120,11 +156,24 @@ class SCTrainer:
         self._training: list[MCQuestion] | None = None
         self._check_data()  # before anything is written or loaded
         self._lock = self._hold_directory()
+        try:
+            self._build(lm)
+        except BaseException:  # the directory is free again, its lock file removed
+            self.release()
+            raise
+
+    def _build(self, lm: LanguageModel | None) -> None:
+        """The model (`lm` or `config.model`), its rollout groups, the planned updates, LoRA, optimizer and loss."""
+        from peft import LoraConfig, get_peft_model
+        from transformers import get_cosine_schedule_with_warmup
+
+        config = self.config
         base = lm or load_model(config.model, device=str(self.accelerator.device), dtype=config.dtype,
                                 attn_implementation=config.attn_implementation, **config.pretrained_kwargs())
         self.groups = self._rollout_groups(base)
         self.updates = plan_updates(len(self.groups), config, self.accelerator.process_index,
                                     self.accelerator.num_processes)
+        self.check_context(base, self.validation_questions(), validation=True)
         enable_shared_prefix(base.model)
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(base.model)
@@ -143,7 +192,7 @@ class SCTrainer:
         self.loss = SelfConsistencyLoss(config.beta, config.clip, config.anchor, config.format_weight, predictive_paths)
         self._tokens: dict[str, AnswerTokens] = {}
 
-    def _hold_directory(self) -> TextIO | None:
+    def _hold_directory(self) -> DirectoryLock | None:
         """Lock `out` (the main process, for the whole run): a second run on the same directory would race on its
         rollouts, checkpoints and log, so it is refused at once, naming the process that holds it."""
         lock, error = None, None
@@ -160,6 +209,11 @@ class SCTrainer:
             raise UserError(error)
         return lock
 
+    def release(self) -> None:
+        """Free the output directory (the lock and its file); `train` does so when it ends."""
+        if self._lock is not None:
+            self._lock.release()
+
     # -------------------------------------------------------------------------------------------- data
 
     def _rollout_groups(self, lm: LanguageModel) -> list[RolloutGroup]:
@@ -171,6 +225,7 @@ class SCTrainer:
             # had saved them would skip the barrier below, and the processes' collectives would then fall out of step.
             if self.is_main and not directory.exists():
                 questions = self.training_questions()
+                self.check_context(lm, questions)
                 logger.info("sampling rollouts: %d questions × %d prefixes, J=%d, depth %d", len(questions),
                          len(config.prefix_lengths), config.paths, config.horizon - 1)
                 groups = generate_rollouts(lm, questions, config.prefix_lengths, config.paths,
@@ -186,6 +241,7 @@ class SCTrainer:
                             f"{again}, or choose another --out directory") from err
         if not groups:
             raise UserError(f"{directory}: the rollout dataset holds no rollouts")
+        self.check_context(lm, list({g.question.id: g.question for g in groups}.values()))
         depth = min(g.rollouts.shape[1] for g in groups)
         paths = min(g.rollouts.shape[0] for g in groups)
         if depth < config.horizon - 1 or paths < config.paths_per_update:
@@ -198,6 +254,24 @@ class SCTrainer:
             raise ValueError(f"{directory}: the anchor's forecast is over {depth + 1} steps, the loss's horizon is "
                              f"{config.horizon}; generate rollouts of depth {config.horizon - 1}")
         return groups
+
+    def check_context(self, lm: LanguageModel, questions: Sequence[MCQuestion], validation: bool = False) -> None:
+        """Every question's prompt and the answers an update (the longest prefix, then K − 1 rollout answers) or
+        the validation EMD‾ (the longest prefix, then K answers) puts after it fit the model's context, else a
+        UserError naming the question; a model without `max_position_embeddings` fits everything."""
+        limit = getattr(lm.model.config, "max_position_embeddings", None)
+        c = self.config
+        if validation:
+            answers = max(c.eval_prefix_lengths, default=0) + c.eval_horizon
+            flags = "--eval-prefix-lengths or --eval-horizon"
+        else:
+            answers, flags = max(c.prefix_lengths) + c.horizon - 1, "--prefix-lengths or -K/--horizon"
+        for question in questions if limit is not None else []:
+            needed = prompt_positions(lm, question, [parse_method("ppr")], answers, c.template, c.template_ending)
+            if needed > limit:
+                raise UserError(f"question {question.id} ({question.source or 'no source'}) needs {needed} positions "
+                                f"(prompt and {answers} answers) but {lm.name} has {limit} (max_position_embeddings); "
+                                f"shorten it, or lower {flags}")
 
     def _check_data(self) -> None:
         """Before the model loads: the datasets this run will read hold multiple-choice questions (the training
@@ -292,10 +366,27 @@ class SCTrainer:
         lr = self.scheduler.get_last_lr()[0]
         grad_norm = self.optimizer_step()
         terms = self.accelerator.reduce(torch.stack(list(out)).detach().float(), "mean")
+        self.check_finite(update.step, terms)
         anchor = float(terms[3]) if forecast is not None else float("nan")
         return {"step": update.step, "epoch": update.epoch, "group": group.id, "k1": k1, "k2": k2,
                 "loss": float(terms[0]), "sc": float(terms[1]), "pg": float(terms[2]), "anchor": anchor,
                 "format": float(terms[4]), "grad_norm": grad_norm, "lr": lr, "seconds": perf_counter() - start}
+
+    def check_finite(self, step: int, terms: torch.Tensor) -> None:
+        """A UserError (on every process) when the update's loss `terms` or the adapter's weights after it are not
+        finite: training has diverged, and nothing of this step is logged or saved."""
+        weights = [p for p in self.model.parameters() if p.requires_grad]
+        broken = torch.stack([(~torch.isfinite(p)).any() for p in weights]).any().float().reshape(1)
+        broken = float(self.accelerator.reduce(broken, "sum"))
+        if not broken and bool(torch.isfinite(terms).all()):
+            return
+        c = self.config
+        finite_loss = bool(torch.isfinite(terms).all())
+        what = "the adapter's weights are not finite" if finite_loss else f"the loss is {float(terms[0])}"
+        raise UserError(f"step {step}: {what}: training diverged; lower --learning-rate ({c.learning_rate:g}) or the "
+                        f"loss weights --beta ({c.beta:g}), --anchor ({c.anchor:g}), --format-weight "
+                        f"({c.format_weight:g}), --clip ({c.clip:g}), or set --max-grad-norm; the checkpoints before "
+                        "this step are kept")
 
     def optimizer_step(self) -> float:
         """Clip the gradient to norm `max_grad_norm` (0 or None: no clipping), step AdamW and the schedule, clear the
@@ -336,8 +427,9 @@ class SCTrainer:
         self.peft_model.save_pretrained(directory, state_dict=state, is_main_process=self.is_main)
 
     def save_checkpoint(self, step: int) -> Path:
-        """Adapter, optimizer (per process), scheduler, RNG states and step, written to a hidden temporary
-        directory that is renamed into place, so a killed run never leaves a partial checkpoint."""
+        """Adapter, optimizer (per process), scheduler, RNG states and step, with the sha256 of each (`CHECKSUMS_FILE`),
+        written to a hidden temporary directory that is renamed into place, so a killed run never leaves a partial
+        checkpoint."""
         root = self.out / "checkpoints"
         final, temporary = root / f"checkpoint-{step:06d}", root / f".checkpoint-{step:06d}.tmp"
         if self.is_main:
@@ -352,7 +444,8 @@ class SCTrainer:
             torch.save(self.scheduler.state_dict(), temporary / "scheduler.pt")
             (temporary / "state.json").write_text(json.dumps({"step": step, "total_steps": len(self.updates)}))
         self.accelerator.wait_for_everyone()
-        if self.is_main:
+        if self.is_main:  # every process's files are written: their manifest, then the checkpoint in place
+            (temporary / CHECKSUMS_FILE).write_text(json.dumps(file_digests(temporary), indent=1) + "\n")
             shutil.rmtree(final, ignore_errors=True)
             os.replace(temporary, final)
             kept = sorted((p for p in root.glob("checkpoint-*") if CHECKPOINT.match(p.name)), reverse=True)
@@ -363,7 +456,8 @@ class SCTrainer:
 
     def load_checkpoint(self, directory: Path) -> int:
         """Restore a checkpoint written by `save_checkpoint`; returns its step. A checkpoint that cannot be read
-        (damaged, tampered with, from another number of processes) is one UserError naming it."""
+        (damaged, tampered with, a file that differs from its manifest, from another number of processes) is one
+        UserError naming it."""
         try:
             return self._restore(directory)
         except torch.OutOfMemoryError:
@@ -376,6 +470,7 @@ class SCTrainer:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
+        verify_checkpoint(directory)
         rank = self.accelerator.process_index
         set_peft_model_state_dict(self.peft_model, load_file(directory / "adapter" / "adapter_model.safetensors"))
         self.optimizer.load_state_dict(load_plain(directory / f"optimizer.rank{rank}.pt"))
@@ -404,7 +499,14 @@ class SCTrainer:
     # -------------------------------------------------------------------------------------------- loop
 
     def train(self) -> Path:
-        """Run (or resume) every planned update; returns the directory of the final adapter."""
+        """Run (or resume) every planned update; returns the directory of the final adapter. The output directory is
+        released when it ends, whether it finished or not."""
+        try:
+            return self._train()
+        finally:
+            self.release()
+
+    def _train(self) -> Path:
         self.out.mkdir(parents=True, exist_ok=True)
         self._check_config()
         checkpoint = latest_checkpoint(self.out / "checkpoints")
@@ -464,13 +566,19 @@ class TrainLog:
         path = out / "log.csv"
         rows = []
         if path.is_file() and resumed_step:
-            with open(path, newline="") as old:
-                rows = [r for r in csv.DictReader(old) if int(r["step"]) <= resumed_step]
-        self.file = open(path, "w", newline="")  # noqa: SIM115 (closed in close())
+            try:
+                with open(path, newline="", encoding="utf-8") as old:
+                    rows = [r for r in csv.DictReader(old) if int(r["step"]) <= resumed_step]
+            except (UnicodeDecodeError, csv.Error, KeyError, TypeError, ValueError) as err:
+                raise UserError(f"{path}: not a readable training log ({type(err).__name__}: {first_line(err)}); "
+                                "restore it, or move it away to start a new one") from err
+        kept = io.StringIO()
+        writer = csv.DictWriter(kept, LOG_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(path, kept.getvalue())  # the rows up to the checkpoint, never half of them
+        self.file = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 (closed in close())
         self.csv = csv.DictWriter(self.file, LOG_FIELDS)
-        self.csv.writeheader()
-        self.csv.writerows(rows)
-        self.file.flush()
         self.board = SummaryWriter(str(out / "tensorboard"), purge_step=resumed_step + 1 if resumed_step else None)
 
     def write(self, row: dict[str, Any]) -> None:

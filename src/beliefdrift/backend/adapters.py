@@ -15,9 +15,10 @@ WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 def check_adapter(path: str | Path) -> Path:
-    """`path` as a PEFT adapter directory whose config peft can read and that holds weights, checked before any model
-    loads: a missing or malformed `adapter_config.json` (not JSON, not a mapping, no or an unknown `peft_type`,
-    settings peft rejects) or missing weights is one error naming the directory."""
+    """`path` as a PEFT adapter directory whose config peft can read and that holds finite weights, checked before
+    any model loads: a missing or malformed `adapter_config.json` (not JSON, not a mapping, no or an unknown
+    `peft_type`, settings peft rejects), missing weights or weights with a NaN or an infinity (a diverged training)
+    is one error naming the directory."""
     from peft import PeftConfig
     from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
 
@@ -43,9 +44,36 @@ def check_adapter(path: str | Path) -> Path:
     except Exception as err:  # peft's config classes reject bad settings in many ways (TypeError, ValueError, …)
         raise UserError(f"{where}: peft cannot read {CONFIG_FILE} ({type(err).__name__}: {first_line(err)}); "
                         f"expected {expected}") from err
-    if not any((path / name).is_file() for name in WEIGHT_FILES):
+    weights = next((path / name for name in WEIGHT_FILES if (path / name).is_file()), None)
+    if weights is None:
         raise UserError(f"{where}: no adapter weights ({' or '.join(WEIGHT_FILES)}); expected {expected}")
+    broken = non_finite_tensors(weights)
+    if broken:
+        raise UserError(f"{where}: {weights.name} holds weights that are not finite numbers ({', '.join(broken[:3])}"
+                        f"{', …' if len(broken) > 3 else ''}): its training diverged; train it again with a lower "
+                        "--learning-rate")
     return path
+
+
+def non_finite_tensors(weights: Path) -> list[str]:
+    """The names of the tensors in an adapter weights file that hold a NaN or an infinity (none: [])."""
+    import torch
+
+    if weights.suffix == ".safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(weights, "pt") as tensors:
+                loaded = {name: tensors.get_tensor(name) for name in tensors.keys()}  # noqa: SIM118 (not a dict)
+        except (OSError, SafetensorError):
+            return []  # unreadable: peft names it when it loads the adapter
+    else:
+        try:
+            loaded = torch.load(weights, weights_only=True, map_location="cpu")
+        except Exception:  # noqa: BLE001 (unreadable: peft names it when it loads the adapter)
+            return []
+    return sorted(name for name, tensor in loaded.items()
+                  if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not tensor.isfinite().all())
 
 
 def load_adapter(lm: LanguageModel, path: str | Path) -> LanguageModel:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from beliefdrift.config.diagnostics import EMDConfig
 from beliefdrift.config.options import (
+    MAX_QUESTIONS,
     DataOptions,
     ModelOptions,
     SamplingOptions,
@@ -29,6 +30,7 @@ from beliefdrift.config.options import (
     settings_from,
 )
 from beliefdrift.data.registry import load_dataset
+from beliefdrift.files import write_atomic
 from beliefdrift.registry import parse_method
 from beliefdrift.report.text import markdown_table, plus_minus
 
@@ -55,8 +57,9 @@ class DemoConfig(ModelOptions, SamplingOptions):
     _argument_group_name = "demo"
 
     n: int | None = retuned(DataOptions, "n", 20, "number of demo questions (0: all 52)")
-    emd_questions: int = option(2, "questions in the EMD section (0: skip)", minimum=0)
-    reasoning_questions: int = option(3, "questions in the chain-of-thought section (0: skip)", minimum=0)
+    emd_questions: int = option(2, "questions in the EMD section (0: skip)", minimum=0, maximum=MAX_QUESTIONS)
+    reasoning_questions: int = option(3, "questions in the chain-of-thought section (0: skip)", minimum=0,
+                                      maximum=MAX_QUESTIONS)
     plot_question: str | None = option(None, "question id for the drift figure (unset: the first)")
     out: Path = out_option("beliefdrift-out/demo")
 
@@ -185,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         log.info("chain-of-thought drift on %d questions ...", config.reasoning_questions)
         sections.append(reasoning_section(lm, config.out / "reasoning", config.seed, config.reasoning_questions))
         print(sections[-1])
-    (config.out / "summary.md").write_text("\n\n".join(sections) + "\n")
+    write_atomic(config.out / "summary.md", "\n\n".join(sections) + "\n")
     log.info(wrote(config.out, [f"{STORE_FILE} (the results)", "summary.md (the tables above)",
                                 f"{written[0].stem}.{'/'.join(p.suffix[1:] for p in written)} (the drift of "
                                 f"{question.id})",

@@ -14,7 +14,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from beliefdrift.config.options import Settings, add_command, option, settings_from
+from beliefdrift.config.options import Settings, add_command, option, path_argument, settings_from
+from beliefdrift.files import check_not_a_store
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class ExportConfig(Settings):
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(subparsers, "export", ExportConfig, "a run's results as one row per question × method",
                          __doc__)
-    parser.add_argument("run", type=Path, metavar="RUN_DIR", help="run directory (holding run.sqlite)")
+    parser.add_argument("run", type=path_argument, metavar="RUN_DIR", help="run directory (holding run.sqlite)")
     parser.set_defaults(func=run)
 
 
@@ -41,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from beliefdrift.runs.results import open_run, write_export
 
     config = settings_from(args, ExportConfig)
-    out = write_export(open_run(args.run), config.out or args.run / f"export.{config.format}", config.format)
+    run = open_run(args.run)
+    out = config.out or run.path / f"export.{config.format}"
+    check_not_a_store(out, "--out", own_run=run.path)  # an export never replaces a run store or another run's file
+    out = write_export(run, out, config.format)
     log.info("wrote %s", out)
     return 0

@@ -14,8 +14,12 @@ import importlib
 import importlib.metadata
 import json
 import logging
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from beliefdrift import __version__, show_progress
@@ -96,6 +100,47 @@ def memory_errors() -> tuple[type[BaseException], ...]:
     return (torch.OutOfMemoryError,) if torch is not None else ()
 
 
+def out_of_host_memory(err: BaseException) -> bool:
+    """Whether `err` says the machine's memory ran out (numpy's MemoryError, torch's CPU allocator)."""
+    return isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler ending the job, `kill`): stopped like Ctrl-C, with the same line."""
+
+
+def terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """SIGTERM raises `Terminated` inside the block (where no one else handles it: the main thread, default
+    handler), so a terminated command says what is stored, as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def error_message(err: BaseException, command: str | None) -> str:
+    """What the user is told of an error they can act on: running out of memory names the settings to lower, a
+    model cache that cannot be created names `BELIEFDRIFT_CACHE`, any other error its own message."""
+    if isinstance(err, memory_errors()) or out_of_host_memory(err):
+        return out_of_memory(command, gpu=isinstance(err, memory_errors()))
+    loading = sys.modules.get("beliefdrift.backend.loading")
+    if isinstance(err, OSError) and isinstance(err.filename, str) and loading is not None:
+        cache = loading.cache_dir()
+        if Path(err.filename) in (cache, *cache.parents) and Path(err.filename) != Path(cache.anchor):
+            return (f"cannot create the model cache {cache} ({err.strerror}: {err.filename}; is HOME writable?); set "
+                    "BELIEFDRIFT_CACHE to a writable directory")
+    return str(err)
+
+
 def interrupted(args: argparse.Namespace) -> str:
     """One line for Ctrl-C: what the output directory holds and how to resume."""
     if args.command not in RESUMABLE or not hasattr(args, "out"):
@@ -132,9 +177,9 @@ def last_checkpoint(out: Path) -> str:
         return f"the last checkpoint is {checkpoint}; "
 
 
-def out_of_memory(command: str) -> str:
-    lower = MEMORY_SETTINGS.get(command, "-J/--paths (paths run together)")
-    return f"out of GPU memory; lower {lower}, or use --dtype bfloat16 / a smaller model"
+def out_of_memory(command: str | None, gpu: bool = True) -> str:
+    lower = MEMORY_SETTINGS.get(command or "", "-J/--paths (paths run together)")
+    return f"out of {'GPU ' if gpu else ''}memory; lower {lower}, or use --dtype bfloat16 / a smaller model"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,16 +197,19 @@ def main(argv: list[str] | None = None) -> int:
                             f"{did_you_mean(command, COMMANDS)} (see beliefdrift --help)")
         args = parser.parse_args(argv)
         configure_logging(args.verbosity)
-        return args.func(args) or 0
-    except KeyboardInterrupt:
+        with stopped_by_sigterm():
+            return args.func(args) or 0
+    except KeyboardInterrupt as err:
         if args.debug:
             raise
         print(f"\nbeliefdrift {args.command}: {interrupted(args)}", file=sys.stderr)
-        return 130
-    except (OSError, ValueError, *memory_errors()) as err:  # the user can fix these: say what
+        return 128 + signal.SIGTERM if isinstance(err, Terminated) else 130
+    except (OSError, ValueError, MemoryError, RuntimeError, *memory_errors()) as err:  # the user can fix these
+        if isinstance(err, RuntimeError) and not out_of_host_memory(err) and not isinstance(err, memory_errors()):
+            raise  # a bug: its traceback
         if args.debug:
             traceback.print_exc()
-        message = out_of_memory(args.command) if isinstance(err, memory_errors()) else str(err)
+        message = error_message(err, args.command)
         one_line = "; ".join(line.strip() for line in message.splitlines() if line.strip())
         print(f"beliefdrift{f' {args.command}' if args.command else ''}: error: {one_line}", file=sys.stderr)
         return 2

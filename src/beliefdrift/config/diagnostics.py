@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from beliefdrift.config.options import (
+    BYTES_PER_VALUE,
+    MAX_COUNT,
+    MAX_LABELS,
+    RUN_OUTPUTS,
     BatchingOptions,
     DataOptions,
     ModelOptions,
     SamplingOptions,
+    memory_needed,
     option,
     out_option,
     retuned,
@@ -20,6 +26,7 @@ from beliefdrift.registry import Method, parse_method
 
 EXACT_BUDGET = 4096  # largest number of deepest-level nodes (per prefix) enumerated exactly
 BATCH_BUDGET = 1024  # most paths advanced in one forward pass
+MAX_BUDGET = 2**24  # the largest either may be
 #: The distances d of EMD (`emd.DISTANCES`): L1, KL and total variation (½ L1).
 DISTANCE_NAMES = ("l1", "kl", "tv")
 BASE_METHODS = ("ppr", "ppr-seed5")
@@ -54,6 +61,7 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
     """Model, questions, methods and sampling of `drift` and `emd` (each adds its own settings)."""
 
     _argument_group_name = "methods"
+    outputs: ClassVar[tuple[str, ...]] = (*RUN_OUTPUTS, "summary.md", "summary.json")
 
     methods: list[str] | None = option(None, f"PPR-type methods (default {' '.join(BASE_METHODS)}, plus "
                                              f"{' '.join(ADAPTER_METHODS)} with --adapter)")
@@ -64,7 +72,7 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
     @property
     def method_list(self) -> list[Method]:
         names = self.methods or [*BASE_METHODS, *(ADAPTER_METHODS if self.adapter else ())]
-        methods = [parse_method(name) for name in names]
+        methods = list({m.name: m for m in map(parse_method, names)}.values())  # ppr-seed05 is ppr-seed5: one unit
         for method in methods:
             if not method.resamples:
                 raise UserError(f"{method.name}: drift diagnostics need a resampling method (ppr…, am-ppr…)")
@@ -80,7 +88,8 @@ class DriftConfig(DiagnosticsConfig):
     _argument_group_name = "drift"
 
     paths: int = retuned(SamplingOptions, "paths", 16)
-    plot_questions: int = option(1, "per-question drift figures to draw", operational=True, minimum=0)
+    plot_questions: int = option(1, "per-question drift figures to draw", operational=True, minimum=0,
+                                 maximum=MAX_COUNT)
     out: Path = out_option("beliefdrift-out/drift")
 
 
@@ -94,21 +103,37 @@ class EMDCommandConfig(DiagnosticsConfig):
 
     paths: int = retuned(SamplingOptions, "paths", 32, "Monte Carlo continuations per k-step estimate and c.i.d. "
                                                        "paths (J)")
-    horizon: int = option(10, "EMD‾ averages k = 2 … K", "-K", minimum=2)
-    prefix_lengths: list[int] = option([0, 2, 4, 6, 8], "prefix lengths 𝒩 of EMD‾", minimum=0)
-    top_k: int = option(5, "a prefix is drawn from the top-k prefixes of each length", minimum=1)
-    burn_in: int = option(10, "EMD_k(b) for b = 0 … this", minimum=0)
-    lookahead: int = option(10, "the horizon k of EMD_k(b)", "-k", minimum=2)
-    burn_in_paths: int = option(1, "sampled burn-in prefixes per question", minimum=1)
+    horizon: int = option(10, "EMD‾ averages k = 2 … K", "-K", minimum=2, maximum=MAX_COUNT)
+    prefix_lengths: list[int] = option([0, 2, 4, 6, 8], "prefix lengths 𝒩 of EMD‾", minimum=0, maximum=MAX_COUNT)
+    top_k: int = option(5, "a prefix is drawn from the top-k prefixes of each length", minimum=1, maximum=MAX_COUNT)
+    burn_in: int = option(10, "EMD_k(b) for b = 0 … this", minimum=0, maximum=MAX_COUNT)
+    lookahead: int = option(10, "the horizon k of EMD_k(b)", "-k", minimum=2, maximum=MAX_COUNT)
+    burn_in_paths: int = option(1, "sampled burn-in prefixes per question", minimum=1, maximum=MAX_COUNT)
     distance: list[str] = option(["l1", "kl"], "distances: l1, kl and tv (total variation = ½ L1)",
                                  choices=DISTANCE_NAMES)
     exact_budget: int = option(EXACT_BUDGET, "enumerate p^(k) exactly when |options|^(k-1) ≤ this, else Monte Carlo",
-                                minimum=0)
-    batch_budget: int = option(BATCH_BUDGET, "most paths per forward pass", operational=True, minimum=1)
+                                minimum=0, maximum=MAX_BUDGET)
+    batch_budget: int = option(BATCH_BUDGET, "most paths per forward pass", operational=True, minimum=1,
+                               maximum=MAX_BUDGET)
     noise_floor_replicates: int = option(100, "EMD of R matched Pólya-urn martingales per question: the floor printed "
                                               "beside every EMD figure, with its 95%% interval and whether EMD lies "
-                                              "above it (0: off)", operational=True, minimum=0, metavar="R")
+                                              "above it (0: off)", operational=True, minimum=0, maximum=MAX_COUNT,
+                                    metavar="R")
     out: Path = out_option("beliefdrift-out/emd")
+
+    def check_memory(self) -> None:
+        """The k-step estimates of one question: its prefixes (|𝒩| and burn-in paths × (burn-in + 1)) × J
+        continuations × max(K, k) steps × labels float32s, and the noise floor's R replicates of each estimate."""
+        prefixes = len(self.prefix_lengths) + self.burn_in_paths * (self.burn_in + 1)
+        depth = max(self.horizon, self.lookahead) * MAX_LABELS
+        needed = prefixes * depth * (self.paths * 4 + self.noise_floor_replicates * BYTES_PER_VALUE)
+        memory_needed(f"the k-step estimates of a question ((|𝒩| {len(self.prefix_lengths)} + --burn-in-paths "
+                      f"{self.burn_in_paths} × (--burn-in {self.burn_in} + 1)) × max(-K, -k) "
+                      f"{max(self.horizon, self.lookahead)} × {MAX_LABELS} labels × (-J {self.paths} × 4 bytes + "
+                      f"--noise-floor-replicates {self.noise_floor_replicates} × {BYTES_PER_VALUE} bytes))", needed,
+                      "-J/--paths, -K/--horizon, -k/--lookahead, --burn-in, --burn-in-paths or "
+                      "--noise-floor-replicates")
+        super().check_memory()
 
     @property
     def emd(self) -> EMDConfig:

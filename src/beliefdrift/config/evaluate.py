@@ -7,8 +7,10 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from beliefdrift.config.options import (
+    RUN_OUTPUTS,
     BatchingOptions,
     DataOptions,
     ModelOptions,
@@ -31,6 +33,8 @@ class EvalConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOptions, Re
     the results."""
 
     _argument_group_name = "evaluation"
+    outputs: ClassVar[tuple[str, ...]] = (*RUN_OUTPUTS, "tables.md", "tables.tex", "metrics.csv", "paired.md",
+                                          "paired.csv")
 
     methods: list[str] = option(METHODS, "methods, e.g. direct ppr ppr-seed1 ppr-seed5 am-ppr-seed5")
     adapter: str | None = option(None, "LoRA adapter directory of the SC-tuned model (for am-ppr methods)")

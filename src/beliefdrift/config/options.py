@@ -14,18 +14,17 @@ import argparse
 import dataclasses
 import difflib
 import math
+import os
 import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
-
-import yaml
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 from beliefdrift.data.registry import DATASETS
-from beliefdrift.errors import UserError, read_yaml
-from beliefdrift.files import check_output
+from beliefdrift.errors import UserError, load_yaml, read_yaml
+from beliefdrift.files import check_inputs_outside, check_output
 from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, did_you_mean
 
@@ -37,13 +36,22 @@ PAPER_PRESETS = {"cpu": "paper-cpu.yaml", "paper": "paper-full.yaml"}
 #: Formats a figure can be written in.
 FIGURE_FORMATS = ("png", "pdf")
 #: Field metadata that is ours, not an `add_argument` keyword.
-OWN_METADATA = ("operational", "range", "when_set", "output")
+OWN_METADATA = ("operational", "range", "when_set", "output", "input")
 #: from_pretrained keywords that have their own flag, so --model-args may not set them.
 OWN_FLAGS = {"dtype": "--dtype", "torch_dtype": "--dtype", "device_map": "--device-map",
              "attn_implementation": "--attn-implementation", "revision": "--revision",
              "trust_remote_code": "--trust-remote-code"}
 #: The largest seed: every seeded generator (torch, numpy, random) takes 0 … 2^63 − 1.
 MAX_SEED = 2**63 - 1
+#: Upper bounds of the sizes, generous for a GPU (a 7–8B model, J and N in the hundreds) and far below what would
+#: overflow an index or a tensor's size: paths, steps and other counts per question; questions; a batch of questions.
+MAX_COUNT = 2**16
+MAX_QUESTIONS = 10**8
+MAX_BATCH = 4096
+#: The most bytes one number of a θ array takes (float64) and the most labels a question has (A–Z): the memory
+#: estimates below multiply the sizes with these.
+BYTES_PER_VALUE = 8
+MAX_LABELS = 26
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,18 +88,19 @@ def _number(value: float | None) -> str:
 def option(default: Any, help: str, *aliases: str, operational: bool = False, choices: Sequence[Any] | None = None,
            minimum: float | None = None, maximum: float | None = None, above: float | None = None,
            below: float | None = None, metavar: str | None = None, when_set: bool = False,
-           output: str | None = None) -> Any:
+           output: str | None = None, input: bool = False) -> Any:
     """A setting: its default, help line, short flags, allowed values (`choices`; for a number its range: at least
     `minimum` or greater than `above`, at most `maximum` or less than `below`), and whether results depend on it.
     The range is declared here only: the parser's help shows it and `Settings` checks it (flags, YAML and code).
     A `when_set` setting enters the run identity only when it differs from its default (settings added after runs
     were stored: those runs' identities stay as they were, so they still resume). An `output` setting names an
-    output "directory" or "file" (`files.check_output`)."""
+    output "directory" or "file" (`files.check_output`); an `input` setting may name a file the command reads,
+    which may not be one of the files the command writes (`Settings.outputs`, `files.check_inputs_outside`)."""
     bounds = Range(above if above is not None else minimum, below if below is not None else maximum,
                    above is not None, below is not None)
     metadata: dict[str, Any] = {"help": help, "operational": operational,
                                 "range": bounds if bounds != Range() else None, "when_set": when_set,
-                                "output": output}
+                                "output": output, "input": input}
     if aliases:
         metadata["aliases"] = list(aliases)
     if choices is not None:
@@ -142,6 +151,53 @@ class Settings:
                     value = Path(value).expanduser()
                     object.__setattr__(self, field.name, value)
                 check_output(Path(value), flag_name(field), meta["output"])
+        self.check_inputs()
+        self.check_memory()
+
+    #: What the command writes into its output directory (glob patterns of paths relative to it): an input file
+    #: there that one of them names is refused (`check_inputs`); the commands' tests check every file they write
+    #: against it.
+    outputs: ClassVar[tuple[str, ...]] = ()
+
+    def output_directories(self) -> dict[str, Path]:
+        """{flag: directory} of the output directories set."""
+        return {flag_name(f): Path(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if f.metadata.get("output") == "directory" and getattr(self, f.name) is not None}
+
+    def check_inputs(self, extra: Mapping[str, str | Path | None] | None = None) -> None:
+        """No input file (the `input` settings, and `extra`: {flag: path}) is one of the command's `outputs` in its
+        output directory, which the command would replace (`files.check_inputs_outside`)."""
+        inputs = {flag_name(f): _file_part(getattr(self, f.name)) for f in dataclasses.fields(self)
+                  if f.metadata.get("input")}
+        for flag, directory in self.output_directories().items():
+            check_inputs_outside(directory, flag, {**inputs, **(extra or {})}, self.outputs)
+
+    def check_memory(self) -> None:
+        """A command whose sizes multiply into the memory it needs checks their product here (`memory_needed`),
+        before anything loads; the base has none."""
+
+
+def _file_part(value: Any) -> Any:
+    """The local path a setting's value may name (an `hf:` prefix aside)."""
+    return str(value).removeprefix("hf:") if isinstance(value, (str, Path)) else None
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def memory_needed(what: str, needed: int, lower: str) -> None:
+    """A UserError when `needed` bytes (`what`: the product of sizes it counts) exceed this machine's memory, naming
+    the settings to `lower`: one line before anything is allocated, where the allocator would fail or the machine
+    swap without end."""
+    total = machine_memory()
+    if total is not None and needed > total:
+        raise UserError(f"{what} need about {needed / 2**30:,.1f} GiB, more than this machine's {total / 2**30:,.1f} "
+                        f"GiB of memory; lower {lower}")
 
 
 def parse_model_args(spec: str | None) -> dict[str, Any]:
@@ -156,7 +212,7 @@ def parse_model_args(spec: str | None) -> dict[str, Any]:
             raise ValueError(f"--model-args {spec}: {item!r} is not key=value")
         if key in OWN_FLAGS:
             raise ValueError(f"--model-args {spec}: set {key} with {OWN_FLAGS[key]}")
-        parsed = yaml.safe_load(value) if value else ""
+        parsed = load_yaml(value, f"--model-args {spec}") if value else ""
         values[key] = parsed if isinstance(parsed, (str, int, float, bool)) or parsed is None else value
     return values
 
@@ -165,7 +221,7 @@ def parse_model_args(spec: str | None) -> dict[str, Any]:
 class ModelOptions(Settings):
     _argument_group_name = "model"
 
-    model: str = option(DEFAULT_MODEL, "registry name, hub id, local directory or .gguf file")
+    model: str = option(DEFAULT_MODEL, "registry name, hub id, local directory or .gguf file", input=True)
     device: str = option("cpu", "cpu, cuda, cuda:N or auto")
     dtype: str = option("auto", "auto = bf16 where bf16 matmuls are fast (AMX/AVX512-BF16 CPUs, CUDA), else float32",
                         choices=("auto", "float32", "bfloat16"))
@@ -173,7 +229,8 @@ class ModelOptions(Settings):
                                               "transformers' choice)", choices=ATTN_IMPLEMENTATIONS)
     device_map: str | None = option(None, "'auto' spreads a model too large for one GPU over all visible devices "
                                           "(accelerate)", operational=True)
-    template: str = option(DEFAULT_PPR_TEMPLATE, "PPR prompt: ppr-llama, ppr-olmo, or a .txt template path")
+    template: str = option(DEFAULT_PPR_TEMPLATE, "PPR prompt: ppr-llama, ppr-olmo, or a .txt template path",
+                           input=True)
     template_ending: str = option(DEFAULT_TEMPLATE_ENDING, "fence: the question's code fence is closed after it; "
                                                            "paper: the prompt ends with the question (Appendix D.4)",
                                   choices=TEMPLATE_ENDINGS)
@@ -196,12 +253,12 @@ class DataOptions(Settings):
     _argument_group_name = "data"
 
     dataset: str = option("demo", f"a registered dataset ({', '.join(DATASETS)}), a file, lm-eval:TASK, an lm-eval "
-                                  "task file (.yaml) or hf:OWNER/NAME[:CONFIG]")
+                                  "task file (.yaml) or hf:OWNER/NAME[:CONFIG]", input=True)
     split: str | None = option(None, "dataset split (unset: the dataset's evaluation split)")
     fields: str | None = option(None, "a hf: dataset's columns as question=COL,choices=COL,answer=COL[,labels=COL]"
-                                      "[,id=COL], or a YAML file of that mapping", when_set=True)
+                                      "[,id=COL], or a YAML file of that mapping", when_set=True, input=True)
     n: int | None = option(None, "number of questions, 0 or unset for all (a deterministic subsample by --seed)",
-                           "-n", minimum=0)
+                           "-n", minimum=0, maximum=MAX_QUESTIONS)
     data_dir: str | None = option(None, "benchmark data directory (unset: $BELIEFDRIFT_DATA)", operational=True)
 
 
@@ -209,10 +266,19 @@ class DataOptions(Settings):
 class SamplingOptions(Settings):
     _argument_group_name = "sampling"
 
-    paths: int = option(8, "paths per question (J)", "-J", minimum=1)
-    steps: int = option(20, "answers generated per path (N)", "-N", minimum=1)
+    paths: int = option(8, "paths per question (J)", "-J", minimum=1, maximum=MAX_COUNT)
+    steps: int = option(20, "answers generated per path (N)", "-N", minimum=1, maximum=MAX_COUNT)
     seed: int = option(0, "run seed (each question × method derives its own random stream)", minimum=0,
                        maximum=MAX_SEED)
+
+    def check_memory(self) -> None:
+        """θ of the paths of one engine batch: questions × J × (N + 1) × labels float32s (`runs.store.ResultRow.thetas`,
+        at most `MAX_LABELS` labels), before the model's own caches, which grow with the same sizes."""
+        batch = max(getattr(self, "batch_questions", 0), 1)
+        memory_needed(f"the θ_n of a batch's paths ({batch} questions × -J {self.paths} × N + 1 = {self.steps + 1} × "
+                      f"{MAX_LABELS} labels × 4 bytes)", batch * self.paths * (self.steps + 1) * MAX_LABELS * 4,
+                      "-J/--paths, -N/--steps or --batch-questions" if batch > 1 else "-J/--paths or -N/--steps")
+        super().check_memory()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +286,8 @@ class BatchingOptions(Settings):
     _argument_group_name = "batching"
 
     batch_questions: int = option(0, "questions whose paths advance together in one engine batch (0: 16 on a GPU, 1 "
-                                     "on the CPU); the results do not depend on it", operational=True, minimum=0)
+                                     "on the CPU); the results do not depend on it", operational=True, minimum=0,
+                                 maximum=MAX_BATCH)
     compile: bool = option(False, "run the model's forward passes through torch.compile: faster steps after compiling "
                                   "once (minutes on a small CPU); the results equal eager ones up to rounding",
                            operational=True)
@@ -255,11 +322,26 @@ class ReportOptions(Settings):
                                     minimum=0, maximum=1)
     qc_common: bool = option(False, "score every method on the questions that all methods keep (default: each "
                                     "method on its own kept questions)", operational=True)
-    bootstrap: int = option(1000, "bootstrap resamples for the 95%% intervals", operational=True, minimum=1)
+    bootstrap: int = option(1000, "bootstrap resamples for the 95%% intervals", operational=True, minimum=1,
+                            maximum=10**6)
 
     @property
     def quality_control(self) -> QualityControl:
         return QualityControl(self.qc_path_mass, self.qc_max_fraction, self.qc_common)
+
+    def check_memory(self, questions: int | None = None) -> None:
+        """The bootstrap's index matrix: resamples × questions int64s (`metrics.functional.resample_indices`), where
+        the number of questions is known (`questions`, or a run's -n)."""
+        questions = questions or getattr(self, "n", None)
+        if questions:
+            memory_needed(f"the bootstrap's resamples (--bootstrap {self.bootstrap} × {questions} questions × "
+                          f"{BYTES_PER_VALUE} bytes)", self.bootstrap * questions * BYTES_PER_VALUE, "--bootstrap")
+        super().check_memory()
+
+
+#: What every run-store command writes into its output directory (see `Settings.outputs`): the store and its
+#: SQLite sidecars, records.csv and figures.
+RUN_OUTPUTS = ("run.sqlite", "run.sqlite-*", "records.csv", "*.png", "*.pdf")
 
 
 def out_option(default: str) -> Any:
@@ -363,6 +445,14 @@ class CommandParser(argparse.ArgumentParser):
         return {actions[token.split("=")[0]].dest for token in args if token.split("=")[0] in actions}
 
 
+def path_argument(text: str) -> Path:
+    """A path given on the command line; an empty one (`--out ''`, which would mean the current directory) is
+    refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
+
+
 def add_field_argument(group: argparse._ArgumentGroup, field: dataclasses.Field, hint: Any) -> None:
     """The flags of one setting: `--name-with-dashes` (as `--help` shows it), `--name_with_underscores` and its
     short aliases; lists take several words, a bool flag alone means true (`--no-name` too when it defaults to
@@ -377,6 +467,8 @@ def add_field_argument(group: argparse._ArgumentGroup, field: dataclasses.Field,
     default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
     if hint is bool:
         kwargs.update(type=parse_bool, nargs="?", const=True)
+    elif hint is Path:
+        kwargs["type"] = path_argument
     elif typing.get_origin(hint) is list:
         kwargs.update(type=typing.get_args(hint)[0], nargs="+")
     else:
@@ -419,8 +511,12 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, settings: typ
 
 
 def settings_from(args: argparse.Namespace, cls: type[Config]) -> Config:
-    """The `cls` dataclass from parsed arguments (flags over `--config` over the built-in defaults)."""
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init})  # type: ignore
+    """The `cls` dataclass from parsed arguments (flags over `--config` over the built-in defaults); the `--config`
+    file is an input like the others (it may not lie in an output directory, where it could be replaced)."""
+    settings = cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init})  # type: ignore
+    if getattr(args, "config", None) and isinstance(settings, Settings):
+        settings.check_inputs({"--config": preset_file(args.config)})
+    return settings
 
 
 def flag_name(field: dataclasses.Field) -> str:
@@ -483,17 +579,24 @@ def coerce(hint: Any, value: Any, choices: Sequence[Any] | None = None) -> Any:
 
 
 def _scalar(kind: Any, value: Any) -> Any:
-    """`value` as `kind` when YAML's reading of it is one, else None."""
+    """`value` as `kind` when YAML's reading of it is one, else None: an integer is written as one (`8` or "8"; a
+    float such as `8.0` or `1.0e+308` is not one), a path is not empty."""
     if kind is bool:
         return value if isinstance(value, bool) else None
-    if kind in (int, float) and not isinstance(value, (bool, list, dict)):
+    if isinstance(value, (bool, list, dict)):
+        return None
+    if kind is int:
         try:
-            number = float(value)
-        except (TypeError, ValueError):
+            return value if isinstance(value, int) else int(value, 10) if isinstance(value, str) else None
+        except ValueError:
             return None
-        return number if kind is float else int(number) if number.is_integer() else None
+    if kind is float:
+        try:
+            return float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
     if kind in (str, Path) and isinstance(value, str):
-        return kind(value)
+        return kind(value) if kind is str or value.strip() else None
     return None
 
 

@@ -5,11 +5,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from beliefdrift.config.options import DataOptions, ModelOptions, SamplingOptions, option, out_option, retuned
+from beliefdrift.config.options import (
+    MAX_COUNT,
+    RUN_OUTPUTS,
+    DataOptions,
+    ModelOptions,
+    SamplingOptions,
+    option,
+    out_option,
+    retuned,
+)
 from beliefdrift.errors import UserError
 from beliefdrift.prompts.render import DEFAULT_TEMPLATE_ENDING
 
+#: The longest token budget: the longest contexts models have (the model's own context is checked when it loads).
+MAX_TOKENS = 2**20
 #: How a thought–answer pair is embedded: the model's mean last hidden state, or all-MiniLM-L6-v2 (extra).
 EMBEDDINGS = ("hidden", "sentence")
 
@@ -53,6 +65,7 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
     """The settings of `beliefdrift reasoning`: rollouts are its paths, thought–answer pairs its steps."""
 
     _argument_group_name = "rollouts"
+    outputs: ClassVar[tuple[str, ...]] = (*RUN_OUTPUTS, "summary.json")
 
     template: str | None = retuned(ModelOptions, "template", None, "pairs prompt: a .txt file with {num_lines} and "
                                                                    "{question} (default: the dataset's)")
@@ -64,13 +77,16 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
     paths: int = retuned(SamplingOptions, "paths", DEFAULTS.rollouts, "rollouts per question (J; R in Appendix F)")
     steps: int = retuned(SamplingOptions, "steps", DEFAULTS.pairs, "thought–answer pairs per rollout (N)")
     seed_pairs: int = option(DEFAULTS.seeds, "reasoning seeds (prefilled pairs) per rollout for the seeded "
-                                             "condition (m; 0: unseeded only)", "-m", minimum=0)
-    tau: int = option(DEFAULTS.tau, "lag τ of cos(h̄_n, h̄_{n+τ})", minimum=1)
-    max_new_tokens: int = option(DEFAULTS.max_new_tokens, "token budget per rollout", minimum=1)
-    seed_max_new_tokens: int = option(DEFAULTS.seed_max_new_tokens, "token budget per reasoning seed", minimum=1)
+                                             "condition (m; 0: unseeded only)", "-m", minimum=0,
+                            maximum=MAX_COUNT)
+    tau: int = option(DEFAULTS.tau, "lag τ of cos(h̄_n, h̄_{n+τ})", minimum=1, maximum=MAX_COUNT)
+    max_new_tokens: int = option(DEFAULTS.max_new_tokens, "token budget per rollout", minimum=1, maximum=MAX_TOKENS)
+    seed_max_new_tokens: int = option(DEFAULTS.seed_max_new_tokens, "token budget per reasoning seed", minimum=1,
+                                      maximum=MAX_TOKENS)
     max_solution_tokens: int = option(DEFAULTS.max_solution_tokens, "guided format: close a solution after this "
-                                                                    "many tokens", minimum=1)
-    temperature: float = option(DEFAULTS.temperature, "sampling temperature (0: greedy)", minimum=0)
+                                                                    "many tokens", minimum=1,
+                                      maximum=MAX_TOKENS)
+    temperature: float = option(DEFAULTS.temperature, "sampling temperature (0: greedy)", minimum=0, maximum=100)
     top_p: float = option(DEFAULTS.top_p, "nucleus sampling mass", above=0, maximum=1)
     format: str = option("guided" if DEFAULTS.guided else "free", "guided: the pair tags are written for the model; "
                          "free: prompt only (the paper's)", choices=("guided", "free"))

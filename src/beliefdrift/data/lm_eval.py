@@ -14,21 +14,28 @@ Each document becomes one `MCQuestion`:
 - the answer is `doc_to_target` (an index, or one of the choices); the id `<task>/<document index>`.
 
 Few-shot examples, the task's `description` and its `filter_list` (which post-process generated text) are not used.
+
+A task file's `!function` hooks are Python code that lm-eval imports and runs, as it does in lm-eval itself: load
+task files you trust. Inside `no_task_code()` (a report reading a run's stored settings) a task file is refused
+instead, so viewing a shared run directory never runs code from it. A task file whose YAML aliases expand past
+`errors.YAML_MAX_VALUES` values is refused before lm-eval reads it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from beliefdrift.data.loaders import DataError, _question
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.errors import first_line
+from beliefdrift.errors import first_line, yaml_node
 
 PREFIX = "lm-eval:"
 EXTRA = "pip install 'beliefdrift[lm-eval]'"
@@ -76,6 +83,34 @@ def task_questions(task: Any, split: str | None = None) -> list[MCQuestion]:
             for i, doc in enumerate(docs)]
 
 
+_TASK_CODE: contextvars.ContextVar[bool] = contextvars.ContextVar("task_code", default=True)
+
+
+@contextmanager
+def no_task_code() -> Iterator[None]:
+    """Inside the block a task file is refused rather than built: its `!function` hooks would run its Python code.
+    (Registered tasks, `lm-eval:TASK`, run lm-eval's own installed code and are still read.)"""
+    token = _TASK_CODE.set(False)
+    try:
+        yield
+    finally:
+        _TASK_CODE.reset(token)
+
+
+def check_task_file(path: Path, spec: str, seen: frozenset[Path] = frozenset()) -> None:
+    """The task file `path` and the files it `include`s are YAML whose aliases expand to a bounded size (a
+    "billion laughs" file would hang lm-eval's reading of it); else a DataError naming `spec`."""
+    try:
+        node = yaml_node(path.read_text(encoding="utf-8"), f"--dataset {spec}: {path.name}")
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"--dataset {spec}: cannot read {path} ({first_line(err)})") from None
+    for key, value in node.value if getattr(node, "tag", "").endswith(":map") else []:
+        if key.value == "include" and isinstance(value.value, str):
+            included = (path.parent / value.value).resolve()
+            if included.is_file() and included not in seen:
+                check_task_file(included, spec, seen | {path.resolve()})
+
+
 def _tasks(spec: str) -> dict[str, Any]:
     """The leaf tasks lm-eval builds for `spec` (a group expands to its subtasks) by task name."""
     try:
@@ -89,6 +124,10 @@ def _tasks(spec: str) -> dict[str, Any]:
         path = Path(spec).expanduser().resolve()
         if not path.is_file():
             raise DataError(f"--dataset {spec}: no such task file")
+        if not _TASK_CODE.get():
+            raise DataError(f"--dataset {spec}: a task file is not read here: its !function hooks are Python code "
+                            "lm-eval would run, and a report runs no code named by a run store")
+        check_task_file(path, spec)
         # a task file alone is indexed quickly; one naming registered tasks (a group of them) needs lm-eval's index
         managers = [partial(TaskManager, include_path=str(path.parent), include_defaults=False),
                     partial(TaskManager, include_path=str(path.parent))]
@@ -102,7 +141,10 @@ def _tasks(spec: str) -> dict[str, Any]:
                 missing = err
                 continue
             hint = ("; offline, point a task file's dataset_path/dataset_kwargs at local files (docs/lm-eval.md)"
-                    if isinstance(err, ConnectionError) else "")
+                    if isinstance(err, ConnectionError) else
+                    "; lm-eval checks the first document when it builds a task: does doc_to_choice give an empty list "
+                    "or an empty option, or doc_to_target an index past the options?" if isinstance(err, IndexError)
+                    else "")
             raise DataError(f"--dataset {spec}: lm-eval could not build the task ({type(err).__name__}: "
                             f"{first_line(err)}){hint}") from None
     raise DataError(f"--dataset {spec}: not an lm-eval task, group or tag ({first_line(missing)})")

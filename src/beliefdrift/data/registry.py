@@ -7,6 +7,7 @@ import io
 import json
 import os
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -257,8 +258,22 @@ def _local_root(name: str, root: Path | None) -> Path:
     return root
 
 
+#: A split that names a file or folder under the data directory (MMLU's subjects, GPQA's subsets): one plain name.
+SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def _split_name(name: str, split: str) -> str:
+    """`split` when it is a plain name (`SPLIT_NAME`), else a DataError: a split names a file in the data directory,
+    and `../x` or `/x` would read outside it."""
+    if not SPLIT_NAME.fullmatch(split):
+        raise DataError(f"{name}: --split {split!r} is not a split name; expected letters, digits, '_' and '-' (a "
+                        "file or folder under <data dir>/" + name + ")")
+    return split
+
+
 def _mmlu_files(split: str | None, root: Path | None) -> list[Path]:
     """`mmlu/<split>.csv`, else every csv in `mmlu/<split>/`, else (no split) every csv under `mmlu/`."""
+    split = _split_name("mmlu", split) if split is not None else None
     base = _local_root("mmlu", root) / "mmlu"
     if split is None:
         files, wanted = sorted(base.rglob("*.csv")), f"{base}/**/*.csv"
@@ -273,7 +288,7 @@ def _mmlu_files(split: str | None, root: Path | None) -> list[Path]:
 
 def _gpqa_file(split: str | None, root: Path | None) -> Path:
     """`gpqa/gpqa_<split>.csv` (default split "diamond"); GPQA is never fetched from the hub."""
-    path = _local_root("gpqa", root) / "gpqa" / f"gpqa_{split or 'diamond'}.csv"
+    path = _local_root("gpqa", root) / "gpqa" / f"gpqa_{_split_name('gpqa', split or 'diamond')}.csv"
     if not path.is_file():
         raise DataError(
             f"gpqa: {path} not found (GPQA is gated: download it yourself, or pass the csv path as the "

@@ -13,6 +13,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from beliefdrift.config.options import FIGURE_FORMATS  # noqa: E402
 from beliefdrift.diagnostics.marginal import MarginalDrift  # noqa: E402
+from beliefdrift.files import replacing  # noqa: E402
 
 
 def save_figure(
@@ -21,13 +22,15 @@ def save_figure(
     """Write `path` in each of `formats` (default .png and .pdf), cropped to the drawn content; return the paths.
     The crop box is computed once for all files (`bbox_inches="tight"` lays the figure out again for each).
     `close=False` keeps `fig` open to be drawn on again. PDFs carry no creation date, so the same figure gives the
-    same bytes."""
+    same bytes. Each file is written atomically (`files.replacing`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     crop = fig.get_tightbbox().padded(plt.rcParams["savefig.pad_inches"])
     written = []
     for suffix in formats:
         target = path.with_suffix(f".{suffix}")
-        fig.savefig(target, dpi=150, bbox_inches=crop, metadata={"CreationDate": None} if suffix == "pdf" else None)
+        with replacing(target) as temporary:  # atomically: a killed run never leaves half a figure
+            fig.savefig(temporary, format=suffix, dpi=150, bbox_inches=crop,
+                        metadata={"CreationDate": None} if suffix == "pdf" else None)
         written.append(target)
     if close:
         plt.close(fig)

@@ -22,9 +22,10 @@ from typing import Any
 from beliefdrift.data.lm_eval import is_task_spec, task_label
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.methods import Method, MethodResult
+from beliefdrift.files import write_atomic
 from beliefdrift.metrics.functional import METRIC_NAMES, NLL_EPS, REPORT_METRICS
 from beliefdrift.registry import table_order
-from beliefdrift.report.text import markdown_table
+from beliefdrift.report.text import markdown_cell, markdown_table
 from beliefdrift.runs.scoring import MethodScore, QualityControl, score_results
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
@@ -135,7 +136,7 @@ def markdown_tables(runs: Sequence[RunScores]) -> str:
     blocks = []
     for name, metrics, caption, counted in TABLES:
         columns = (*[f"{metric}{arrow(metric)}" for metric in metrics], *[COUNT_HEADER] * counted)
-        header = ["Method"] + [f"{run.label} {c}" for run in runs for c in columns]
+        header = ["Method"] + [f"{markdown_cell(run.label)} {c}" for run in runs for c in columns]
         rows = []
         for method in method_rows(runs):
             cells = [method.title]
@@ -154,8 +155,13 @@ def markdown_tables(runs: Sequence[RunScores]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+#: LaTeX's special characters in text (a file-derived label such as a data file's name) and how each is written.
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "^": r"\textasciicircum{}", "~": r"\textasciitilde{}",
+                 **{c: "\\" + c for c in "&%$#_{}"}}
+
+
 def latex_escape(text: str) -> str:
-    return "".join("\\" + c if c in "&%$#_{}" else c for c in text)
+    return "".join(LATEX_SPECIAL.get(c, c) for c in text)
 
 
 def latex_method(method: Method) -> str:
@@ -247,7 +253,7 @@ def write_tables(runs: Sequence[RunScores], out: Path) -> list[Path]:
     written = []
     for filename, text in (("tables.md", markdown_tables(runs)), ("tables.tex", latex_tables(runs)),
                            ("metrics.csv", csv_table(runs))):
-        (out / filename).write_text(text)
+        write_atomic(out / filename, text)
         written.append(out / filename)
     return written
 

@@ -54,3 +54,9 @@ def wrote(out: object, names: Sequence[str]) -> str:
     results), summary.md and summary.json`."""
     listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
     return f"wrote to {out}: {listed}"
+
+
+def markdown_cell(text: str) -> str:
+    """`text` from a file (a data file's name, a question id) as one Markdown table cell: `|` and `\\` escaped, line
+    breaks as spaces, so the table keeps its columns."""
+    return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").split())

@@ -224,6 +224,11 @@ def prepare(command: str, config: Any, methods: Sequence[Method], answers: int, 
     models = Models.load(config, lm)
     questions, skipped = split_long_prompts(models.base, questions, methods, answers, config.template,
                                             config.template_ending, config.skip_long_prompts)
+    if not questions:
+        raise UserError(f"all {len(skipped)} questions need more positions than {models.base.name}'s context "
+                        f"(prompt, seeds and {answers} answers); nothing to run: lower the answers a path holds "
+                        "(-N/--steps; emd: also -K, -k, --burn-in, --prefix-lengths) or use a model with a longer "
+                        "context")
     if skipped and (ranks or Ranks.from_env()).rank == 0:
         log.warning("skipping %d of %d questions whose prompt is longer than the model's context: %s", len(skipped),
                     len(questions) + len(skipped), ", ".join(q.id for q in skipped))

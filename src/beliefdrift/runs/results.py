@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beliefdrift.config.options import QualityControl
-from beliefdrift.files import write_atomic
+from beliefdrift.files import replacing, write_atomic
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore, StoreError
 
 if TYPE_CHECKING:
@@ -179,10 +179,8 @@ def write_parquet(rows: Sequence[dict[str, Any]], out: Path) -> None:
 
     columns = list(dict.fromkeys(key for row in rows for key in row))
     table = pa.table({key: [encoded(row.get(key)) for row in rows] for key in columns})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(out.name + ".tmp")
-    pq.write_table(table, temporary)
-    temporary.replace(out)
+    with replacing(out) as temporary:
+        pq.write_table(table, temporary)
 
 
 def encoded(value: Any) -> Any:

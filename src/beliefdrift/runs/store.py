@@ -5,15 +5,19 @@ One row per (question, method) holds the method's estimate, the question's targe
 JSON quantities per (question, method) in the `records` table instead. A question's rows are written in one
 transaction, so a run killed at any moment loses at most the question in flight; re-running skips what is stored. The
 `config` table pins the settings that determine the results, and a run directory is never reused with
-different ones. WAL journaling plus a busy timeout let several ranks (or two runs of one command) write to one
-file; a (question, method) another process stored first is kept and the duplicate dropped. Readers (`report`)
-open the file read-only, so archived read-only runs can be reported.
+different ones. While writers have it open the store is in WAL mode, with a busy timeout, so several ranks (or two
+runs of one command) write to one file; a (question, method) another process stored first is kept and the duplicate
+dropped. The last connection to close switches it back to a rollback journal, so a finished run is one file (no
+`-wal`/`-shm`). Readers (`report`) open the file read-only, so archived read-only runs can be reported, and leave
+nothing behind.
 
-SQLite checks no page contents, so a flipped bit in a stored number would be read back as another valid number:
-every results row (with its alternatives) and every question × method's records carry checksums (table
-`checksums`, written in the same transaction), and reading one that does not match is a StoreError naming the
-question and method. A store from before the checksums (schema version 1 or 2) gains them, computed from its rows,
-the first time it is opened for writing; opened read-only it is read unchecked.
+SQLite checks no page contents, so a flipped bit in a stored number, key or setting would be read back as another
+valid value: every results row (with its alternatives), every question × method's records and the config carry
+checksums over the whole row, its keys included (table `checksums`, written in the same transaction), and reading
+one that does not match, or a row without one, is a StoreError naming the question and method. A store from before
+the checksums (schema version 1 or 2) gains them, computed from its rows, the first time it is opened for writing;
+opened read-only it is read unchecked. One of version 3 (checksums without the keys, no config checksum) is checked
+as written and, opened for writing, its checksums are verified and rewritten with the keys.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import io
 import json
 import math
 import os
+import random
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,9 +39,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-STORE_FILE = "run.sqlite"
+from beliefdrift.files import STORE_FILE as STORE_FILE  # its name, here as everywhere
+
 APPLICATION_ID = 0x62646674  # "bdft": marks a SQLite file as a beliefdrift run store
-SCHEMA_VERSION = 3  # 2 added the `records` table, 3 the `checksums` table (older stores gain them on open)
+#: 2 added the `records` table, 3 the `checksums` table, 4 put the keys and the config under the checksums (older
+#: stores are migrated when opened for writing, read as written when opened read-only)
+SCHEMA_VERSION = 4
+KEYED_VERSION = 4  # the first version whose checksums cover the keys and the config
 BUSY_TIMEOUT_S = 120.0
 T = TypeVar("T")
 
@@ -51,10 +61,10 @@ CREATE TABLE IF NOT EXISTS records (
 
 CHECKSUMS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS checksums (
-    kind        TEXT NOT NULL,         -- "results" (a results row and its alternatives) or "records"
-    question_id TEXT NOT NULL,
-    method      TEXT NOT NULL,
-    digest      TEXT NOT NULL,         -- of the parts every reader reads: `group_digests`
+    kind        TEXT NOT NULL,         -- "results" (a results row and its alternatives), "records" or "config"
+    question_id TEXT NOT NULL,         -- "" for the config
+    method      TEXT NOT NULL,         -- "" for the config
+    digest      TEXT NOT NULL,         -- of the parts every reader reads (the keys included): `group_digests`
     paths       TEXT,                  -- of a results row's per-path arrays (NULL for records)
     parts       TEXT NOT NULL,         -- JSON {part: digest}, to name what changed when a digest does not match
     PRIMARY KEY (kind, question_id, method)
@@ -177,19 +187,32 @@ def framed(values: Iterable[bytes | None]) -> bytes:
     return b"".join(b"-1\0" if v is None else b"%d\0" % len(v) + v for v in values)
 
 
+def key_part(question_id: str, method: str) -> dict[str, bytes]:
+    """A unit's keys as the checksummed part "key" (schema version 4 on)."""
+    return {"key": framed(text.encode("utf-8", "surrogatepass") for text in (question_id, method))}
+
+
 def result_parts(scalars: Sequence[Any], blobs: Mapping[str, bytes | None],
-                 alternatives: Iterable[tuple[str, bytes]]) -> dict[str, bytes | None]:
+                 alternatives: Iterable[tuple[str, bytes]], key: Mapping[str, bytes] | None = None
+                 ) -> dict[str, bytes | None]:
     """A results row's checksummed parts, as stored: its `SCALAR_COLUMNS` ("row"), each blob column read
-    (`blobs`), its alternatives together ((estimator, blob) pairs)."""
+    (`blobs`), its alternatives together ((estimator, blob) pairs) and its `key_part` (None: a version 3 store's)."""
     position, target, num_labels, valid_mass_mean, seconds = scalars
     row = repr((int(position), int(target), int(num_labels), float(valid_mass_mean), float(seconds))).encode()
     pairs = framed(item for name, blob in sorted(alternatives) for item in (name.encode(), blob))
-    return {"row": row, **blobs, "alternatives": pairs}
+    return {"row": row, **blobs, "alternatives": pairs, **(key or {})}
 
 
-def records_parts(texts: Iterable[tuple[str, str]]) -> dict[str, bytes | None]:
-    """One question × method's records as one part: its (quantity, JSON text) pairs in quantity order."""
-    return {"records": framed(item.encode() for pair in sorted(texts) for item in pair)}
+def records_parts(texts: Iterable[tuple[str, str]], key: Mapping[str, bytes] | None = None
+                  ) -> dict[str, bytes | None]:
+    """One question × method's records as one part: its (quantity, JSON text) pairs in quantity order; and its
+    `key_part` (None: a version 3 store's)."""
+    return {"records": framed(item.encode() for pair in sorted(texts) for item in pair), **(key or {})}
+
+
+def config_parts(texts: Iterable[tuple[str, str]]) -> dict[str, bytes | None]:
+    """The config as one part: its (key, JSON text) pairs in key order."""
+    return {"config": framed(item.encode("utf-8", "surrogatepass") for pair in sorted(texts) for item in pair)}
 
 
 def group_digests(parts: Mapping[str, bytes | None]) -> tuple[str, str | None]:
@@ -242,9 +265,9 @@ def store_error(path: Path, err: sqlite3.DatabaseError) -> StoreError:
     if "locked" in message:
         return StoreError(f"{path}: the run store stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s "
                           f"({message}); run the same command again once it has finished")
-    if "full" in message:
-        return StoreError(f"{path}: cannot write the run store ({message}); free some space and run the same command "
-                          "again to resume")
+    if "full" in message or "I/O error" in message:  # ENOSPC, a failing disk: nothing stored is lost
+        return StoreError(f"{path}: cannot write the run store ({message}: is the disk full?); free some space and "
+                          "run the same command again to resume")
     return StoreError(f"{path}: not a readable beliefdrift run store ({message}); move it away or choose another "
                       "--out directory")
 
@@ -276,13 +299,51 @@ def read_only_error(path: Path) -> StoreError:
                       "directory")
 
 
+def in_wal_mode(path: Path) -> bool:
+    """Whether the SQLite file `path` is in WAL mode (its header's read and write versions are 2)."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header[18:20] == b"\x02\x02"
+
+
+def wal_file(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+def leave_wal(path: Path, attempts: int = 4) -> None:
+    """Switch the store at `path` to a rollback journal (its WAL checkpointed into it, `-wal` and `-shm` removed)
+    once no other connection has it open. The switch fails at once while another one has; that one then switches
+    it when it closes. Two closing at the same moment may both fail: whoever finds the WAL gone tries again."""
+    for attempt in range(attempts):
+        if not in_wal_mode(path):
+            return
+        try:
+            db = sqlite3.connect(path, timeout=0, isolation_level=None)
+            try:
+                if db.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete":
+                    return
+            finally:
+                db.close()
+        except sqlite3.Error:
+            pass
+        if wal_file(path).exists():
+            return  # another connection has the store open: it switches it when it closes
+        time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+
+
 class RunStore:
     """A run's SQLite file. Open with `RunStore.open(path)`; use one instance per process."""
 
-    def __init__(self, path: Path, connection: sqlite3.Connection):
+    def __init__(self, path: Path, connection: sqlite3.Connection, read_only: bool = False):
         self.path = path
         self._db = connection
+        self._read_only = read_only
+        self._ours = False  # whether the file is a beliefdrift store (closing never touches another SQLite file)
         self._checked = False  # whether the store has checksums (schema version 3 on)
+        self._keyed = False  # whether they cover the keys and the config (version 4 on)
 
     @classmethod
     def open(cls, path: str | Path, create: bool = True, read_only: bool = False) -> RunStore:
@@ -297,29 +358,38 @@ class RunStore:
                 raise read_only_error(path)
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            if read_only:  # immutable: nothing can write the WAL of a store in a read-only directory
-                mode = "mode=ro" if writable(path.parent) else "mode=ro&immutable=1"
-                db = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True, timeout=BUSY_TIMEOUT_S,
-                                     isolation_level=None)
+            if read_only:
+                db = sqlite3.connect(f"{path.resolve().as_uri()}?{cls._read_mode(path)}", uri=True,
+                                     timeout=BUSY_TIMEOUT_S, isolation_level=None)
             else:
                 db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as err:
             raise StoreError(f"{path}: cannot open the run store ({err})") from err
-        store = cls(path, db)
+        store = cls(path, db, read_only)
         try:
             store._initialise(create, read_only)
         except sqlite3.DatabaseError as err:
-            db.close()
+            store.close()
             raise store_error(path, err) from err
-        except StoreError:
-            db.close()
+        except BaseException:
+            store.close()
             raise
         return store
+
+    @staticmethod
+    def _read_mode(path: Path) -> str:
+        """How a reader opens the store so that it writes nothing: `mode=ro`, and immutable where nothing could
+        write it (a read-only directory) or nothing does (a store in WAL mode without its WAL file: no connection
+        has it open), where a read-only connection would otherwise create the WAL files it cannot remove."""
+        idle_wal = in_wal_mode(path) and not wal_file(path).exists()
+        return "mode=ro&immutable=1" if not writable(path.parent) or idle_wal else "mode=ro"
 
     def _initialise(self, create: bool, read_only: bool) -> None:
         self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if read_only:
-            self._checked = self._schema_version() >= 3  # older stores have no checksums to check
+            version = self._schema_version()
+            self._ours = True
+            self._checked, self._keyed = version >= 3, version >= KEYED_VERSION  # older stores: read unchecked
             return
         with self._transaction():
             app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
@@ -330,14 +400,17 @@ class RunStore:
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            if self._schema_version() < SCHEMA_VERSION:
+            version = self._schema_version()
+            self._ours = True
+            self._checked, self._keyed = version >= 3, version >= KEYED_VERSION
+            if version < SCHEMA_VERSION:
                 self._db.execute(RECORDS_SCHEMA)  # version 1 lacks it
                 self._db.execute(CHECKSUMS_SCHEMA)
-                self._add_missing_checksums()
+                self._rewrite_checksums()
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        self._checked = True
+                self._checked = self._keyed = True
         if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            self._db.execute("PRAGMA journal_mode = WAL")  # persistent: set once, by the creating process
+            self._db.execute("PRAGMA journal_mode = WAL")  # while writers have it open (`close` switches back)
 
     def _schema_version(self) -> int:
         """The schema version of a beliefdrift store (StoreError for another SQLite file or version)."""
@@ -364,7 +437,16 @@ class RunStore:
         self._db.execute("COMMIT")
 
     def close(self) -> None:
+        """Close the connection; the last one to close a store in a writable directory leaves it one file (its WAL
+        checkpointed into it, `leave_wal`)."""
+        try:
+            if self._ours and not self._read_only:
+                self._db.execute("PRAGMA journal_mode = DELETE")  # succeeds when no other connection is open
+        except sqlite3.Error:
+            pass
         self._db.close()
+        if self._ours and writable(self.path.parent) and writable(self.path):
+            leave_wal(self.path)
 
     def __enter__(self) -> RunStore:
         return self
@@ -376,7 +458,21 @@ class RunStore:
 
     @checked
     def config(self) -> dict[str, Any]:
-        return {key: json.loads(value) for key, value in self._db.execute("SELECT key, value FROM config")}
+        """The stored identity ({} before `ensure_config`), checked against its checksum."""
+        texts = self._db.execute("SELECT key, value FROM config").fetchall()
+        stored = self._checksums("config").get(("", ""))
+        if self._keyed and (texts or stored is not None or self._has_units()):
+            if stored is None:
+                raise StoreError(f"{self.path}: the stored run identity (table config) has no checksum: the file is "
+                                 "damaged; restore the run store from a copy, or choose another --out directory")
+            self._verify("run identity (table config)", None, None, stored, config_parts(texts))
+        try:
+            return {key: json.loads(value) for key, value in texts}
+        except ValueError as err:
+            raise StoreError(f"{self.path}: the stored run identity is corrupt ({err})") from err
+
+    def _has_units(self) -> bool:
+        return any(self._db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() for table in ("results", "records"))
 
     @checked
     def ensure_config(self, config: Mapping[str, Any]) -> None:
@@ -386,8 +482,9 @@ class RunStore:
         with self._transaction():
             stored = self.config()
             if not stored:
-                self._db.executemany("INSERT INTO config (key, value) VALUES (?, ?)",
-                                     [(key, json.dumps(value)) for key, value in requested.items()])
+                texts = [(key, json.dumps(value)) for key, value in requested.items()]
+                self._db.executemany("INSERT INTO config (key, value) VALUES (?, ?)", texts)
+                self._db.execute(CHECKSUM_INSERT, ("config", "", "", *checksum_row(config_parts(texts))))
                 return
         mismatch = identity_mismatch(str(self.path), stored, requested)
         if mismatch:
@@ -422,7 +519,8 @@ class RunStore:
                 )
                 self._db.executemany(CHECKSUM_INSERT, [
                     ("results", r.question_id, r.method, *checksum_row(result_parts(
-                        (r.position, r.target, r.num_labels, r.valid_mass_mean, r.seconds), b, pairs)))
+                        (r.position, r.target, r.num_labels, r.valid_mass_mean, r.seconds), b, pairs,
+                        key_part(r.question_id, r.method))))
                     for r, b, pairs in zip(rows, blobs, alternatives, strict=True)])
         except sqlite3.IntegrityError as err:
             keys = ", ".join(f"{r.question_id}/{r.method}" for r in rows)
@@ -431,8 +529,24 @@ class RunStore:
 
     @checked
     def done(self) -> set[tuple[str, str]]:
-        """The stored (question_id, method) pairs."""
-        return set(self._db.execute("SELECT question_id, method FROM results"))
+        """The stored (question_id, method) pairs (each with its checksum: a key without one is damage)."""
+        units = set(self._db.execute("SELECT question_id, method FROM results"))
+        self._require_checksums("result", units)
+        return units
+
+    def _require_checksums(self, what: str, units: Iterable[tuple[str, str]]) -> None:
+        """A StoreError naming the first of `units` (of kind `what`) that has no checksum, in a store with them."""
+        if not self._checked:
+            return
+        kind = "results" if what == "result" else "records"
+        have = {(qid, m) for qid, m in self._db.execute("SELECT question_id, method FROM checksums WHERE kind = ?",
+                                                        (kind,))}
+        missing = sorted(set(units) - have)
+        if missing:
+            qid, method = missing[0]
+            raise StoreError(f"{self.path}: the stored {what} of question {qid!r}, method {method} has no checksum "
+                             f"({len(missing)} such unit(s): a changed key or a removed checksum; the file is "
+                             "damaged); restore the run store from a copy, or choose another --out directory")
 
     @checked
     def count(self) -> int:
@@ -446,11 +560,7 @@ class RunStore:
     def rows(self, trajectories: bool = True) -> list[ResultRow]:
         """Every stored row with its alternatives, ordered by question position, then method name. Without
         `trajectories` the paths' answers, seeds and θ_n are not read (None): what scoring reads, faster."""
-        alternatives: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
-        for qid, method, name, blob in self._db.execute(
-            "SELECT question_id, method, estimator, probs FROM alternatives ORDER BY estimator"
-        ):
-            alternatives.setdefault((qid, method), []).append((name, blob))
+        alternatives = self._alternatives()
         checksums = self._checksums("results")
         columns = BLOB_COLUMNS if trajectories else BLOB_COLUMNS[:2]
         query = (f"SELECT question_id, method, {', '.join(SCALAR_COLUMNS)}, {', '.join(columns)} FROM results "
@@ -460,8 +570,11 @@ class RunStore:
             scalars, blobs = values[: len(SCALAR_COLUMNS)], dict(zip(columns, values[len(SCALAR_COLUMNS) :],
                                                                      strict=True))
             pairs = alternatives.get((qid, method), [])
-            if (qid, method) in checksums:
-                self._verify("result", qid, method, checksums[(qid, method)], result_parts(scalars, blobs, pairs))
+            if self._checked:
+                if (qid, method) not in checksums:
+                    self._require_checksums("result", [(qid, method)])
+                self._verify("result", qid, method, checksums[(qid, method)],
+                             result_parts(scalars, blobs, pairs, self._key(qid, method)))
             try:
                 arrays = {name: from_blob(blob) for name, blob in blobs.items()}
                 extra = {name: from_blob(blob) for name, blob in pairs}
@@ -472,6 +585,19 @@ class RunStore:
             rows.append(ResultRow(qid, method, position, target, num_labels, **arrays, seconds=seconds,
                                   alternatives=extra))
         return rows
+
+    def _alternatives(self) -> dict[tuple[str, str], list[tuple[str, bytes]]]:
+        """{(question_id, method): [(estimator, blob), …]} of every stored alternative estimate."""
+        alternatives: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+        for qid, method, name, blob in self._db.execute(
+            "SELECT question_id, method, estimator, probs FROM alternatives ORDER BY estimator"
+        ):
+            alternatives.setdefault((qid, method), []).append((name, blob))
+        return alternatives
+
+    def _key(self, question_id: str, method: str) -> dict[str, bytes] | None:
+        """The unit's `key_part` where the store's checksums cover the keys."""
+        return key_part(question_id, method) if self._keyed else None
 
     def _checksums(self, kind: str, question_id: str | None = None, method: str | None = None
                    ) -> dict[tuple[str, str], tuple[str, str | None, str]]:
@@ -484,20 +610,21 @@ class RunStore:
             query, args = query + " AND question_id = ? AND method = ?", [kind, question_id, method]
         return {(qid, m): tuple(stored) for qid, m, *stored in self._db.execute(query, args)}
 
-    def _verify(self, what: str, question_id: str, method: str, stored: tuple[str, str | None, str],
+    def _verify(self, what: str, question_id: str | None, method: str | None, stored: tuple[str, str | None, str],
                 parts: Mapping[str, bytes | None]) -> None:
         """Nothing when the `parts` read have their `stored` checksum, else a StoreError naming the question ×
-        method and the parts that changed (the paths' digest is compared only when their parts were read)."""
+        method (None: the config) and the parts that changed (the paths' digest is compared only when their parts
+        were read)."""
         main, paths = group_digests(parts)
         if main == stored[0] and (paths is None or paths == stored[1]):
             return
         written = json.loads(stored[2])
         changed = [name for name, value in parts.items() if written.get(name) != (None if value is None else
                                                                                  digest(value))]
-        raise StoreError(f"{self.path}: the stored {what} of question {question_id!r}, method {method} does not "
-                         f"match its checksum ({', '.join(changed) or 'its checksum'} changed since it was written: "
-                         "the file is damaged); restore the run store from a copy, or choose another --out "
-                         "directory")
+        unit = f" of question {question_id!r}, method {method}" if question_id is not None else ""
+        raise StoreError(f"{self.path}: the stored {what}{unit} does not match its checksum "
+                         f"({', '.join(changed) or 'its checksum'} changed since it was written: the file is "
+                         "damaged); restore the run store from a copy, or choose another --out directory")
 
     # ---------------------------------------------------------------------------------------- records
 
@@ -510,8 +637,9 @@ class RunStore:
             texts = {method: [(name, json.dumps(value)) for name, value in units[method].items()] for method in new}
             self._db.executemany("INSERT INTO records (question_id, method, quantity, value) VALUES (?, ?, ?, ?)",
                                  [(question_id, method, name, text) for method in new for name, text in texts[method]])
-            self._db.executemany(CHECKSUM_INSERT, [("records", question_id, method,
-                                                    *checksum_row(records_parts(texts[method]))) for method in new])
+            self._db.executemany(CHECKSUM_INSERT, [
+                ("records", question_id, method,
+                 *checksum_row(records_parts(texts[method], key_part(question_id, method)))) for method in new])
         return len(new)
 
     @checked
@@ -521,9 +649,12 @@ class RunStore:
 
     @checked
     def record_units(self) -> list[tuple[str, str]]:
-        """The (question_id, method) pairs with records, in the order they were written."""
+        """The (question_id, method) pairs with records, in the order they were written (each with its checksum: a
+        key without one is damage)."""
         query = "SELECT question_id, method FROM records GROUP BY question_id, method ORDER BY min(rowid)"
-        return [tuple(row) for row in self._db.execute(query)]
+        units = [tuple(row) for row in self._db.execute(query)]
+        self._require_checksums("records", units)
+        return units
 
     @checked
     def records(self, question_id: str, method: str) -> dict[str, Any]:
@@ -531,31 +662,45 @@ class RunStore:
         query = "SELECT quantity, value FROM records WHERE question_id = ? AND method = ? ORDER BY rowid"
         texts = self._db.execute(query, (question_id, method)).fetchall()
         stored = self._checksums("records", question_id, method).get((question_id, method))
-        if stored is not None:
-            self._verify("records", question_id, method, stored, records_parts(texts))
+        if texts and self._checked:
+            if stored is None:
+                self._require_checksums("records", [(question_id, method)])
+            self._verify("records", question_id, method, stored,
+                         records_parts(texts, self._key(question_id, method)))
         try:
             return {name: json.loads(text) for name, text in texts}
         except ValueError as err:
             raise StoreError(f"{self.path}: the stored records of question {question_id!r}, method {method} are "
                              f"corrupt ({err})") from err
 
-    def _add_missing_checksums(self) -> None:
-        """Checksums of the rows and records that have none: those of a store from before them (on migration)."""
-        have = {(kind, qid, m) for kind, qid, m in self._db.execute("SELECT kind, question_id, method FROM checksums")}
-        alternatives: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
-        for qid, method, name, blob in self._db.execute("SELECT question_id, method, estimator, probs FROM "
-                                                        "alternatives"):
-            alternatives.setdefault((qid, method), []).append((name, blob))
-        query = f"SELECT question_id, method, {', '.join(SCALAR_COLUMNS)}, {', '.join(BLOB_COLUMNS)} FROM results"
+    def _rewrite_checksums(self) -> None:
+        """Migrate an older store's checksums (inside the opening transaction): a version 3 store's are verified as
+        written (a unit without one is damage), then every unit's and the config's are written with the keys."""
+        verify = self._checked  # version 3: checksums without the keys
+        old = {kind: self._checksums(kind) for kind in ("results", "records")} if verify else {}
         checksums = []
+        alternatives = self._alternatives()
+        query = f"SELECT question_id, method, {', '.join(SCALAR_COLUMNS)}, {', '.join(BLOB_COLUMNS)} FROM results"
         for qid, method, *values in self._db.execute(query).fetchall():
-            if ("results", qid, method) not in have:
-                blobs = dict(zip(BLOB_COLUMNS, values[len(SCALAR_COLUMNS) :], strict=True))
-                parts = result_parts(values[: len(SCALAR_COLUMNS)], blobs, alternatives.get((qid, method), []))
-                checksums.append(("results", qid, method, *checksum_row(parts)))
+            blobs = dict(zip(BLOB_COLUMNS, values[len(SCALAR_COLUMNS) :], strict=True))
+            scalars, pairs = values[: len(SCALAR_COLUMNS)], alternatives.get((qid, method), [])
+            if verify:
+                if (qid, method) not in old["results"]:
+                    self._require_checksums("result", [(qid, method)])
+                self._verify("result", qid, method, old["results"][qid, method], result_parts(scalars, blobs, pairs))
+            parts = result_parts(scalars, blobs, pairs, key_part(qid, method))
+            checksums.append(("results", qid, method, *checksum_row(parts)))
         records: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        for qid, method, name, text in self._db.execute("SELECT question_id, method, quantity, value FROM records"):
+        for qid, method, name, text in self._db.execute("SELECT question_id, method, quantity, value FROM records "
+                                                        "ORDER BY rowid"):
             records.setdefault((qid, method), []).append((name, text))
-        checksums += [("records", qid, method, *checksum_row(records_parts(texts)))
-                      for (qid, method), texts in records.items() if ("records", qid, method) not in have]
+        for (qid, method), texts in records.items():
+            if verify:
+                if (qid, method) not in old["records"]:
+                    self._require_checksums("records", [(qid, method)])
+                self._verify("records", qid, method, old["records"][qid, method], records_parts(texts))
+            checksums.append(("records", qid, method, *checksum_row(records_parts(texts, key_part(qid, method)))))
+        texts = self._db.execute("SELECT key, value FROM config").fetchall()
+        if texts:
+            checksums.append(("config", "", "", *checksum_row(config_parts(texts))))
         self._db.executemany(CHECKSUM_INSERT, checksums)
