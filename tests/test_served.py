@@ -12,7 +12,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -104,3 +103,322 @@ def test_train_refuses_a_served_model(capsys):
     assert main(["train", "--model", "openai:http://127.0.0.1:9/v1", "--out", "unused"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "train needs the model's gradients" in err
+
+
+# ---------------------------------------------------------------------------------------------- a real server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def default_gguf() -> Path:
+    from beliefdrift.backend import DEFAULT_MODEL
+    from beliefdrift.backend.loading import locate_registry_gguf
+
+    return locate_registry_gguf(DEFAULT_MODEL)
+
+
+@contextlib.contextmanager
+def llama_server(port: int, *args: str) -> Iterator[str]:
+    """llama-cpp-python's OpenAI server on 127.0.0.1:`port` with the default model's GGUF file (one thread); its API
+    root once /v1/models answers. Stopped (SIGKILL) on leaving."""
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{port}.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(default_gguf()), "--host", "127.0.0.1",
+             "--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--verbose", "false", *args],
+            stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=2).read()
+                break
+            except (urllib.error.URLError, OSError):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"llama_cpp.server did not start: {log.read_text()[-2000:]}") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[str]:
+    """One llama.cpp server for the session: its OpenAI API root."""
+    if not HAS_LLAMA_CPP:
+        pytest.skip("needs llama-cpp-python[server] and httpx (pip install 'beliefdrift[serve]')")
+    with llama_server(free_port()) as url:
+        yield url
+
+
+#: Requests made quickly: few retries with short back-off (the faults below are injected on purpose).
+QUICK = "retries=3,backoff=0.02,concurrency=4"
+
+
+def served(url: str, model_args: str = QUICK) -> list[str]:
+    return ["--model", f"openai:{url}", "--model-args", model_args]
+
+
+def evaluate_args(url: str, out: Path, template: str, model_args: str = QUICK, n: int = 2) -> list[str]:
+    return ["-q", "evaluate", *served(url, model_args), "-n", str(n), "-J", "2", "-N", "3", "--methods", "direct",
+            "ppr", "ppr-seed1", "--template", template, "--bootstrap", "10", "--out", str(out)]
+
+
+def stored_results(out: Path) -> dict[tuple[str, str], tuple]:
+    """Every stored result row's numbers by (question, method)."""
+    from beliefdrift.runs.store import STORE_FILE, RunStore
+
+    with RunStore.open(out / STORE_FILE, read_only=True) as store:
+        rows = store.rows()
+        return {(r.question_id, r.method): (r.probs.tolist(), None if r.thetas is None else r.thetas.tolist(),
+                                            None if r.answers is None else r.answers.tolist(),
+                                            None if r.seeds is None else r.seeds.tolist(), r.valid_mass.tolist())
+                for r in rows}
+
+
+def stored_identity(out: Path) -> dict:
+    from beliefdrift.runs.store import STORE_FILE, RunStore
+
+    with RunStore.open(out / STORE_FILE, read_only=True) as store:
+        return store.config()
+
+
+@pytest.fixture(scope="session")
+def reference(server: str, history_template: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An evaluation through the session's server, uninterrupted: the numbers every faulty run must end up with."""
+    out = tmp_path_factory.mktemp("served") / "reference"
+    assert main(evaluate_args(server, out, history_template, n=3)) == 0
+    return out
+
+
+Fault = Callable[[str, str, int], "int | Callable[[int, bytes], tuple[int, bytes]] | None"]
+
+
+class Proxy:
+    """A loopback HTTP proxy in front of a server's root. `fault(method, path, count)` (count: the requests to that
+    path so far, this one included) says what to do: None forwards, a status answers with it (an OpenAI error body),
+    a function of the server's (status, body) gives what to send instead."""
+
+    def __init__(self, upstream: str, fault: Fault):
+        self.upstream = upstream.removesuffix("/v1")
+        self.fault = fault
+        self.counts: dict[str, int] = {}
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                proxy.handle(self)
+
+            do_POST = do_GET
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
+        path = request.path.split("?")[0]
+        self.counts[path] = self.counts.get(path, 0) + 1
+        action = self.fault(request.command, path, self.counts[path])
+        if isinstance(action, int):
+            status, data = action, json.dumps({"error": {"message": f"injected {action}"}}).encode()
+        else:
+            forward = urllib.request.Request(self.upstream + request.path, data=body or None, method=request.command,
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(forward, timeout=60) as response:
+                    status, data = response.status, response.read()
+            except urllib.error.HTTPError as err:
+                status, data = err.code, err.read()
+            if action is not None:
+                status, data = action(status, data)
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
+
+    def __enter__(self) -> str:
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.http.server_address[1]}/v1"
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def completions(path: str) -> bool:
+    return path.endswith("/completions")
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("beliefdrift evaluate: error: "), err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+def nothing_stored(out: Path) -> bool:
+    from beliefdrift.runs.store import STORE_FILE
+
+    return not (out / STORE_FILE).exists() or not stored_results(out)
+
+
+@needs_server
+def test_theta_from_the_server_is_llama_cpp_in_process(server, history_template, question):
+    """Direct query and every step of PPR paths (prompt, seeds and sampled answers as token ids): θ and valid_mass
+    from the server equal softmax over the options of llama.cpp's own log-softmax on the same ids, in process."""
+    from llama_cpp import Llama
+
+    from beliefdrift.backend import load_model
+    from beliefdrift.engine.resampling import QuestionRunner, direct_tokens
+
+    lm = load_model(f"openai:{server}", model_args={"concurrency": 4})
+    runner = QuestionRunner(lm, question, history_template)
+    trajectories = runner.ppr(2, 3, make_generator(0, "served"), num_seeds=1)
+    local = Llama(model_path=str(default_gguf()), logits_all=True, n_ctx=2048, n_threads=1, n_threads_batch=1,
+                  verbose=False)
+
+    def thetas(ids: list[int], labels: tuple[int, ...], at: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """θ [len(at), K] and valid_mass after ids[:i] for each i of `at`: one pass of llama.cpp over `ids`."""
+        local.reset()
+        local.eval(ids)
+        log_probs = np.stack([Llama.logits_to_logprobs(local.scores[i - 1]) for i in at])[:, list(labels)]
+        mass = np.exp(log_probs.astype(np.float64)).sum(-1)
+        return np.exp(log_probs.astype(np.float64)) / mass[:, None], mass
+
+    tokens = direct_tokens(lm, question)
+    probs, mass = thetas(list(tokens.prompt_ids), tokens.label_ids, [len(tokens.prompt_ids)])
+    np.testing.assert_allclose(runner.direct.probs.numpy(), probs[0], atol=1e-6, rtol=0)
+    assert abs(float(runner.direct.valid_mass) - mass[0]) <= 1e-6
+    ppr = runner.ppr_prompt.tokens
+    for path in range(2):
+        answers = [*trajectories.seeds[path].tolist(), *trajectories.answers[path].tolist()]
+        ids = list(ppr.prompt_ids) + [t for a in answers for t in ppr.answer_ids(a)]
+        after = [len(ppr.prompt_ids) + (1 + step) * ppr.step_length for step in range(4)]  # the seed, then 3 answers
+        probs, mass = thetas(ids, ppr.label_ids, after)
+        np.testing.assert_allclose(trajectories.thetas[path].numpy(), probs, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(trajectories.valid_mass[path].numpy(), mass, atol=1e-6, rtol=0)
+
+
+@needs_server
+def test_commands_run_through_the_server(server, reference, history_template, tmp_path):
+    """evaluate, drift and emd through the server store their units with the server in the run identity (never the
+    request settings), and a second start finds everything done and changes nothing."""
+    identity = stored_identity(reference)
+    assert identity["model"] == f"openai:{server}" and identity["served_model"] == str(default_gguf())
+    assert identity["server"]["id"] == str(default_gguf()) and "dtype" not in identity
+    assert "model_args" not in identity and "concurrency" not in json.dumps(identity)
+    first = stored_results(reference)
+    assert len(first) == 9 and all(len(v[0]) >= 2 for v in first.values())
+    assert main(evaluate_args(server, reference, history_template, "concurrency=2", n=3)) == 0  # operational only
+    assert stored_results(reference) == first
+    base = [*served(server), "-n", "1", "-J", "2", "--methods", "ppr", "--template", history_template]
+    drift, emd = tmp_path / "drift", tmp_path / "emd"
+    assert main(["-q", "drift", *base, "-N", "3", "--plot-questions", "0", "--out", str(drift)]) == 0
+    assert main(["-q", "emd", *base, "-N", "2", "-K", "2", "--prefix-lengths", "0", "--burn-in", "1", "-k", "2",
+                 "--noise-floor-replicates", "0", "--out", str(emd)]) == 0
+    for out in (drift, emd):
+        assert stored_identity(out)["served_model"] == str(default_gguf())
+        assert (out / "records.csv").is_file()
+
+
+@needs_server
+def test_injected_429_and_500_change_no_number(server, reference, history_template, tmp_path):
+    """Every third completion answered 429 and every fifth 500 (retried with back-off, the model checked again after
+    each): the run stores the numbers of the uninterrupted one."""
+    def fault(method: str, path: str, count: int) -> int | None:
+        return (429 if count % 3 == 0 else 500 if count % 5 == 0 else None) if completions(path) else None
+
+    with Proxy(server, fault) as url:
+        out = tmp_path / "faulty"
+        assert main(evaluate_args(url, out, history_template, "retries=4,backoff=0.01,concurrency=4", n=3)) == 0
+    assert stored_results(out) == stored_results(reference)
+
+
+@needs_server
+def test_a_killed_server_resumes_to_the_same_numbers(reference, history_template, tmp_path):
+    """The server killed while a run is under way: the run ends with one line (exit 2) keeping the questions it
+    finished; against a restarted server serving another model the run is refused; against the same model it resumes
+    to the numbers of an uninterrupted run."""
+    port, out = free_port(), tmp_path / "killed"
+    with llama_server(port) as url:
+        run = subprocess.Popen([sys.executable, "-m", "beliefdrift", *evaluate_args(url, out, history_template, n=3)],
+                               stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 240
+        while run.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if stored_results(out):
+                    break
+            time.sleep(0.05)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1 and "error:" in err
+    partial = stored_results(out)
+    assert partial and len(partial) < 9 and all(reference_row == stored_results(reference)[key]
+                                                for key, reference_row in partial.items())
+    with llama_server(port, "--model_alias", "another-model"):
+        assert main(evaluate_args(url, out, history_template, n=3)) == 2
+    with llama_server(port):
+        assert main(evaluate_args(url, out, history_template, n=3)) == 0
+    assert stored_results(out) == stored_results(reference)
+
+
+@needs_server
+@pytest.mark.parametrize("case", ["unreachable", "wrong model", "401", "too few log-probabilities", "truncated",
+                                  "model changed", "other tokenizer"])
+def test_bad_servers_are_one_line_and_store_nothing(case, server, history_template, tiny_model_dir, tmp_path,
+                                                    capsys):
+    out = tmp_path / "bad"
+    changed = {"on": False}
+
+    def renamed(status: int, data: bytes) -> tuple[int, bytes]:
+        listing = json.loads(data)
+        listing["data"][0]["id"] = "another-model"
+        return status, json.dumps(listing).encode()
+
+    def fault(method: str, path: str, count: int) -> object:
+        if case == "401":
+            return 401
+        if case == "truncated" and completions(path) and count > 2:
+            return lambda status, data: (status, data[: len(data) // 2])
+        if case == "model changed":
+            if completions(path) and count == 8:
+                changed["on"] = True
+                return 500
+            if path.endswith("/models") and changed["on"]:
+                return renamed
+        return None
+
+    model_args = {"wrong model": f"{QUICK},served_model=nope", "too few log-probabilities": f"{QUICK},max_logprobs=1",
+                  "other tokenizer": f"{QUICK},tokenizer={tiny_model_dir}"}.get(case, QUICK)
+    expected = {"unreachable": ["ConnectError", "after 4 attempts"], "wrong model": ["served_model=nope", "serves"],
+                "401": ["HTTP 401", "api_key_env"],
+                "too few log-probabilities": ["top 1 log-probabilities", "leave out", "max_logprobs"],
+                "truncated": ["not complete JSON"], "model changed": ["changed during the run", "another-model"],
+                "other tokenizer": ["tokenizes the prompt differently", "tokenizer="]}[case]
+    with Proxy(server, fault) as url:
+        if case == "unreachable":
+            url = f"http://127.0.0.1:{free_port()}/v1"
+        assert main(evaluate_args(url, out, history_template, model_args)) == 2
+    one_line_error(capsys, *expected)
+    assert case == "model changed" or nothing_stored(out)
+    if case == "model changed":  # what was stored came before the change, from the run's model
+        assert all(row == stored_results(out)[key] for key, row in stored_results(out).items())
+
+
+@needs_server
+def test_a_server_without_log_probabilities(history_template, tmp_path, capsys):
+    with llama_server(free_port(), "--logits_all", "false") as url:
+        assert main(evaluate_args(url, tmp_path / "out", history_template, "retries=0")) == 2
+    one_line_error(capsys, "logits_all")
+    assert nothing_stored(tmp_path / "out")

@@ -134,9 +134,14 @@ def _fingerprint(path: Path) -> str:
     return hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
 
 
+def gguf_cache_path(gguf: Path) -> Path:
+    """Where the conversion of `gguf` (and anything else made from that file) is cached."""
+    return cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}"
+
+
 def converted_gguf_dir(gguf: Path) -> Path:
     """Directory holding the safetensors conversion of `gguf`, converting on first use."""
-    target = cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}"
+    target = gguf_cache_path(gguf)
     if (target / "config.json").exists():
         return target
     try:

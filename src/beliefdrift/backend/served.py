@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
+from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,10 +39,11 @@ import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
 from beliefdrift.backend.answer_tokens import AnswerTokens
-from beliefdrift.backend.loading import LanguageModel, model_source
+from beliefdrift.backend.loading import LanguageModel, gguf_cache_path, locate_registry_gguf
 from beliefdrift.backend.paths import AnswerDist
 from beliefdrift.config.options import parse_model_args
 from beliefdrift.errors import UserError, first_line
+from beliefdrift.registry import REGISTRY
 
 if TYPE_CHECKING:
     import httpx
@@ -89,8 +93,6 @@ class ServerOptions:
     logprobs: int = 20  # top log-probabilities asked for first (raised while an option is missing)
     max_logprobs: int | None = None  # the most top log-probabilities the server gives (unset: the vocabulary)
 
-    IDENTITY = ("served_model", "tokenizer")
-
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> ServerOptions:
         """The options in `args` (`config.parse_model_args`); an unknown key or a value of the wrong kind is a
@@ -135,6 +137,9 @@ class _Loop:
     def run(self, coroutine: Awaitable[T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()  # type: ignore[arg-type]
 
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
 
 def _message(response: httpx.Response) -> str:
     """The server's error message in `response` (OpenAI's {"error": {"message"}}, FastAPI's {"detail"}, or text)."""
@@ -175,9 +180,16 @@ class Server:
     def run(self, coroutine: Awaitable[T]) -> T:
         return self._loop.run(coroutine)
 
+    def close(self) -> None:
+        """Close the connections and stop the event loop's thread."""
+        if self._client is not None:
+            self.run(self._client.aclose())
+        self._loop.close()
+
     async def request(self, method: str, path: str, body: Any = None, retry: bool = True) -> httpx.Response:
-        """The response to one request (any status but 429 and 5xx, which are retried like timeouts and dropped
-        connections, `options.retries` times with back-off); a ServedError once the retries are spent."""
+        """The response to one request: 429 and 5xx are retried like timeouts and dropped connections,
+        `options.retries` times with back-off (not at all without `retry`, which returns them), and a ServedError once
+        the retries are spent."""
         httpx = _httpx()
         if self._client is None:
             self._client = httpx.AsyncClient(base_url=self.url, headers=self.headers,
@@ -196,7 +208,7 @@ class Server:
             except httpx.TransportError as err:
                 failure = f"{type(err).__name__}: {first_line(err)}"
             else:
-                if response.status_code != 429 and response.status_code < 500:
+                if (response.status_code != 429 and response.status_code < 500) or not retry:
                     return response
                 failure = f"HTTP {response.status_code}: {_message(response)}"
                 after = response.headers.get("retry-after", "")
@@ -273,25 +285,55 @@ async def _facts(server: Server, wanted: str | None) -> tuple[str, dict[str, Any
     return wanted, facts
 
 
+def _gguf(source: str) -> Path | None:
+    """The GGUF file `source` names (a registry name or a .gguf path), else None."""
+    path = locate_registry_gguf(source) if source in REGISTRY else Path(source).expanduser()
+    return path if path.suffix == ".gguf" else None
+
+
 def _load_tokenizer(source: str, revision: str | None, trust_remote_code: bool) -> PreTrainedTokenizerBase:
-    """The tokenizer of `source` (what `--model` accepts), named in the error when it cannot be loaded."""
+    """The tokenizer of `source` (what `--model` accepts; of a GGUF file only its tokenizer is read), named in the
+    error when it cannot be loaded."""
     try:
-        place = model_source(source)
+        gguf = _gguf(source)
+        if gguf is not None:
+            return _gguf_tokenizer(gguf)
         hub: dict[str, Any] = {"revision": revision} if revision else {}
         if trust_remote_code:
             hub["trust_remote_code"] = True
-        return AutoTokenizer.from_pretrained(place, **hub)
+        return AutoTokenizer.from_pretrained(source, **hub)
     except (OSError, ValueError) as err:
         raise ServedError(f"no tokenizer for the served model from {source!r} ({first_line(err)}); name one with "
                           "--model-args tokenizer=… (a registry name, hub id, model directory or .gguf file)") from None
 
 
-def _generation_config(source: str) -> Any:
-    """The generation config beside the tokenizer (its end-of-sequence ids), or an empty one."""
+def _gguf_tokenizer(gguf: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of a GGUF file: from the model's conversion where it was converted already, else read from the
+    file once (seconds for a large vocabulary) and kept beside where the conversion would go."""
+    converted = gguf_cache_path(gguf)
+    for place in (converted, converted.with_name(f"{converted.name}-tokenizer")):
+        if (place / "tokenizer_config.json").is_file():
+            return AutoTokenizer.from_pretrained(place)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    place.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=place.parent, prefix=".tokenizer-"))
     try:
-        return GenerationConfig.from_pretrained(model_source(source))
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, place)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # another process saved it first, or the cache is read-only
+    return tokenizer
+
+
+def _generation_config(source: str) -> Any:
+    """The generation config beside the tokenizer (its end-of-sequence ids), or an empty one (a GGUF file's
+    end-of-sequence token is its tokenizer's)."""
+    try:
+        if _gguf(source) is None:
+            return GenerationConfig.from_pretrained(source)
     except (OSError, ValueError):
-        return SimpleNamespace(eos_token_id=None)
+        pass
+    return SimpleNamespace(eos_token_id=None)
 
 
 class Endpoint:
@@ -322,27 +364,27 @@ class Endpoint:
     async def _probe(self) -> tuple[bool, bool, str | None, bool]:
         """(token-id prompts accepted, vLLM's exact-id fields accepted, the tokenize endpoint where prompts go as
         text, responses keyed by token id): one-token completions of a short prompt, in the most exact form the
-        server accepts. A server that takes neither token ids nor has a tokenize endpoint, or answers without
-        log-probabilities, is a ServedError."""
+        server accepts (a refusal of a form, even as a 5xx, moves on to the next; the last is retried). A server that
+        takes neither token ids nor has a tokenize endpoint, or answers without log-probabilities, is a ServedError."""
         ids = self.tokenizer("Hello", add_special_tokens=False)["input_ids"]
-        refusals = []
+        refusal = ""
         tokenize_path = None
-        for as_ids in (True, False):
-            if not as_ids:
+        for as_ids, extensions in ((True, True), (True, False), (False, True), (False, False)):
+            if not as_ids and tokenize_path is None:
                 tokenize_path = await self._tokenize_path()
                 if tokenize_path is None:
-                    raise ServedError(f"{self.server.url}: the server takes no token-id prompts ({refusals[-1]}) "
-                                      "and has no tokenize endpoint, so nothing checks that it reads the prompts' "
-                                      "tokens as we do; serve the model with vLLM or llama.cpp's llama-server")
-            for extensions in (True, False):
-                body = self._body(ids if as_ids else self.tokenizer.decode(ids), 1, (), extensions)
-                response = await self.server.request("POST", "/completions", body)
-                if response.status_code in (401, 403, 404) or response.status_code == 200:
-                    top = self._top_logprobs(await self._checked_json(response), len(ids))
-                    return as_ids, extensions, tokenize_path, any(k.startswith(TOKEN_ID_KEY) for k in top)
-                refusals.append(f"HTTP {response.status_code}: {_message(response)}")
-        raise ServedError(f"{self.server.url}/completions refused a one-token completion with log-probabilities in "
-                          f"every form ({refusals[-1]})")
+                    raise ServedError(f"{self.server.url}: the server takes no token-id prompts ({refusal}) and has "
+                                      "no tokenize endpoint, so nothing checks that it reads the prompts' tokens as we "
+                                      "do; serve the model with vLLM, SGLang or llama.cpp's llama-server")
+            last = not as_ids and not extensions
+            body = self._body(ids if as_ids else self.tokenizer.decode(ids), 1, (), extensions)
+            response = await self.server.request("POST", "/completions", body, retry=last)
+            if response.status_code != 200 and not last and response.status_code not in (401, 403, 404):
+                refusal = f"HTTP {response.status_code}: {_message(response)[:100]}"
+                continue
+            top = self._top_logprobs(await self._checked_json(response), len(ids))
+            return as_ids, extensions, tokenize_path, any(k.startswith(TOKEN_ID_KEY) for k in top)
+        return False, False, None, False  # (the last form returns or raises above)
 
     async def _tokenize_path(self) -> str | None:
         """The endpoint that tokenizes text as the server's completions do: llama-cpp-python's /extras/tokenize, or
@@ -449,11 +491,18 @@ class Endpoint:
 
     async def _top(self, ids: Sequence[int], count: int, label_ids: Sequence[int] = ()) -> dict[str, float]:
         """The top `count` log-probabilities (or, where the server honours `logprob_token_ids`, those of
-        `label_ids`) at the position after the context `ids`, as the response keys them."""
+        `label_ids`) at the position after the context `ids`, as the response keys them.
+
+        A server that attaches log-probabilities to the generated token gives none when that token ends the
+        sequence (llama-cpp-python); the request is then made again with the special tokens' sampling biased away
+        (`logit_bias`, which there changes the draw of the one generated token, not the log-probabilities)."""
         prompt: list[int] | str = list(ids) if self.ids else self.tokenizer.decode(list(ids))
-        response = await self.server.request("POST", "/completions",
-                                             self._body(prompt, count, label_ids, self.extensions))
-        return self._top_logprobs(await self._checked_json(response), len(ids))
+        body = self._body(prompt, count, label_ids, self.extensions)
+        data = await self._checked_json(await self.server.request("POST", "/completions", body))
+        if _ended_at_once(data):
+            body["logit_bias"] = {str(token): -100 for token in self.tokenizer.all_special_ids}
+            data = await self._checked_json(await self.server.request("POST", "/completions", body))
+        return self._top_logprobs(data, len(ids))
 
     async def _theta(self, ids: tuple[int, ...], label_ids: Sequence[int]) -> torch.Tensor:
         """ℓ of the options [K] after the context `ids`: one request, more while an option is not among the top
@@ -512,7 +561,11 @@ class Endpoint:
     def check_model(self) -> None:
         """The server still serves the model we connected to, as it described itself then (a restarted server may
         serve another)."""
-        _, facts = self.server.run(_facts(self.server, self.name))
+        try:
+            _, facts = self.server.run(_facts(self.server, self.name))
+        except ServedError as err:
+            raise ServedError(f"the served model changed during the run ({err}); serve the run's model again and "
+                              "resume") from None
         if facts != self.facts:
             raise ServedError(f"{self.server.url} now reports {facts}, not {self.facts}: the served model changed "
                               "during the run; serve the run's model again and resume")
@@ -580,6 +633,16 @@ class Endpoint:
     def prefill(self, tokens: AnswerTokens) -> ServedBatch:
         """One path holding the prompt (θ fetched when first read)."""
         return ServedBatch(self, tokens, [tokens], [tokens.prompt_ids])
+
+
+def _ended_at_once(data: dict) -> bool:
+    """Whether a completion response generated nothing: its one token ended the sequence."""
+    try:
+        choice = data["choices"][0]
+        return choice.get("text") == "" and choice.get("finish_reason") == "stop" and not (
+            (choice.get("logprobs") or {}).get("top_logprobs"))
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
 
 
 def dist_from_logprobs(logprobs: torch.Tensor) -> AnswerDist:
@@ -763,5 +826,8 @@ def served_identity(spec: str, model_args: Mapping[str, Any]) -> dict[str, Any]:
     served model's name, the tokenizer's source and the server's facts (`_facts`; never the API key)."""
     options = ServerOptions.from_args(model_args)
     server = Server(base_url(spec), options)
-    name, facts = server.run(_facts(server, options.served_model))
+    try:
+        name, facts = server.run(_facts(server, options.served_model))
+    finally:
+        server.close()
     return {"model": spec, "served_model": name, "tokenizer": options.tokenizer or name, "server": facts}
