@@ -16,6 +16,7 @@ against θ from our engine loading the same file (transformers reads its float32
 from __future__ import annotations
 
 import argparse
+import shutil
 import socket
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from beliefdrift.backend import DEFAULT_MODEL, load_model
-from beliefdrift.backend.loading import locate_registry_gguf
+from beliefdrift.backend.loading import gguf_cache_path, locate_registry_gguf
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.engine.methods import parse_method, run_methods_many
 from beliefdrift.engine.resampling import QuestionRunner, direct_tokens, make_generator
@@ -100,27 +101,32 @@ def f32_reference(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         f32 = Path(tmp) / "SmolLM2-135M-Instruct.F32.gguf"
         write_f32(locate_registry_gguf(DEFAULT_MODEL), f32)
-        lm = load_model(str(f32), dtype="float32")
+        try:
+            lm = load_model(str(f32), dtype="float32")
+        finally:
+            shutil.rmtree(gguf_cache_path(f32), ignore_errors=True)  # the conversion of a file about to be deleted
         local = Llama(model_path=str(f32), logits_all=True, n_ctx=4096, n_threads=1, n_threads_batch=1, verbose=False)
 
-        def theta(ids: list[int], labels: tuple[int, ...]) -> np.ndarray:
+        def thetas(ids: list[int], labels: tuple[int, ...], at: list[int]) -> np.ndarray:
+            """θ [len(at), K] after ids[:i] for each i of `at`: one pass of llama.cpp over `ids`."""
             local.reset()
             local.eval(ids)
-            log_probs = Llama.logits_to_logprobs(local.scores[len(ids) - 1])[list(labels)].astype(np.float64)
-            return np.exp(log_probs) / np.exp(log_probs).sum()
+            log_probs = np.stack([Llama.logits_to_logprobs(local.scores[i - 1]) for i in at])[:, list(labels)]
+            probs = np.exp(log_probs.astype(np.float64))
+            return probs / probs.sum(-1, keepdims=True)
 
         gaps = []
         for question in load_dataset("demo", n=args.questions, seed=0):
             runner = QuestionRunner(lm, question)
             tokens = direct_tokens(lm, question)
-            gaps.append(np.abs(runner.direct.probs.numpy() - theta(list(tokens.prompt_ids), tokens.label_ids)).max())
+            direct = thetas(list(tokens.prompt_ids), tokens.label_ids, [len(tokens.prompt_ids)])[0]
+            gaps.append(np.abs(runner.direct.probs.numpy() - direct).max())
             paths = runner.ppr(args.paths, args.steps, make_generator(0, question.id))
             ppr = runner.ppr_prompt.tokens
             for j in range(args.paths):
-                answers = paths.answers[j].tolist()
-                for n in range(args.steps + 1):
-                    ids = list(ppr.prompt_ids) + [t for a in answers[:n] for t in ppr.answer_ids(a)]
-                    gaps.append(np.abs(paths.thetas[j, n].numpy() - theta(ids, ppr.label_ids)).max())
+                ids = list(ppr.prompt_ids) + [t for a in paths.answers[j].tolist() for t in ppr.answer_ids(a)]
+                at = [len(ppr.prompt_ids) + n * ppr.step_length for n in range(args.steps + 1)]
+                gaps.extend(np.abs(paths.thetas[j].numpy() - thetas(ids, ppr.label_ids, at)).max(-1))
         gaps = np.array(gaps)
         print(f"F32 GGUF, {len(gaps)} θ (direct and PPR steps): max |θ_torch − θ_llama.cpp| = {gaps.max():.2e}, "
               f"median {np.median(gaps):.2e}")

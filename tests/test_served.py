@@ -193,7 +193,7 @@ def stored_identity(out: Path) -> dict:
 def reference(server: str, history_template: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An evaluation through the session's server, uninterrupted: the numbers every faulty run must end up with."""
     out = tmp_path_factory.mktemp("served") / "reference"
-    assert main(evaluate_args(server, out, history_template, n=3)) == 0
+    assert main(evaluate_args(server, out, history_template)) == 0
     return out
 
 
@@ -319,8 +319,8 @@ def test_commands_run_through_the_server(server, reference, history_template, tm
     assert identity["server"]["id"] == str(default_gguf()) and "dtype" not in identity
     assert "model_args" not in identity and "concurrency" not in json.dumps(identity)
     first = stored_results(reference)
-    assert len(first) == 9 and all(len(v[0]) >= 2 for v in first.values())
-    assert main(evaluate_args(server, reference, history_template, "concurrency=2", n=3)) == 0  # operational only
+    assert len(first) == 6 and all(len(v[0]) >= 2 for v in first.values())
+    assert main(evaluate_args(server, reference, history_template, "concurrency=2")) == 0  # operational only
     assert stored_results(reference) == first
     base = [*served(server), "-n", "1", "-J", "2", "--methods", "ppr", "--template", history_template]
     drift, emd = tmp_path / "drift", tmp_path / "emd"
@@ -341,35 +341,36 @@ def test_injected_429_and_500_change_no_number(server, reference, history_templa
 
     with Proxy(server, fault) as url:
         out = tmp_path / "faulty"
-        assert main(evaluate_args(url, out, history_template, "retries=4,backoff=0.01,concurrency=4", n=3)) == 0
+        assert main(evaluate_args(url, out, history_template, "retries=4,backoff=0.01,concurrency=4")) == 0
     assert stored_results(out) == stored_results(reference)
 
 
 @needs_server
-def test_a_killed_server_resumes_to_the_same_numbers(reference, history_template, tmp_path):
-    """The server killed while a run is under way: the run ends with one line (exit 2) keeping the questions it
+def test_a_killed_server_resumes_to_the_same_numbers(reference, history_template, tmp_path, capsys):
+    """The server killed while a run is under way: the run ends with one line (exit 2) keeping the question it
     finished; against a restarted server serving another model the run is refused; against the same model it resumes
     to the numbers of an uninterrupted run."""
     port, out = free_port(), tmp_path / "killed"
+    codes: list[int] = []
     with llama_server(port) as url:
-        run = subprocess.Popen([sys.executable, "-m", "beliefdrift", *evaluate_args(url, out, history_template, n=3)],
-                               stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 240
-        while run.poll() is None and time.monotonic() < deadline:
+        run = threading.Thread(target=lambda: codes.append(main(evaluate_args(url, out, history_template))))
+        run.start()
+        while run.is_alive():
             with contextlib.suppress(Exception):
                 if stored_results(out):
                     break
             time.sleep(0.05)
-    _, err = run.communicate(timeout=120)
-    assert run.returncode == 2, err
-    assert len(err.strip().splitlines()) == 1 and "error:" in err
+    run.join(timeout=120)
+    assert codes == [2]
+    one_line_error(capsys, "ConnectError")
     partial = stored_results(out)
-    assert partial and len(partial) < 9 and all(reference_row == stored_results(reference)[key]
-                                                for key, reference_row in partial.items())
+    assert partial and len(partial) < 6 and all(row == stored_results(reference)[key] for key, row in partial.items())
+    gguf = f"{QUICK},tokenizer={default_gguf()}"
     with llama_server(port, "--model_alias", "another-model"):
-        assert main(evaluate_args(url, out, history_template, n=3)) == 2
+        assert main(evaluate_args(url, out, history_template, gguf)) == 2
+    one_line_error(capsys, "different configuration", "another-model")
     with llama_server(port):
-        assert main(evaluate_args(url, out, history_template, n=3)) == 0
+        assert main(evaluate_args(url, out, history_template)) == 0
     assert stored_results(out) == stored_results(reference)
 
 
@@ -392,7 +393,7 @@ def test_bad_servers_are_one_line_and_store_nothing(case, server, history_templa
         if case == "truncated" and completions(path) and count > 2:
             return lambda status, data: (status, data[: len(data) // 2])
         if case == "model changed":
-            if completions(path) and count == 8:
+            if completions(path) and count == 6:
                 changed["on"] = True
                 return 500
             if path.endswith("/models") and changed["on"]:
@@ -405,7 +406,7 @@ def test_bad_servers_are_one_line_and_store_nothing(case, server, history_templa
                 "401": ["HTTP 401", "api_key_env"],
                 "too few log-probabilities": ["top 1 log-probabilities", "leave out", "max_logprobs"],
                 "truncated": ["not complete JSON"], "model changed": ["changed during the run", "another-model"],
-                "other tokenizer": ["tokenizes the prompt differently", "tokenizer="]}[case]
+                "other tokenizer": ["as our tokenizer", "tokenizer="]}[case]
     with Proxy(server, fault) as url:
         if case == "unreachable":
             url = f"http://127.0.0.1:{free_port()}/v1"
@@ -422,3 +423,130 @@ def test_a_server_without_log_probabilities(history_template, tmp_path, capsys):
         assert main(evaluate_args(url, tmp_path / "out", history_template, "retries=0")) == 2
     one_line_error(capsys, "logits_all")
     assert nothing_stored(tmp_path / "out")
+
+
+class TokenIdServer:
+    """What vLLM's completions endpoint does for beliefdrift, over llama.cpp in process (one request at a time):
+    token-id prompts, `logprob_token_ids`, keys "token_id:N" (`return_tokens_as_token_ids`), the log-softmax in
+    float32 as llama-cpp-python computes it. (llama-cpp-python's server cannot serve sampled thoughts exactly: it names
+    tokens by text, and several of the default model's tokens read " " there.)"""
+
+    def __init__(self) -> None:
+        from llama_cpp import Llama
+
+        self.llama = Llama(model_path=str(default_gguf()), logits_all=True, n_ctx=512, n_threads=1,
+                           n_threads_batch=1, verbose=False)
+        self.lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.reply({"object": "list", "data": [{"id": "llama-ids", "object": "model"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self.reply(owner.complete(body))
+
+            def reply(self, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def complete(self, body: dict) -> dict:
+        from llama_cpp import Llama
+
+        ids = [int(t) for t in body["prompt"]]
+        with self.lock:
+            done = self.llama.n_tokens
+            shared = next((i for i, (a, b) in enumerate(zip(self.llama.input_ids[:done], ids, strict=False))
+                           if a != b),
+                          min(done, len(ids)))
+            self.llama.n_tokens = min(shared, len(ids) - 1)  # at least one token evaluated, for its logits
+            self.llama.eval(ids[self.llama.n_tokens:])
+            log_probs = Llama.logits_to_logprobs(self.llama.scores[self.llama.n_tokens - 1])
+        wanted = body.get("logprob_token_ids") or np.argsort(-log_probs, kind="stable")[: body["logprobs"]].tolist()
+        top = {f"token_id:{t}": float(log_probs[t]) for t in wanted}
+        return {"model": "llama-ids", "usage": {"prompt_tokens": len(ids)},
+                "choices": [{"text": "", "finish_reason": "length", "logprobs": {"top_logprobs": [top]}}]}
+
+    def __enter__(self) -> str:
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.http.server_address[1]}/v1"
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@needs_server
+def test_token_id_prompts_give_the_text_servers_theta(server, reference, history_template, tmp_path):
+    """Through a server that takes token ids and names tokens by id (as vLLM does), over the same llama.cpp weights,
+    an evaluation stores the numbers of the one through llama-cpp-python's text server."""
+    with TokenIdServer() as url:
+        out = tmp_path / "ids"
+        args = evaluate_args(url, out, history_template, f"{QUICK},tokenizer={default_gguf()}")
+        assert main(args) == 0
+    mine, theirs = stored_results(out), stored_results(reference)
+    assert mine.keys() == theirs.keys()
+    for key, row in mine.items():
+        assert row[2:4] == theirs[key][2:4]  # answers and seeds
+        np.testing.assert_allclose(np.array(row[0]), np.array(theirs[key][0]), atol=1e-6)
+
+
+@needs_server
+@pytest.mark.parametrize("temperature, top_p", [(0.0, 1.0), (0.8, 0.9)])
+def test_thoughts_through_the_server_are_drawn_as_on_the_full_logits(temperature, top_p):
+    """Chain-of-thought tokens drawn through a server (its top log-probabilities, as many as determine the nucleus)
+    are the tokens the same sampler, with the same generator, draws from llama.cpp's full logits in process."""
+    from llama_cpp import Llama
+
+    from beliefdrift.backend import load_model
+    from beliefdrift.cot.generation import DecodeConfig, PromptCache, _end_of_sequence_ids, generate_rollouts
+    from beliefdrift.prompts import chat_context
+
+    steps, rows = 8, 2
+    with TokenIdServer() as url:
+        lm = load_model(f"openai:{url}", model_args={"concurrency": 2, "tokenizer": str(default_gguf()), "logprobs": 2})
+        cache = PromptCache.from_text(lm, chat_context(lm.tokenizer, "What is 12 + 30? Think step by step."))
+        config = DecodeConfig(num_pairs=4, max_new_tokens=steps, nucleus=(temperature, top_p))
+        draw = nucleus_sampler(temperature, top_p, make_generator(0, "cot"))
+        served = generate_rollouts(cache, [""] * rows, config, draw, collect_hidden=False)
+    locals_ = [Llama(model_path=str(default_gguf()), logits_all=True, n_ctx=512, n_threads=1, n_threads_batch=1,
+                     verbose=False) for _ in range(rows)]
+    for local in locals_:
+        local.eval(list(cache.prompt_ids))
+    sampler = nucleus_sampler(temperature, top_p, make_generator(0, "cot"))
+    eos, generated = _end_of_sequence_ids(lm), [[] for _ in range(rows)]
+    running = list(range(rows))
+    while running:
+        logits = torch.zeros(rows, len(lm.tokenizer))
+        for r in running:
+            logits[r] = torch.from_numpy(np.array(locals_[r].scores[locals_[r].n_tokens - 1][: len(lm.tokenizer)]))
+        drawn = sampler(logits).tolist()
+        for r in list(running):
+            if drawn[r] in eos:
+                running.remove(r)
+                continue
+            generated[r].append(drawn[r])
+            locals_[r].eval([drawn[r]])
+            if len(generated[r]) == steps:
+                running.remove(r)
+    assert [rollout.token_ids for rollout in served] == generated
+    assert temperature == 0 or lm.model.generation_logprobs > 2  # the nucleus needed more than the first 2
+
+
+@needs_server
+def test_reasoning_through_a_server_needs_sentence_embeddings(server, tmp_path, capsys):
+    args = ["-q", "reasoning", *served(server), "--dataset", "demo", "-n", "1", "-J", "1", "-N", "1", "-m", "0",
+            "--tau", "1", "--max-new-tokens", "4", "--out", str(tmp_path / "cot")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--embedding sentence" in err

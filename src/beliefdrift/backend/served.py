@@ -15,6 +15,10 @@ The prompt is sent as our token ids where the server accepts token-id prompts (v
 otherwise as text, and then the server's tokenization of every prompt (with a list of every answer after it) must
 equal our ids (its tokenize endpoint), and every response's prompt-token count the count of ids we meant.
 
+Chain-of-thought rollouts (`ServedRollouts`) draw every token here too: the top log-probabilities, as many as it takes,
+are turned into logits on which `cot.generation.nucleus_sampler` keeps the tokens, with the weights, it keeps on the
+model's full logits (`nucleus_logits`). A server gives no hidden states.
+
 Requests of a step go out together (asyncio + httpx on one background event loop, at most `concurrency` in flight);
 429, 5xx, timeouts and dropped connections are retried with exponential back-off, after which the server's model is
 checked again. Every other failure is a `ServedError` (a `UserError`: one line, exit status 2) raised before
@@ -351,9 +355,9 @@ class Endpoint:
         self.tokenizer = _load_tokenizer(source, revision, trust_remote_code)
         self.generation_config = _generation_config(source)
         self.config = SimpleNamespace(max_position_embeddings=self.facts.get("max_model_len"))
-        self.logprobs = options.logprobs  # raised for good once a response left an option out
-        self.generation_logprobs = options.logprobs  # raised for good once a response left a draw undetermined
         self.max_logprobs = min(options.max_logprobs or len(self.tokenizer), len(self.tokenizer))
+        self.logprobs = min(options.logprobs, self.max_logprobs)  # raised for good once a response left out an option
+        self.generation_logprobs = self.logprobs  # raised for good once a response left a draw undetermined
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}  # the options' ℓ after a context (bounded)
         self._checked: set[tuple[int, ...]] = set()  # prompts whose tokenization the server confirmed (text prompts)
         self._keys: dict[int, str] = {}  # how text-keyed responses name each option token
@@ -520,9 +524,9 @@ class Endpoint:
             self.logprobs = max(self.logprobs, min(count * 8, self.max_logprobs))
 
     async def _check_prompt(self, tokens: AnswerTokens) -> None:
-        """Text prompts only: the server's tokenization of the prompt followed by every answer (and the first
-        again) must be our ids."""
-        sequence = [*range(len(tokens.label_ids)), 0]
+        """Text prompts only: the server's tokenization of the prompt, followed by every answer (and the first again)
+        where answers follow one another, must be our ids."""
+        sequence = [*range(len(tokens.label_ids)), 0] if tokens.delimiter_ids else []
         ids = list(tokens.prompt_ids) + [t for i in sequence for t in tokens.answer_ids(i)]
         assert self.tokenize_path is not None
         theirs = await self._tokenize(self.tokenize_path, self.tokenizer.decode(ids))
@@ -610,7 +614,10 @@ class Endpoint:
         """`nucleus_logits` [B, vocab] after every context, all requested at once."""
         if not self.ids:
             self.server.run(self._check_text(contexts[0]))
-        rows = self.server.run(asyncio.gather(*(self._next_logits(c, nucleus) for c in contexts)))
+        async def every() -> list[torch.Tensor]:
+            return await asyncio.gather(*(self._next_logits(c, nucleus) for c in contexts))
+
+        rows = self.server.run(every())
         return torch.stack(rows) if rows else torch.empty(0, len(self.tokenizer))
 
     async def _check_text(self, ids: Sequence[int]) -> None:

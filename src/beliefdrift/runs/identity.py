@@ -21,8 +21,9 @@ from beliefdrift.data.registry import DATASETS, fingerprint
 from beliefdrift.files import write_atomic
 from beliefdrift.runs.store import identity_mismatch
 
-#: Settings naming a file or directory: made absolute when they exist, so the same run from another directory matches.
-PATH_SETTINGS = ("model", "dataset", "eval_dataset", "adapter", "rollout_dir", "fields")
+#: Settings naming a file or directory (and a served model's tokenizer): made absolute when they exist, so the same run
+#: from another directory matches.
+PATH_SETTINGS = ("model", "dataset", "eval_dataset", "adapter", "rollout_dir", "fields", "tokenizer")
 
 
 def run_identity(
