@@ -24,6 +24,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -105,31 +106,41 @@ def f32_reference(args: argparse.Namespace) -> None:
             lm = load_model(str(f32), dtype="float32")
         finally:
             shutil.rmtree(gguf_cache_path(f32), ignore_errors=True)  # the conversion of a file about to be deleted
-        local = Llama(model_path=str(f32), logits_all=True, n_ctx=4096, n_threads=1, n_threads_batch=1, verbose=False)
+        for cache in ("f16", "f32"):  # llama.cpp's default KV cache (as its servers run), then a float32 one
+            kv = {} if cache == "f16" else {"type_k": 0, "type_v": 0}  # GGML_TYPE_F32
+            local = Llama(model_path=str(f32), logits_all=True, n_ctx=4096, n_threads=1, n_threads_batch=1,
+                          verbose=False, **kv)
+            gaps = theta_gaps(lm, local, args)
+            print(f"F32 GGUF, {cache} KV cache, {len(gaps)} θ (direct and PPR steps): max |θ_torch − θ_llama.cpp| = "
+                  f"{gaps.max():.2e}, median {np.median(gaps):.2e}")
+            del local
 
-        def thetas(ids: list[int], labels: tuple[int, ...], at: list[int]) -> np.ndarray:
-            """θ [len(at), K] after ids[:i] for each i of `at`: one pass of llama.cpp over `ids`."""
-            local.reset()
-            local.eval(ids)
-            log_probs = np.stack([Llama.logits_to_logprobs(local.scores[i - 1]) for i in at])[:, list(labels)]
-            probs = np.exp(log_probs.astype(np.float64))
-            return probs / probs.sum(-1, keepdims=True)
 
-        gaps = []
-        for question in load_dataset("demo", n=args.questions, seed=0):
-            runner = QuestionRunner(lm, question)
-            tokens = direct_tokens(lm, question)
-            direct = thetas(list(tokens.prompt_ids), tokens.label_ids, [len(tokens.prompt_ids)])[0]
-            gaps.append(np.abs(runner.direct.probs.numpy() - direct).max())
-            paths = runner.ppr(args.paths, args.steps, make_generator(0, question.id))
-            ppr = runner.ppr_prompt.tokens
-            for j in range(args.paths):
-                ids = list(ppr.prompt_ids) + [t for a in paths.answers[j].tolist() for t in ppr.answer_ids(a)]
-                at = [len(ppr.prompt_ids) + n * ppr.step_length for n in range(args.steps + 1)]
-                gaps.extend(np.abs(paths.thetas[j].numpy() - thetas(ids, ppr.label_ids, at)).max(-1))
-        gaps = np.array(gaps)
-        print(f"F32 GGUF, {len(gaps)} θ (direct and PPR steps): max |θ_torch − θ_llama.cpp| = {gaps.max():.2e}, "
-              f"median {np.median(gaps):.2e}")
+def theta_gaps(lm: Any, local: Any, args: argparse.Namespace) -> np.ndarray:
+    """max_k |θ_torch − θ_llama.cpp| of the direct query and of every step of J PPR paths per demo question."""
+    from llama_cpp import Llama
+
+    def thetas(ids: list[int], labels: tuple[int, ...], at: list[int]) -> np.ndarray:
+        """θ [len(at), K] after ids[:i] for each i of `at`: one pass of llama.cpp over `ids`."""
+        local.reset()
+        local.eval(ids)
+        log_probs = np.stack([Llama.logits_to_logprobs(local.scores[i - 1]) for i in at])[:, list(labels)]
+        probs = np.exp(log_probs.astype(np.float64))
+        return probs / probs.sum(-1, keepdims=True)
+
+    gaps = []
+    for question in load_dataset("demo", n=args.questions, seed=0):
+        runner = QuestionRunner(lm, question)
+        tokens = direct_tokens(lm, question)
+        direct = thetas(list(tokens.prompt_ids), tokens.label_ids, [len(tokens.prompt_ids)])[0]
+        gaps.append(np.abs(runner.direct.probs.numpy() - direct).max())
+        paths = runner.ppr(args.paths, args.steps, make_generator(0, question.id))
+        ppr = runner.ppr_prompt.tokens
+        for j in range(args.paths):
+            ids = list(ppr.prompt_ids) + [t for a in paths.answers[j].tolist() for t in ppr.answer_ids(a)]
+            at = [len(ppr.prompt_ids) + n * ppr.step_length for n in range(args.steps + 1)]
+            gaps.extend(np.abs(paths.thetas[j].numpy() - thetas(ids, ppr.label_ids, at)).max(-1))
+    return np.array(gaps)
 
 
 def main() -> None:
