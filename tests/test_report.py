@@ -394,3 +394,11 @@ def test_common_question_set_scores_every_method_on_the_same_questions() -> None
     assert len(kept) == 1 and kept.pop() == min(n for n, _ in per_method.values())
     assert per_method[("direct", None)] == (5, 0)  # alone it keeps the question PPR's paths fail on
     assert next(s for s in common if s.method.name == "direct").excluded == 1
+
+
+def test_a_served_run_is_captioned_with_its_served_name() -> None:
+    """A run through `--model openai:URL` is named by the model its server serves (the URL's last part is `v1`)."""
+    from beliefdrift.report.runs import model_name
+
+    assert model_name({"model": "openai:http://127.0.0.1:8000/v1", "served_model": "org/Llama-70B"}) == "org/Llama-70B"
+    assert model_name({"model": "smollm2-135m-instruct"}) == "smollm2-135m-instruct"

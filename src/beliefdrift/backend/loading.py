@@ -47,6 +47,12 @@ class LanguageModel:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
+    @property
+    def default_batch_questions(self) -> int:
+        """How many questions share a batch when --batch-questions is 0: 16 on a GPU (many paths per forward pass keep
+        it busy), 1 on the CPU (where one question's paths already fill the cores)."""
+        return 16 if self.device.type == "cuda" else 1
+
 
 def unwrapped(model: torch.nn.Module) -> Any:
     """The model inside DDP/FSDP wrappers (for its config); the wrapper itself is what gets called."""
@@ -134,9 +140,14 @@ def _fingerprint(path: Path) -> str:
     return hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
 
 
+def gguf_cache_path(gguf: Path) -> Path:
+    """Where the conversion of `gguf` (and anything else made from that file) is cached."""
+    return cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}"
+
+
 def converted_gguf_dir(gguf: Path) -> Path:
     """Directory holding the safetensors conversion of `gguf`, converting on first use."""
-    target = cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}"
+    target = gguf_cache_path(gguf)
     if (target / "config.json").exists():
         return target
     try:
@@ -197,7 +208,11 @@ def _transformers_bars(show: bool) -> Iterator[None]:
 def model_from(options: Any) -> LanguageModel:
     """The model that `options` (a `config.ModelOptions`) names, with its device, dtype, attention, device map and
     from_pretrained keywords as set, after checking that the device exists and the model can be found, so that either
-    is a one-line error."""
+    is a one-line error. `--model openai:BASE_URL` is a model behind an inference server (`backend.served`)."""
+    from beliefdrift.backend.served import is_served, served_model  # (served.py builds on this module)
+
+    if is_served(options.model):
+        return served_model(options)
     check_device(options.device)
     check_model(options.model)
     return load_model(options.model, device=options.device, dtype=options.dtype,
@@ -217,7 +232,8 @@ def load_model(
     trust_remote_code: bool = False,
     model_args: Mapping[str, Any] | None = None,
 ) -> LanguageModel:
-    """Load `spec` (registry name, hub id, local directory or .gguf path) in eval mode.
+    """Load `spec` (registry name, hub id, local directory or .gguf path) in eval mode, or connect to the model
+    behind an inference server (`openai:BASE_URL`, `backend.served.connect`: `model_args` are its options then).
 
     The defaults are the CLI's (`--device cpu`, `--dtype auto`: `resolve_dtype`, so float32 on a CPU without fast
     bf16 matrix products, as before). `attn_implementation` (auto = transformers' choice for the model) runs every
@@ -225,6 +241,10 @@ def load_model(
     devices instead of `device`. `revision` and `trust_remote_code` go to both `from_pretrained` calls,
     `model_args` (`config.parse_model_args`) to the model's.
     """
+    from beliefdrift.backend.served import connect, is_served
+
+    if is_served(spec):
+        return connect(spec, model_args, revision, trust_remote_code)
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(f"unknown attention implementation {attn_implementation!r}; expected one of "
                          f"{', '.join(ATTN_IMPLEMENTATIONS)}")

@@ -122,10 +122,9 @@ def prepared(lm: Any, compile: bool = False, cuda_graphs: bool = False) -> Any:
     return lm
 
 
-def questions_per_batch(batch_questions: int, device: torch.device) -> int:
-    """`batch_questions`, or when 0: 16 on a GPU (many paths per forward pass keep it busy), 1 on the CPU
-    (where one question's paths already fill the cores)."""
-    return batch_questions or (16 if device.type == "cuda" else 1)
+def questions_per_batch(batch_questions: int, lm: Any) -> int:
+    """`batch_questions`, or when 0 the model's own default (`LanguageModel.default_batch_questions`)."""
+    return batch_questions or lm.default_batch_questions
 
 
 def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: Any) -> tuple[PathCache, Any]:

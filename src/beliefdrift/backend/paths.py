@@ -53,7 +53,10 @@ class PathBatch:
     @classmethod
     @torch.no_grad()
     def prefill(cls, model: PreTrainedModel, tokens: AnswerTokens) -> PathBatch:
-        """One path holding the prompt, after a single forward pass over it."""
+        """One path holding the prompt, after a single forward pass over it. A model behind an inference server
+        (`backend.served.Endpoint`, not a torch module) gives its own batch with this interface."""
+        if not isinstance(model, torch.nn.Module):
+            return model.prefill(tokens)
         cache, out = prefill(model, tokens.prompt_ids, logits_to_keep=1)
         device = out.logits.device
         label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)
@@ -70,6 +73,8 @@ class PathBatch:
     def concat(batches: list[PathBatch]) -> PathBatch:
         """One batch holding every path of `batches` (of one prompt or of several with the same answer tokens),
         shorter histories left-padded."""
+        if not isinstance(batches[0], PathBatch):
+            return type(batches[0]).concat(batches)  # served paths (`backend.served.ServedBatch`)
         if any(b._answer_ids.shape != batches[0]._answer_ids.shape or not torch.equal(b._answer_ids,
                batches[0]._answer_ids) for b in batches):
             raise ValueError("only paths with the same answer tokens can share a batch")

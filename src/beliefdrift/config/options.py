@@ -221,7 +221,8 @@ def parse_model_args(spec: str | None) -> dict[str, Any]:
 class ModelOptions(Settings):
     _argument_group_name = "model"
 
-    model: str = option(DEFAULT_MODEL, "registry name, hub id, local directory or .gguf file", input=True)
+    model: str = option(DEFAULT_MODEL, "registry name, hub id, local directory, .gguf file, or openai:BASE_URL for a "
+                                       "model behind an inference server (docs/serving.md)", input=True)
     device: str = option("cpu", "cpu, cuda, cuda:N or auto")
     dtype: str = option("auto", "auto = bf16 where bf16 matmuls are fast (AMX/AVX512-BF16 CPUs, CUDA), else float32",
                         choices=("auto", "float32", "bfloat16"))
@@ -239,7 +240,9 @@ class ModelOptions(Settings):
     trust_remote_code: bool = option(False, "run the model repository's own Python code (from_pretrained's "
                                             "trust_remote_code)", when_set=True)
     model_args: str | None = option(None, "more from_pretrained keywords as key=value,… (like lm-eval's "
-                                          "--model_args), e.g. low_cpu_mem_usage=True,subfolder=main",
+                                          "--model_args), e.g. low_cpu_mem_usage=True,subfolder=main; for openai:… "
+                                          "the server's: served_model, tokenizer, api_key_env, concurrency, timeout, "
+                                          "retries, backoff, logprobs, max_logprobs (docs/serving.md)",
                                     metavar="KEY=VALUE,…", when_set=True)
 
     def pretrained_kwargs(self) -> dict[str, Any]:
@@ -285,9 +288,9 @@ class SamplingOptions(Settings):
 class BatchingOptions(Settings):
     _argument_group_name = "batching"
 
-    batch_questions: int = option(0, "questions whose paths advance together in one engine batch (0: 16 on a GPU, 1 "
-                                     "on the CPU); the results do not depend on it", operational=True, minimum=0,
-                                 maximum=MAX_BATCH)
+    batch_questions: int = option(0, "questions whose paths advance together in one engine batch (0: 16 on a GPU or "
+                                     "a server, 1 on the CPU); the results do not depend on it", operational=True,
+                                 minimum=0, maximum=MAX_BATCH)
     compile: bool = option(False, "run the model's forward passes through torch.compile: faster steps after compiling "
                                   "once (minutes on a small CPU); the results equal eager ones up to rounding",
                            operational=True)

@@ -27,6 +27,7 @@ from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.path_cache import prefill
 from beliefdrift.cot.parser import PAIR_SEPARATOR, Pair, PairParser, ParseResult, parse_pairs, render_pair
 from beliefdrift.engine.resampling import inverse_cdf
+from beliefdrift.errors import UserError
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]
 STOP_REASONS = ("pairs", "eos", "budget")
@@ -35,7 +36,8 @@ ANSWER_OPEN = re.compile("<[aA][nN][sS]>")  # exactly the strings that lower-cas
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """When a rollout stops: after `num_pairs` pairs or `max_new_tokens` tokens (or at EOS, free mode only).
+    """When a rollout stops: after `num_pairs` pairs or `max_new_tokens` tokens (or at EOS, free mode only), and
+    the (temperature, top_p) of the sampler, which decide how many log-probabilities a served model must return.
 
     `guided` writes the pair tags for the model: `<sol>` opens every pair, `\\n<ans>` follows the model's
     `</sol>` (or is forced after `max_solution_tokens` solution tokens, with the `</sol>`), `</ans>` is
@@ -48,6 +50,7 @@ class DecodeConfig:
     guided: bool = False
     max_solution_tokens: int = 256
     max_answer_tokens: int = 24
+    nucleus: tuple[float, float] = (1.0, 1.0)  # the sampler's (temperature, top_p): a served model's needs them
 
     def __post_init__(self) -> None:
         if min(self.num_pairs, self.max_new_tokens, self.max_solution_tokens, self.max_answer_tokens) < 1:
@@ -114,7 +117,10 @@ class PromptCache:
             raise ValueError("a prompt needs at least two tokens")
         self.lm = lm
         self.prompt_ids = tuple(prompt_ids)
-        self.paths, _ = prefill(lm.model, self.prompt_ids[:-1], logits_to_keep=1)
+        if isinstance(lm.model, torch.nn.Module):
+            self.paths, _ = prefill(lm.model, self.prompt_ids[:-1], logits_to_keep=1)
+        else:  # a model behind an inference server (`backend.served.ServedRollouts`)
+            self.paths = lm.model.rollouts(self.prompt_ids[:-1])
 
     @classmethod
     def from_text(cls, lm: LanguageModel, context: str) -> PromptCache:
@@ -297,9 +303,15 @@ def generate_rollouts(
     collect_hidden: bool = True,
 ) -> list[Rollout]:
     """One rollout per entry of `seed_texts` (the text prefilled after the prompt; "" for none), decoded
-    together on `cache`: one forward pass per generated token for the whole batch."""
+    together on `cache`: one forward pass per generated token for the whole batch. On a model behind an inference
+    server one request per running rollout and token instead, whose top log-probabilities determine the draw of
+    `config.nucleus` (`backend.served.nucleus_logits`); such a model gives no hidden states to collect."""
     lm = cache.lm
     tokenizer, device = lm.tokenizer, lm.device
+    served = not isinstance(lm.model, torch.nn.Module)
+    if served and collect_hidden:
+        raise UserError(f"{lm.name} runs on its server, which gives no hidden states to embed the pairs with; use "
+                        "--embedding sentence")
     eos = _end_of_sequence_ids(lm)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
     tags = {name: tokenizer(text, add_special_tokens=False)["input_ids"] for name, text in GUIDE_TAGS.items()}
@@ -309,9 +321,13 @@ def generate_rollouts(
     rollouts = cache.paths.select(torch.zeros(len(firsts), dtype=torch.long))
     rollouts.reserve(width + config.max_new_tokens)  # the first tokens and every token generated after them
 
+    banned = sorted(eos) if config.guided else []
+
     def forward(
-        input_ids: torch.Tensor, hidden: bool, padding: torch.Tensor | None = None
+        input_ids: torch.Tensor, hidden: bool, padding: torch.Tensor | None = None, active: list[int] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if served:  # only the rollouts still running are asked for
+            return rollouts.extend(input_ids, padding, (*config.nucleus, banned), active), None
         out = rollouts.extend(input_ids, padding, logits_to_keep=1, output_hidden_states=hidden)
         return out.logits[:, -1], (out.hidden_states[-1][:, -1] if hidden else None)
 
@@ -321,17 +337,18 @@ def generate_rollouts(
     # Row r's state at step t is that of its token t (rows are fed from the start until they stop).
     hidden_steps: torch.Tensor | None = None  # [R, max_new_tokens, H] on the device, filled up to `steps`
     steps = 0
-    banned = torch.tensor(sorted(eos), device=device) if config.guided and eos else None
+    banned_ids = torch.tensor(banned, device=device) if banned else None
     while True:
-        if banned is not None:
-            logits[:, banned] = float("-inf")
+        if banned_ids is not None:
+            logits[:, banned_ids] = float("-inf")
         tokens = sampler(logits).tolist()
         fed = [r for r, state in enumerate(states) if state.stop is None and state.step(tokens[r], eos)]
         running = any(state.stop is None for state in states)
         if not fed or not (running or collect_hidden):
             break
         feed = torch.tensor([state.ids[-1] if r in fed else pad for r, state in enumerate(states)], device=device)
-        logits, hidden = forward(feed[:, None], hidden=collect_hidden)
+        active = [r for r in fed if states[r].stop is None]
+        logits, hidden = forward(feed[:, None], hidden=collect_hidden, active=active)
         if hidden is not None:
             if hidden_steps is None:
                 hidden_steps = hidden.new_empty((len(states), config.max_new_tokens, hidden.shape[-1]))

@@ -15,18 +15,23 @@ from beliefdrift.runs.scoring import QualityControl, score_rows
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore, StoreError
 
 
+def model_name(config: dict) -> str:
+    """The model a run's identity names: a served model's name on its server, else the --model spec."""
+    return str(config.get("served_model") or config.get("model", ""))
+
+
 def load_run(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> tuple[RunScores, list[str]]:
     """A run directory's scores, headed by its dataset's name (marked partial when unfinished), and notes on what
     is missing from it."""
     config, rows, label, notes = _read_run(run_dir)
-    return RunScores(label, score_rows(rows, qc, n_resamples), str(config.get("model", ""))), notes
+    return RunScores(label, score_rows(rows, qc, n_resamples), model_name(config)), notes
 
 
 def load_runs(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> tuple[str, list[RunScores], list[str]]:
     """(the run's label, its column groups, notes): as `load_run`, but a run of an lm-eval group is one column group
     per subtask, headed by the subtask's name."""
     config, rows, label, notes = _read_run(run_dir)
-    model = str(config.get("model", ""))
+    model = model_name(config)
     tasks = sorted({subtask_of(row.question_id) for row in rows}) if is_task_spec(str(config.get("dataset"))) else []
     if len(tasks) < 2:
         return label, [RunScores(label, score_rows(rows, qc, n_resamples), model)], notes

@@ -84,7 +84,7 @@ def diagnose(command: str, config: DiagnosticsConfig, compute: Compute, answers:
                              config.template, config.template_ending)
 
     path = run_loop(config.out, identity, run.questions, [m.name for m in run.methods], batch_records,
-                    batch=questions_per_batch(config.batch_questions, run.models.base.device), ranks=ranks,
+                    batch=questions_per_batch(config.batch_questions, run.models.base), ranks=ranks,
                     progress=progress, desc=command)
     return Diagnosed(path, run.questions, run.methods)
 

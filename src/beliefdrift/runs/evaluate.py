@@ -66,7 +66,7 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
         return rows
 
     path = run_loop(out, run.identity, run.questions, [m.name for m in run.methods], compute, table="results",
-                    batch=questions_per_batch(config.batch_questions, run.models.base.device), ranks=ranks,
+                    batch=questions_per_batch(config.batch_questions, run.models.base), ranks=ranks,
                     progress=progress, desc=config.dataset)
     if ranks.rank == 0:  # what quality control will drop from the tables, said now (`scoring.warn_quality`)
         with RunStore.open(path, read_only=True) as store:

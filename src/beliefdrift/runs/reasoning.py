@@ -59,7 +59,8 @@ log = logging.getLogger(__name__)
 
 def decode_config(config: ReasoningConfig, num_pairs: int, max_new_tokens: int) -> DecodeConfig:
     """How rollouts of `num_pairs` pairs within `max_new_tokens` are decoded under `config`."""
-    return DecodeConfig(num_pairs, max_new_tokens, config.guided, config.max_solution_tokens)
+    return DecodeConfig(num_pairs, max_new_tokens, config.guided, config.max_solution_tokens,
+                        nucleus=(config.temperature, config.top_p))
 
 
 def _finite(value: float) -> float | None:
