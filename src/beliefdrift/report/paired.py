@@ -3,10 +3,10 @@
 Which pairs (`comparisons`): every method against PPR + NoSEED, and every AM-PPR method against PPR + SEED_5
 (the paper's fair comparison for a seeded AM-PPR). A metric's Δ is taken on the questions quality control keeps
 for both methods, with `metrics.paired_summary`: one bootstrap index matrix over those questions scores both
-methods on the same resamples; the interval is the percentile interval of the resampled Δ*, the p-value the
-two-sided paired bootstrap one, 2 (1 + #{Δ* on the far side of 0}) / (R + 1); below `metrics.PAIRED_EXACT_N`
-(30) questions the p-value is a sign-flip permutation test of the per-question differences (exact up to 13
-questions) for the mean metrics (ACC, NLL, BS) and none (–) for AUC. Δ ECE is printed without interval or p (†,
+methods on the same resamples; the interval is the percentile interval of the resampled Δ*. The two-sided p-value
+follows one rule at every n (`metrics.paired_bootstrap`): for ACC the sign-flip test of the per-question differences
+(exact), for NLL and BS the larger of that and the studentized bootstrap p, for AUC the larger of a within-question
+swap permutation test and the percentile bootstrap p (docs/statistics.md). Δ ECE is printed without interval or p (†,
 as Table 2 prints ECE; paired.csv keeps them): the binned plug-in's upward bias depends on how a method's
 confidences spread over the bins, so Δ ECE is biased even between two calibrated methods. EMD‾ is compared the
 same way over the per-question EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).
@@ -31,7 +31,6 @@ from beliefdrift.engine.methods import Method, parse_method
 from beliefdrift.files import write_atomic
 from beliefdrift.metrics.functional import (
     METRIC_NAMES,
-    PAIRED_EXACT_N,
     PairedDelta,
     paired_mean_bootstrap,
     paired_summary,
@@ -48,7 +47,8 @@ BASELINE = "ppr"
 SEEDED_BASELINE = "ppr-seed5"
 PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
 #: How the p-values are computed, as the captions say it.
-SMALL_N_P = f"paired bootstrap from {PAIRED_EXACT_N} questions, below that a sign-flip permutation test"
+SMALL_N_P = ("ACC: sign-flip test; NLL, BS, EMD‾: the larger of the sign-flip and the studentized bootstrap p; AUC: "
+             "the larger of a swap permutation test and the bootstrap p; the same rule at every n")
 #: The level of the paired intervals.
 LEVEL = 0.95
 CSV_COLUMNS = ["dataset", "method", "baseline", "metric", "n", "delta", "low", "high", "p", "level", "n_resamples"]
@@ -148,8 +148,8 @@ def comparison_table(pairs: Sequence[PairedComparison], metrics: Sequence[str], 
 def metrics_markdown(label: str, pairs: Sequence[PairedComparison]) -> str:
     """The metric Δ table of one run."""
     caption = (f"**Paired differences, {label}.** Δ = method − baseline on the n questions quality control keeps "
-               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}, "
-               f"none (–) for AUC); {DAGGER}: Δ of the binned ECE without interval or p (its bias differs between "
+               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}); "
+               f"{DAGGER}: Δ of the binned ECE without interval or p (its bias differs between "
                "methods, docs/statistics.md); ACC/AUC in points of %; lower is better for ECE, NLL and BS.")
     return comparison_table(pairs, METRIC_NAMES, caption)
 
