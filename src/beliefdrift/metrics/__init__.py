@@ -10,7 +10,7 @@ _EXPORTS = {
         "METRICS", "METRIC_NAMES", "MetricSpec", "SUM_TOLERANCE", "Interval", "MetricWarning", "PairedDelta",
         "ReliabilityBins", "accuracy", "auroc", "bootstrap_ci", "brier", "ce2", "ce2_squared", "ce2_interval", "ece",
         "nll", "nll_clipped", "paired_bootstrap", "paired_mean_bootstrap", "paired_summary", "predictions",
-        "reliability_bins", "resample_indices", "sign_flip_p", "studentized_p", "summarize",
+        "reliability_bins", "resample_indices", "sign_flip_p", "sign_test_p", "studentized_p", "summarize",
     ),
     "beliefdrift.metrics.stats": ("mean_std",),
 }

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from scipy.stats import permutation_test
+from scipy.stats import binomtest
 
 from beliefdrift import renamed
 
@@ -60,6 +60,7 @@ __all__ = [
     "reliability_bins",
     "resample_indices",
     "sign_flip_p",
+    "sign_test_p",
     "studentized_p",
     "summarize",
 ]
@@ -70,7 +71,7 @@ CE2_BINS = 10
 #: coverage from n = 20 up and 89.8% at n = 10 (docs/statistics.md).
 CE2_MIN_N = 20
 
-#: Sign patterns of `sign_flip_p`: all 2^n while 2^n ≤ this, else this many random ones (scipy's default).
+#: Sign patterns of `sign_flip_p`: all 2^n while 2^n ≤ this, else this many random ones.
 SIGN_FLIPS = 9999
 
 #: A row of ``probs`` must sum to 1 within this absolute tolerance.
@@ -641,16 +642,33 @@ def _paired_delta(delta: float, resampled: np.ndarray, level: float) -> PairedDe
     return PairedDelta(delta, float(low), float(high), p)
 
 
+def _swap_patterns(n: int, count: int, seed: int) -> tuple[np.ndarray, bool]:
+    """Which questions a permutation test swaps (or sign-flips), [P, n] booleans: all 2^n patterns while 2^n ≤
+    `count` (exact), else `count` random ones from ``numpy.random.default_rng(seed)``; and whether exact."""
+    if 2**n <= count:
+        return (np.arange(2**n)[:, None] >> np.arange(n)) & 1 == 1, True
+    return np.random.default_rng(seed).integers(0, 2, (count, n)) == 1, False
+
+
+def _permutation_p(observed: float, null: np.ndarray, exact: bool) -> float:
+    """Two-sided permutation p-value 2 min(#{T ≤ t}, #{T ≥ t}) / P over the null statistics T of P patterns
+    (with the +1 in numerator and denominator when they are random; Phipson & Smyth 2010), capped at 1; T within
+    10⁻¹² · |t| of t counts on both sides (ties that rounding splits), as in `scipy.stats.permutation_test`."""
+    tie = 1e-12 * abs(observed)
+    extra = 0 if exact else 1
+    tail = min(np.count_nonzero(null <= observed + tie), np.count_nonzero(null >= observed - tie))
+    return float(min(1.0, 2.0 * (tail + extra) / (len(null) + extra)))
+
+
 def sign_flip_p(diff: np.ndarray) -> float:
-    """Two-sided paired permutation p-value of mean(diff): every sign pattern of the per-question differences
-    (exact while 2^n ≤ `SIGN_FLIPS`, else that many random patterns with the +1; `scipy.stats.permutation_test`),
-    exact at any n when the difference is symmetric about 0 under the null (two exchangeable methods, or equal
-    means of a difference taking only the values 0 and ±c, as ACC's); its smallest value is 2/2^n (1 at n = 1)."""
+    """Two-sided paired permutation p-value of mean(diff): the mean under every sign pattern of the per-question
+    differences (all 2^n while 2^n ≤ `SIGN_FLIPS`, else that many random ones, seed 0; `_permutation_p`). Exact at
+    any n when the difference is symmetric about 0 under the null (two exchangeable methods); its smallest value is
+    2/2^n (1 at n = 1)."""
     if diff.size < 2:
         return 1.0
-    result = permutation_test((diff,), np.mean, permutation_type="samples", alternative="two-sided",
-                              n_resamples=SIGN_FLIPS, random_state=0)
-    return float(result.pvalue)
+    flips, exact = _swap_patterns(diff.size, SIGN_FLIPS, 0)
+    return _permutation_p(float(diff.mean()), np.where(flips, -diff, diff).mean(1), exact)
 
 
 def _spread_is_zero(values: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
@@ -674,33 +692,26 @@ def studentized_p(diff: np.ndarray, index: np.ndarray) -> float:
     centred = resampled.mean(1) - mean
     spread = resampled.std(1, ddof=1) / math.sqrt(n)
     flat = _spread_is_zero(spread, scale)
-    t_star = np.where(flat, np.sign(centred) * np.inf, centred / np.where(flat, 1.0, spread))
-    t_star = np.where(flat & (centred == 0), 0.0, t_star)
+    t_star = np.where(flat, np.copysign(np.inf, centred), centred / np.where(flat, 1.0, spread))
+    t_star[flat & (centred == 0)] = 0.0
     tail = min(np.count_nonzero(t_star <= t), np.count_nonzero(t_star >= t))
-    return min(1.0, 2.0 * (1 + tail) / (len(index) + 1))
+    return float(min(1.0, 2.0 * (1 + tail) / (len(index) + 1)))
 
 
 def _swap_p(metric: _Core, a: _Batch, b: _Batch, observed: float, n_resamples: int, seed: int) -> float:
     """Two-sided within-question swap permutation p-value of Δ = metric(a) − metric(b) (`observed`) for any metric
-    core: every question's two predictions swapped or not (`scipy.stats.permutation_test`, paired "samples"; all
-    2^n patterns while 2^n ≤ `n_resamples`, else that many random ones with the +1). Exact for every metric when the
-    two methods' predictions are exchangeable within each question. A pattern whose Δ is NaN (AUROC with one class)
-    counts as being as extreme as the observed Δ on both sides."""
+    core: Δ with each question's two predictions swapped or not, over the patterns of `_swap_patterns` (`n_resamples`
+    of them; `_permutation_p`). Exact for every metric when the two methods' predictions are exchangeable within each
+    question. A pattern whose Δ is NaN (AUROC with one class) counts as being as extreme as `observed` on both sides."""
     if a.n < 2:
         return 1.0
     width = max(a.probs.shape[1], b.probs.shape[1])
     both = _Batch(probs=np.concatenate([np.pad(x.probs, ((0, 0), (0, width - x.probs.shape[1]))) for x in (a, b)]),
                   targets=np.concatenate([a.targets, b.targets]), n_options=np.concatenate([a.n_options, b.n_options]))
-
-    def delta(rows_a: np.ndarray, rows_b: np.ndarray, axis: int = -1) -> np.ndarray:
-        index_a, index_b = np.atleast_2d(rows_a).astype(np.int64), np.atleast_2d(rows_b).astype(np.int64)
-        values = metric(both, index_a) - metric(both, index_b)
-        return np.where(np.isnan(values), observed, values).reshape(np.shape(rows_a)[:-1])
-
+    swaps, exact = _swap_patterns(a.n, n_resamples, seed)
     rows = np.arange(a.n)
-    result = permutation_test((rows, rows + a.n), delta, permutation_type="samples", vectorized=True,
-                              alternative="two-sided", n_resamples=n_resamples, random_state=seed)
-    return float(result.pvalue)
+    null = metric(both, np.where(swaps, rows + a.n, rows)) - metric(both, np.where(swaps, rows, rows + a.n))
+    return _permutation_p(observed, np.where(np.isnan(null), observed, null), exact)
 
 
 #: The vectorised cores of the metrics that are means over questions, and the one among them whose per-question
@@ -724,13 +735,20 @@ def _paired(core: _Core, a: _Batch, b: _Batch, index: np.ndarray, level: float, 
     return result._replace(p=max(result.p, _swap_p(core, a, b, result.delta, len(index), seed)))
 
 
+def sign_test_p(diff: np.ndarray) -> float:
+    """Exact two-sided sign test of per-question differences in {−c, 0, c} (ACC's): under equal means the k
+    positive among the m non-zero ones are Binomial(m, ½) (`scipy.stats.binomtest`); 1 when m = 0. The sign-flip
+    test of their mean, computed exactly (McNemar's exact test)."""
+    nonzero = int(np.count_nonzero(diff))
+    return float(binomtest(int(np.count_nonzero(diff > 0)), nonzero).pvalue) if nonzero else 1.0
+
+
 def _mean_p(diff: np.ndarray, index: np.ndarray, ternary: bool = False) -> float:
-    """The paired p-value of a mean of per-question differences `diff`, the same rule at every n: `sign_flip_p`
-    alone where equal means make the difference symmetric (`ternary`: ACC), else max(`sign_flip_p`,
-    `studentized_p`), valid wherever either is (symmetric or exchangeable differences; skewed ones, through the
-    studentized bootstrap's correction; docs/statistics.md measures both)."""
-    flipped = sign_flip_p(diff)
-    return flipped if ternary else max(flipped, studentized_p(diff, index))
+    """The paired p-value of a mean of per-question differences `diff`, the same rule at every n: `sign_test_p`
+    where equal means make the difference symmetric (`ternary`: ACC), else max(`sign_flip_p`, `studentized_p`),
+    valid wherever either is (symmetric or exchangeable differences; skewed ones, through the studentized
+    bootstrap's correction; docs/statistics.md measures both)."""
+    return sign_test_p(diff) if ternary else max(sign_flip_p(diff), studentized_p(diff, index))
 
 
 def _paired_batches(probs_a: Any, probs_b: Any, targets: Any) -> tuple[_Batch, _Batch]:
@@ -756,7 +774,7 @@ def paired_bootstrap(
     questions: Δ*_r = metric(a[rows_r]) − metric(b[rows_r]); the interval is the percentile interval of Δ*.
     The p-value tests equal expected metrics by one rule at every N (no switch-over):
 
-    * ACC (per-question differences in {−1, 0, 1}, symmetric once the means are equal): `sign_flip_p`, exact;
+    * ACC (per-question differences in {−1, 0, 1}, symmetric once the means are equal): `sign_test_p`, exact;
     * NLL, BS (means of per-question differences of any shape): max(`sign_flip_p`, `studentized_p` on the same
       resamples): exact for exchangeable methods or symmetric differences, and held at its level for skewed ones
       by the studentized bootstrap (bench/paired.py);

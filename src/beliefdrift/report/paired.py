@@ -4,8 +4,8 @@ Which pairs (`comparisons`): every method against PPR + NoSEED, and every AM-PPR
 (the paper's fair comparison for a seeded AM-PPR). A metric's Δ is taken on the questions quality control keeps
 for both methods, with `metrics.paired_summary`: one bootstrap index matrix over those questions scores both
 methods on the same resamples; the interval is the percentile interval of the resampled Δ*. The two-sided p-value
-follows one rule at every n (`metrics.paired_bootstrap`): for ACC the sign-flip test of the per-question differences
-(exact), for NLL and BS the larger of that and the studentized bootstrap p, for AUC the larger of a within-question
+follows one rule at every n (`metrics.paired_bootstrap`): for ACC the exact sign test of the per-question differences,
+for NLL and BS the larger of that and the studentized bootstrap p, for AUC the larger of a within-question
 swap permutation test and the percentile bootstrap p (docs/statistics.md). Δ ECE is printed without interval or p (†,
 as Table 2 prints ECE; paired.csv keeps them): the binned plug-in's upward bias depends on how a method's
 confidences spread over the bins, so Δ ECE is biased even between two calibrated methods. EMD‾ is compared the
@@ -47,7 +47,7 @@ BASELINE = "ppr"
 SEEDED_BASELINE = "ppr-seed5"
 PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
 #: How the p-values are computed, as the captions say it.
-SMALL_N_P = ("ACC: sign-flip test; NLL, BS, EMD‾: the larger of the sign-flip and the studentized bootstrap p; AUC: "
+P_RULE = ("ACC: exact sign test; NLL, BS, EMD‾: the larger of the sign-flip and the studentized bootstrap p; AUC: "
              "the larger of a swap permutation test and the bootstrap p; the same rule at every n")
 #: The level of the paired intervals.
 LEVEL = 0.95
@@ -148,7 +148,7 @@ def comparison_table(pairs: Sequence[PairedComparison], metrics: Sequence[str], 
 def metrics_markdown(label: str, pairs: Sequence[PairedComparison]) -> str:
     """The metric Δ table of one run."""
     caption = (f"**Paired differences, {label}.** Δ = method − baseline on the n questions quality control keeps "
-               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}); "
+               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({P_RULE}); "
                f"{DAGGER}: Δ of the binned ECE without interval or p (its bias differs between "
                "methods, docs/statistics.md); ACC/AUC in points of %; lower is better for ECE, NLL and BS.")
     return comparison_table(pairs, METRIC_NAMES, caption)
@@ -159,7 +159,7 @@ def emd_markdown(pairs: Sequence[PairedComparison]) -> str:
     if not pairs:
         return ""
     caption = (f"**Paired Δ EMD‾.** Δ = mean over the n questions of the method's EMD‾ − the baseline's, with "
-               f"{100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}; negative: "
+               f"{100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({P_RULE}; negative: "
                "closer to a martingale than the baseline).")
     return comparison_table(pairs, list(pairs[0].deltas), caption)
 
