@@ -631,7 +631,7 @@ def _paired_delta(delta: float, resampled: np.ndarray, level: float) -> PairedDe
 
     twice the fraction of resamples on the far side of 0, with the +1 that keeps a Monte Carlo p-value
     above 0 (Davison & Hinkley 1997, §4.4; Phipson & Smyth 2010).  Δ* ≡ 0 (a method against itself) gives
-    p = 1; NaN when no resample is finite.  `_paired_p` keeps this p only as one part of its own."""
+    p = 1; NaN when no resample is finite.  `_paired` keeps this p only as one part of its own."""
     finite = resampled[~np.isnan(resampled)]
     if finite.size == 0:
         return PairedDelta(delta, math.nan, math.nan, math.nan)
@@ -745,9 +745,9 @@ def sign_test_p(diff: np.ndarray) -> float:
 
 def _mean_p(diff: np.ndarray, index: np.ndarray, ternary: bool = False) -> float:
     """The paired p-value of a mean of per-question differences `diff`, the same rule at every n: `sign_test_p`
-    where equal means make the difference symmetric (`ternary`: ACC), else max(`sign_flip_p`, `studentized_p`),
-    valid wherever either is (symmetric or exchangeable differences; skewed ones, through the studentized
-    bootstrap's correction; docs/statistics.md measures both)."""
+    where equal means make the difference symmetric (`ternary`: ACC), else max(`sign_flip_p`, `studentized_p`):
+    P(max ≤ α) ≤ α wherever either is valid, so exact for symmetric or exchangeable differences (the sign flip) and
+    held at its level for skewed ones by the studentized bootstrap's correction (measured: bench/paired.py)."""
     return sign_test_p(diff) if ternary else max(sign_flip_p(diff), studentized_p(diff, index))
 
 
