@@ -45,8 +45,8 @@ class DiagnosticsReport:
 #: The caption of the c.i.d. columns (`diagnostics.cid`).
 CID_NOTE = ("c.i.d. ‖D̄‖₁: first-half minus second-half answer frequencies of each path, averaged over paths, mean ± "
             "std over questions (descriptive); c.i.d. rejected: questions whose paths' last answers do not follow "
-            f"their first predictive θ_0 (Monte Carlo p ≤ {CID_ALPHA:g}, valid for every c.i.d. process), and in "
-            f"brackets the questions whose paths could give no p ≤ {CID_ALPHA:g} whatever their last answers")
+            f"their first predictive θ_0 (Monte Carlo p ≤ {CID_ALPHA:g}, valid for every c.i.d. process); "
+            f"(n untestable): questions whose paths could give no p ≤ {CID_ALPHA:g} whatever their last answers")
 
 
 def _cid_cell(cid: Mapping[str, Any]) -> str:

@@ -29,6 +29,9 @@ from beliefdrift.runs.identity import identity_hash
 from beliefdrift.runs.loop import Models, prepare, run_loop
 from beliefdrift.runs.records import stored_records
 
+#: The tests whose verdicts or increments each command's records hold, pinned in its run identity: a store of
+#: another test's records is refused rather than resumed with two tests' records mixed.
+STORED_TESTS = {"drift": {"cid_test": CID_TEST}, "emd": {"cid_test": CID_TEST, "drift_test": DRIFT_TEST}}
 #: (the runner of the unit's question on the unit's model, the method)
 Unit = tuple[QuestionRunner, Method]
 #: Quantities of each unit of a batch, in order; every unit of one call runs on the same model.
@@ -71,9 +74,7 @@ def diagnose(command: str, config: DiagnosticsConfig, compute: Compute, answers:
     check against the context); `lm`: the model `config` names, already loaded."""
     ranks = Ranks.from_env()
     run = prepare(command, config, config.method_list, answers, lm, ranks)
-    identity = {**run.identity, "cid_test": CID_TEST}  # the stored c.i.d. verdicts are this test's
-    if command == "emd":
-        identity["drift_test"] = DRIFT_TEST  # and the stored drift test's increments
+    identity = {**run.identity, **STORED_TESTS[command]}
     identity["sha256"] = identity_hash(identity)
 
     def batch_records(batch: Sequence[tuple[int, MCQuestion]], names: tuple[str, ...]) -> dict[str, Any]:
