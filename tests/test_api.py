@@ -73,10 +73,8 @@ def test_public_functions_take_no_long_positional_lists() -> None:
 
     for name in bd.__all__:
         value = getattr(bd, name)
-        # run_identity's callers are the run loops, which issue 28's one run loop rewrites: left for that change;
-        # cid_check (exported for issue 39) takes resamples and level by position too: its module, diagnostics/cid.py,
-        # is being changed on another branch, which makes them keyword-only
-        if not inspect.isfunction(value) or name in ("run_identity", "cid_check"):
+        # run_identity's callers are the run loops, which issue 28's one run loop rewrites: left for that change
+        if not inspect.isfunction(value) or name == "run_identity":
             continue
         parameters = inspect.signature(value).parameters.values()
         positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

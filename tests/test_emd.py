@@ -14,7 +14,7 @@ from process_stubs import HistoryProcess, count_drift, history_blind, polya, run
 from table_checks import table_problems
 
 from beliefdrift.cli.main import main
-from beliefdrift.diagnostics.cid import MIN_PATHS, cid_check, half_differences, sign_flip_l1_p, smallest_p
+from beliefdrift.diagnostics.cid import cid_check, half_differences, last_answer_test
 from beliefdrift.diagnostics.emd import (
     EMDConfig,
     aggregate_emd,
@@ -27,8 +27,9 @@ from beliefdrift.diagnostics.emd import (
     question_emd,
 )
 from beliefdrift.diagnostics.kstep import kstep_exact, kstep_monte_carlo
+from beliefdrift.diagnostics.noise_floor import StepProcess
 from beliefdrift.engine.methods import parse_method
-from beliefdrift.engine.resampling import make_generator
+from beliefdrift.engine.resampling import make_generator, sample_answers
 from beliefdrift.runs.records import stored_records
 from beliefdrift.runs.store import STORE_FILE, RunStore
 
@@ -112,26 +113,59 @@ def test_cid_statistic_by_hand():
     # halves: (1,0)−(0,1) = (1,−1); (.5,.5)−(.5,.5) = 0; (0,1)−(1,0) = (−1,1)
     torch.testing.assert_close(half_differences(answers, 2),
                                torch.tensor([[1.0, -1.0], [0.0, 0.0], [-1.0, 1.0]], dtype=torch.float64))
-    check = cid_check(answers, 2, make_generator(0))
+    check = cid_check(answers, 2, make_generator(0), start=torch.full((3, 2), 0.5))
     torch.testing.assert_close(check.difference, torch.zeros(2, dtype=torch.float64))
     assert check.l1 == 0.0 and check.consistent and (check.low <= 0).all() and (check.high >= 0).all()
-    # Odd N drops the middle answer; a path that always switches from A to B is flagged.
+    # Odd N drops the middle answer; paths that start at θ_0 = (0.9, 0.1) and all end on B are flagged: under c.i.d.
+    # six last answers B have probability 10⁻⁶.
     drifting = torch.tensor([[0, 0, 1, 1, 1]] * 6)
     torch.testing.assert_close(half_differences(drifting, 2)[0], torch.tensor([1.0, -1.0], dtype=torch.float64))
-    flagged = cid_check(drifting, 2, make_generator(0))
-    assert flagged.l1 == pytest.approx(2.0) and not flagged.consistent
+    flagged = cid_check(drifting, 2, make_generator(0), start=torch.tensor([[0.9, 0.1]] * 6))
+    assert flagged.l1 == pytest.approx(2.0) and not flagged.consistent and flagged.p == 1 / 1001
 
 
-def test_cid_p_is_the_sign_flip_test_of_the_l1_statistic_over_every_pattern():
-    answers = torch.randint(4, (7, 6), generator=torch.Generator().manual_seed(3))
-    differences = half_differences(answers, 4)
-    observed = differences.mean(0).abs().sum()
-    flips = [bool((torch.tensor(signs, dtype=torch.float64)[:, None] * differences).mean(0).abs().sum()
-                  >= observed - 1e-12) for signs in itertools.product((1, -1), repeat=7)]
-    assert cid_check(answers, 4, make_generator(0)).p == pytest.approx(sum(flips) / 2**7, abs=1e-15)
-    many = torch.randint(4, (20, 6), generator=torch.Generator().manual_seed(3))  # above EXACT_PATHS: random patterns
-    p = sign_flip_l1_p(half_differences(many, 4), make_generator(1), resamples=99)
-    assert p * 100 == pytest.approx(round(p * 100)) and 0.01 <= p <= 1
+def exact_tail(value: float, start: torch.Tensor) -> float:
+    """P(T* ≥ value) for the last answers A*_j ~ start[j], over every outcome."""
+    paths, labels = start.shape
+    total = 0.0
+    for outcome in itertools.product(range(labels), repeat=paths):
+        t = (torch.nn.functional.one_hot(torch.tensor(outcome), labels).double() - start).mean(0).abs().sum()
+        if t >= value - 1e-12:
+            total += float(torch.prod(start[torch.arange(paths), torch.tensor(outcome)]))
+    return total
+
+
+def test_cid_p_is_the_monte_carlo_tail_of_the_last_answers_against_their_first_predictives():
+    start = torch.tensor([[0.5, 0.3, 0.2], [0.6, 0.2, 0.2], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4]], dtype=torch.float64)
+    last = torch.tensor([1, 1, 0, 1])
+    observed = float((torch.nn.functional.one_hot(last, 3).double() - start).mean(0).abs().sum())
+    p, smallest = last_answer_test(last, start, make_generator(0), resamples=20000)
+    assert p == pytest.approx(exact_tail(observed, start), abs=0.01)
+    # the largest T: every last answer on the option with the least total mass (option 1: 0.9 of 4)
+    assert smallest == pytest.approx(exact_tail(2 * (1 - 0.9 / 4), start), abs=0.002)
+    answers = torch.cat([torch.zeros(4, 5, dtype=torch.long), last[:, None]], 1)
+    check = cid_check(answers, 3, make_generator(0), resamples=20000, start=start)
+    assert check.p == pytest.approx(p, abs=0.01) and check.smallest_p == pytest.approx(smallest, abs=0.002)
+
+
+def freezing_paths(theta: list[float], paths: int, questions: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Answers [Q, J, 20] of a c.i.d. process that is not exchangeable: θ_{t+1} = (1 − w_t) θ_t + w_t e_A with
+    w_t = min(1, 0.01 · 1.5^t), so the late answers of a path repeat one option."""
+    generator = make_generator(seed, "freezing")
+    start = torch.tensor(theta, dtype=torch.float64).repeat(questions * paths, 1)
+    process = StepProcess(start, torch.full((len(start),), 0.01, dtype=torch.float64),
+                          lambda weight: (1.5 * weight).clamp(max=1.0))
+    answers = sample_answers(process, 20, generator)[0]
+    return answers.view(questions, paths, 20), start.view(questions, paths, -1)
+
+
+def test_cid_check_holds_its_level_on_a_c_i_d_process_whose_late_answers_freeze():
+    """The sign-flip test of ‖D̄‖₁ rejected 16% of such questions (θ_0 = (0.9, 0.1), J = 16); the test of the last
+    answers against θ_0 is valid for every c.i.d. process: at most 5% + 2 s.e. of 300 questions."""
+    answers, start = freezing_paths([0.9, 0.1], 16, 300, seed=0)
+    rejected = sum(not cid_check(a, 2, make_generator(i), resamples=200, start=s).consistent
+                   for i, (a, s) in enumerate(zip(answers, start, strict=True)))
+    assert rejected / 300 <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 300), rejected
 
 
 def test_cid_check_rejects_exchangeable_answers_at_its_level_over_all_options():
@@ -141,7 +175,7 @@ def test_cid_check_rejects_exchangeable_answers_at_its_level_over_all_options():
     exponential = -torch.rand(400, 5, generator=generator, dtype=torch.float64).log()
     probs = exponential / exponential.sum(1, keepdim=True)  # each question's answer distribution, Dirichlet(1)
     checks = [cid_check(torch.multinomial(p, 8 * 10, replacement=True, generator=generator).view(8, 10), 5,
-                        make_generator(i), resamples=200) for i, p in enumerate(probs)]
+                        make_generator(i), resamples=200, start=p.repeat(8, 1)) for i, p in enumerate(probs)]
     rejected = sum(not check.consistent for check in checks) / len(checks)
     banded = sum(not ((c.low <= 0) & (c.high >= 0)).all() for c in checks) / len(checks)
     assert rejected <= 0.07 and banded > 0.15, (rejected, banded)
@@ -150,7 +184,7 @@ def test_cid_check_rejects_exchangeable_answers_at_its_level_over_all_options():
 def test_cid_band_is_the_percentile_bootstrap_over_paths():
     # The shared resampler draws the paths as torch.randint did, so stored bands (and "c.i.d. rejected") stay.
     answers = torch.randint(3, (9, 6), generator=torch.Generator().manual_seed(1))
-    check = cid_check(answers, 3, make_generator(0, "q"), resamples=400, level=0.9)
+    check = cid_check(answers, 3, make_generator(0, "q"), resamples=400, level=0.9, start=torch.full((9, 3), 1 / 3))
     index = torch.randint(9, (400, 9), generator=make_generator(0, "q"))
     means = half_differences(answers, 3)[index].mean(1)
     tail = (1 - 0.9) / 2
@@ -235,11 +269,15 @@ def test_adapter_runs_am_ppr_and_leaves_base_methods_untouched(tiny_model_dir, s
         assert torch.allclose(theta, base, atol=1e-6) is not tuned, name
 
 
-def test_the_smallest_cid_p_is_two_patterns_of_all_so_few_paths_never_reject():
-    """All 2^J patterns: the observed one and its negation give the largest T, so p ≥ 2/2^J (> 5% below J = 6)."""
-    drifting = torch.tensor([[0, 0, 0, 1, 1, 1]])
+def test_the_smallest_cid_p_comes_from_the_paths_drawn():
+    """At θ_0 = (½, ½) the largest T (every last answer the same) has probability 2/2^J: 5 paths cannot reject
+    (0.0625), 6 can; a near-certain question can be rejected with 2 paths (its paths could both end on the rare
+    option), where the sign-flip test's smallest p, 2/2^J, was ½ whatever the paths."""
+    ending = torch.tensor([[0, 0, 1, 1, 1]])
     for paths in (5, 6):
-        check = cid_check(drifting.repeat(paths, 1), 2, make_generator(0))
-        assert check.p == smallest_p(paths) == 2 / 2**paths
-        assert check.consistent == (paths == 5)
-    assert smallest_p(20, resamples=99) == 0.01 and MIN_PATHS == 6
+        check = cid_check(ending.repeat(paths, 1), 2, make_generator(0), resamples=4000,
+                          start=torch.full((paths, 2), 0.5))
+        assert check.smallest_p == pytest.approx(2 / 2**paths, abs=0.01) and check.testable == (paths == 6)
+    certain = cid_check(torch.tensor([[0, 0, 0, 1]] * 2), 2, make_generator(0),
+                        start=torch.tensor([[0.99, 0.01]] * 2))
+    assert certain.testable and certain.smallest_p == certain.p < 0.01 and not certain.consistent

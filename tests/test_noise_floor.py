@@ -173,7 +173,8 @@ def test_emd_command_prints_and_stores_the_floor(tiny_model_dir, short_template,
             assert 0 <= new["floor_low"] <= new["floor"] <= new["floor_high"]
             assert new["above_floor"] == (new["floor_p"] <= 0.025) and len(new["burn_in_floor"]) == 2
     assert after["ppr"]["l1"]["floor"] > 0
-    drift = after["ppr"]["l1"]["drift"]  # one question: an estimate, no test
-    assert drift == before["ppr"]["kl"]["drift"] and drift["p"] is None and drift["questions"] == 1
+    drift = after["ppr"]["l1"]["drift"]  # one question: no s.e., but the betting test needs no more
+    assert drift == before["ppr"]["kl"]["drift"] and drift["se"] is None and drift["questions"] == 1
+    assert 0 < drift["p"] <= 1
     assert main([*args, "--noise-floor-replicates", "20"]) == 0
     assert json.loads(summary.read_text()) == after  # the floor's own generator: reproducible

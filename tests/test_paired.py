@@ -1,10 +1,13 @@
-"""Paired comparisons: the vectorised paired bootstrap against a per-resample loop and hand-computed values, a method
-against itself (Δ = 0, p = 1), a clearly better method (p small), which pairs are compared, and the paired tables
-written by `report` (after a tiny `evaluate` run) and printed by `emd`."""
+"""Paired comparisons: the vectorised paired bootstrap against a per-resample loop and hand-computed values, the
+p-value of each kind of metric (exact sign test, sign flip with the studentized bootstrap, swap permutation test)
+against brute force, its size on skewed and heavy-tailed nulls at every n, a method against itself (Δ = 0, p = 1), a
+clearly better method (p small), which pairs are compared, and the paired tables written by `report` (after a tiny
+`evaluate` run) and printed by `emd`."""
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import warnings
@@ -33,6 +36,8 @@ from beliefdrift.metrics.functional import (
     paired_summary,
     resample_indices,
     sign_flip_p,
+    sign_test_p,
+    studentized_p,
     valid_only,
 )
 from beliefdrift.report.paired import (
@@ -74,21 +79,42 @@ def brute_force(metric: Callable[..., Any], a: list[np.ndarray], b: list[np.ndar
     return PairedDelta(delta, float(low), float(high), min(1.0, 2 * (1 + far) / (len(diffs) + 1)))
 
 
+def swap_brute_force(metric: Callable[..., Any], a: list[np.ndarray], b: list[np.ndarray],
+                     targets: np.ndarray) -> float:
+    """The exact swap permutation p: Δ for each of the 2^n ways to swap questions' predictions between a and b."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MetricWarning)
+        observed = float(metric(a, targets)) - float(metric(b, targets))
+        null = []
+        for swaps in itertools.product((False, True), repeat=len(a)):
+            x = [bi if swap else ai for ai, bi, swap in zip(a, b, swaps, strict=True)]
+            y = [ai if swap else bi for ai, bi, swap in zip(a, b, swaps, strict=True)]
+            delta = float(metric(x, targets)) - float(metric(y, targets))
+            null.append(observed if math.isnan(delta) else delta)
+    null_array = np.array(null)
+    tie = 1e-12 * abs(observed)
+    return min(1.0, 2 * min(np.sum(null_array <= observed + tie), np.sum(null_array >= observed - tie)) / len(null))
+
+
 @pytest.mark.parametrize("name", METRIC_NAMES)
 def test_paired_bootstrap_matches_a_per_resample_loop(name: str) -> None:
-    a, b, targets = ragged_pair(0, 12)  # small enough that some resamples have one class (AUROC NaN, dropped)
-    got = paired_bootstrap(METRICS[name], a, b, targets, n_resamples=300, seed=3)
-    assert got[:3] == pytest.approx(brute_force(METRICS[name], a, b, targets, 300, 3)[:3], abs=1e-12)
-    # 12 < PAIRED_EXACT_N questions: p from the sign-flip test of the per-question differences of a mean metric,
-    # none for AUC and ECE
-    if name in ("AUC", "ECE"):
-        assert math.isnan(got.p)
-    else:
-        per_question = [float(METRICS[name]([a[i]], targets[[i]])) - float(METRICS[name]([b[i]], targets[[i]]))
-                        for i in range(len(a))]
-        assert got.p == pytest.approx(sign_flip_p(np.array(per_question)), abs=1e-12)
-    expected = valid_only(name, got, len(a))  # ΔECE: no interval or p (the registry's `interval_from`)
-    assert paired_summary(a, b, targets, n_resamples=300, seed=3)[name] == pytest.approx(expected, abs=1e-12,
+    a, b, targets = ragged_pair(0, 9)  # small enough that some resamples have one class (AUROC NaN, dropped)
+    got = paired_bootstrap(METRICS[name], a, b, targets, n_resamples=600, seed=3)
+    resampled = brute_force(METRICS[name], a, b, targets, 600, 3)
+    assert got[:3] == pytest.approx(resampled[:3], abs=1e-12)
+    per_question = np.array([float(METRICS[name]([a[i]], targets[[i]])) - float(METRICS[name]([b[i]], targets[[i]]))
+                             for i in range(len(a))])
+    index = resample_indices(len(a), 600, np.random.default_rng(3))
+    # one rule at every n: the exact sign test (ACC); the larger of the sign flip and the studentized bootstrap (NLL,
+    # BS); the larger of the swap test (here every one of the 2^9 ≤ 600 patterns) and the bootstrap p (AUC, ECE)
+    expected = {"ACC": sign_test_p(per_question),
+                "NLL": max(sign_flip_p(per_question), studentized_p(per_question, index)),
+                "BS": max(sign_flip_p(per_question), studentized_p(per_question, index))}.get(name)
+    if expected is None:
+        expected = max(resampled.p, swap_brute_force(METRICS[name], a, b, targets))
+    assert got.p == pytest.approx(expected, abs=1e-12)
+    expected_summary = valid_only(name, got, len(a))  # ΔECE: no interval or p (the registry's `interval_from`)
+    assert paired_summary(a, b, targets, n_resamples=600, seed=3)[name] == pytest.approx(expected_summary, abs=1e-12,
                                                                                         nan_ok=True)
 
 
@@ -96,19 +122,51 @@ def test_paired_mean_bootstrap_matches_a_per_resample_loop() -> None:
     rng = np.random.default_rng(1)
     x, y = rng.normal(0.3, 1.0, 15), rng.normal(0.0, 1.0, 15)
     got = paired_mean_bootstrap(x, y, n_resamples=200, seed=5)
-    means = np.array([np.mean(x[rows] - y[rows]) for rows in resample_indices(15, 200, np.random.default_rng(5))])
-    far = min(np.sum(means <= 0), np.sum(means >= 0))
+    index = resample_indices(15, 200, np.random.default_rng(5))
+    means = np.array([np.mean(x[rows] - y[rows]) for rows in index])
     expected = (np.mean(x - y), *np.percentile(means, [2.5, 97.5]))
-    assert got[:3] == pytest.approx(expected, abs=1e-12) and got.p == sign_flip_p(x - y)
-    assert paired_mean_bootstrap(np.tile(x, 2), np.tile(y, 2), n_resamples=200, seed=5).p == pytest.approx(
-        min(1.0, 2 * (1 + far) / 201), abs=0.05)  # 30 questions: the bootstrap p again
+    assert got[:3] == pytest.approx(expected, abs=1e-12)
+    assert got.p == max(sign_flip_p(x - y), studentized_p(x - y, index))
 
 
-def test_small_n_paired_p_is_a_sign_flip_test() -> None:
+def test_the_paired_p_values_by_hand() -> None:
     """Two questions with Δ = 2 and 3: the bootstrap said p ≈ 0.002 (issue 27); the sign-flip test's smallest
-    possible p over 2 questions is 2/4."""
-    assert paired_mean_bootstrap([3.0, 4.0], [1.0, 1.0]).p == 0.5
+    possible p over 2 questions is 2/4. The sign test counts the discordant questions: 8 of 9 one way gives
+    2 · 10/512. The bootstrap-t of a sample without spread has no evidence (p = 1), and of d = (1, 2, 3) compares
+    t = 2/(1/√3) with the resamples' t*."""
+    assert paired_mean_bootstrap([3.0, 4.0], [1.0, 1.0]).p >= 0.5
     assert sign_flip_p(np.array([1.0, 2.0, 3.0])) == 0.25  # 2 of the 8 sign patterns have |mean| ≥ 2
+    assert sign_test_p(np.array([1.0] * 8 + [-1.0] + [0.0] * 5)) == pytest.approx(2 * 10 / 512)
+    assert sign_test_p(np.zeros(4)) == 1.0 and studentized_p(np.full(10, -0.64), np.zeros((5, 10), int)) == 1.0
+    d = np.array([1.0, 2.0, 3.0])
+    index = np.array([[0, 0, 0], [0, 1, 2], [2, 2, 1], [0, 0, 1]])  # t* = ±∞ (no spread), 0, (8/3 − 2)/(√(1/3)/√3), …
+    t_star = [-np.inf, 0.0, (8 / 3 - 2) / (np.std([3, 3, 2], ddof=1) / np.sqrt(3)),
+              (4 / 3 - 2) / (np.std([1, 1, 2], ddof=1) / np.sqrt(3))]
+    t = 2 / (1 / np.sqrt(3))
+    expected = min(1.0, 2 * min(1 + sum(v <= t for v in t_star), 1 + sum(v >= t for v in t_star)) / 5)
+    assert studentized_p(d, index) == pytest.approx(expected)
+
+
+def null_rate(draw: Callable[[np.random.Generator], np.ndarray], datasets: int) -> float:
+    """The rate of p ≤ 0.05 of `paired_mean_bootstrap` over datasets of per-question differences."""
+    rng = np.random.default_rng(0)
+    return float(np.mean([paired_mean_bootstrap(d, np.zeros(d.size), n_resamples=400, seed=i).p <= 0.05
+                          for i, d in enumerate(draw(rng) for _ in range(datasets))]))
+
+
+@pytest.mark.parametrize("n", [10, 29, 30])
+def test_paired_p_holds_its_level_under_a_skewed_null_on_both_sides_of_the_former_switch(n: int) -> None:
+    """d = −0.64 w.p. 0.9, +5.8 w.p. 0.1 (mean ≈ 0): all ten equal in 35% of samples at n = 10, which the sign-flip
+    test rejected (34% size at n = 10, 20% at 29; the bootstrap 7% at 30)."""
+    rate = null_rate(lambda rng: np.where(rng.random(n) < 0.1, 5.8, -0.64), 400)
+    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 400), rate
+
+
+def test_paired_p_holds_its_level_under_exchangeable_heavy_tailed_methods() -> None:
+    """Two exchangeable methods whose NLL differences are heavy-tailed: the percentile bootstrap p (from 30
+    questions) rejected 9.4% of symmetric lognormal differences at n = 30; exact sign flips hold the level."""
+    rate = null_rate(lambda rng: np.exp(rng.normal(0, 2, 30)) - np.exp(rng.normal(0, 2, 30)), 600)
+    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 600), rate
 
 
 def test_hand_computed_deltas() -> None:
@@ -120,8 +178,8 @@ def test_hand_computed_deltas() -> None:
     deltas = paired_summary(a, b, [0, 1, 1, 0], n_resamples=50)
     expected = {"ACC": 0.25, "AUC": 2 / 3 - 0.5, "ECE": 0.4, "NLL": 0.5473141 - 0.6931472, "BS": 0.37 - 0.5}
     assert {name: d.delta for name, d in deltas.items()} == pytest.approx(expected, abs=1e-7)
-    # One item: every resample is that item, Δ* ≡ 2 > 0, so the interval is [2, 2] and p = 2 (1 + 0) / (9 + 1).
-    assert paired_mean_bootstrap([3.0], [1.0], n_resamples=9) == (2.0, 2.0, 2.0, 1.0)  # p: a sign flip of one
+    # One item: every resample is that item, Δ* ≡ 2 > 0, so the interval is [2, 2]; no test has evidence (p = 1).
+    assert paired_mean_bootstrap([3.0], [1.0], n_resamples=9) == (2.0, 2.0, 2.0, 1.0)
     # Δ* = −1, 1, 2, 3, 5, 6, 7, 8, 9 (and a NaN, dropped): 50% interval = the 25th and 75th percentiles [2, 7];
     # one Δ* ≤ 0, so p = 2 (1 + 1) / (9 + 1).
     resampled = np.array([1, 2, 3, -1, 5, np.nan, 6, 7, 8, 9], dtype=float)
@@ -134,7 +192,7 @@ def test_a_method_against_itself_has_no_difference() -> None:
         if name == "ECE":  # no interval or p (the registry's `interval_from`)
             assert delta.delta == 0.0 and all(math.isnan(v) for v in delta[1:])
             continue
-        assert delta[:3] == (0.0, 0.0, 0.0) and (math.isnan(delta.p) if name == "AUC" else delta.p == 1.0)
+        assert delta == (0.0, 0.0, 0.0, 1.0)
     assert paired_mean_bootstrap([0.1, 0.5, 0.2], [0.1, 0.5, 0.2]) == (0.0, 0.0, 0.0, 1.0)
 
 

@@ -30,6 +30,7 @@ from beliefdrift.amortize.rollouts import (
     generate_rollouts,
     group_id,
     load_rollouts,
+    sample_prefix,
     sample_rollouts,
     save_rollouts,
 )
@@ -38,7 +39,7 @@ from beliefdrift.backend import load_model
 from beliefdrift.config.options import load_settings
 from beliefdrift.diagnostics.emd import kstep_drift
 from beliefdrift.diagnostics.kstep import kstep_exact
-from beliefdrift.engine.resampling import QuestionRunner, make_generator, ppr_tokens, sample_answers
+from beliefdrift.engine.resampling import QuestionRunner, draw_seeds, make_generator, ppr_tokens, sample_answers
 from beliefdrift.errors import UserError
 from beliefdrift.runs.distributed import leave_run
 
@@ -105,6 +106,20 @@ def test_rollout_dataset_round_trip_and_determinism(tiny_lm, question, template,
     (directory / "rollouts.jsonl").write_text("\n".join([json.dumps(edited), *rows[1:]]) + "\n")
     with pytest.raises(ValueError, match="rollouts.jsonl does not match its checksum in meta.json"):
         load_rollouts(directory)
+
+
+def test_direct_prefixes_are_iid_draws_from_the_direct_query(tiny_lm, question, template):
+    """prefix_mode direct (the paper's seeding prompt, App. D.4): a_{1:n} i.i.d. from the direct-query θ, drawn as
+    seed answers are; sample (the default) walks the PPR process instead."""
+    runner = QuestionRunner(tiny_lm, question, template)
+    (group,) = generate_rollouts(tiny_lm, [question], (6,), num_rollouts=2, depth=2, seed=4, template=template,
+                                 prefix_mode="direct")
+    expected = draw_seeds(runner.direct.probs, 1, 6, make_generator(4, question.id, 6, "prefix", "direct"))[0]
+    assert group.prefix == tuple(expected.tolist())
+    draws = torch.tensor([sample_prefix(runner, 400, "direct", make_generator(0, "many"))]).flatten()
+    frequencies = torch.bincount(draws, minlength=runner.direct.probs.shape[-1]) / 400
+    assert float((frequencies - runner.direct.probs.flatten().double()).abs().sum()) < 0.2
+    assert TrainConfig(prefix_mode="direct").prefix_mode == "direct" and TrainConfig().prefix_mode == "sample"
 
 
 def test_group_forecast_is_the_exact_k_step_predictive_in_expectation(tiny_lm, question, template):

@@ -16,7 +16,7 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
   `emd` command stores it), `emd_rows` (those over questions), `emd_summary` (both in one call), `question_emd` and
   `aggregate_emd` (one question, stored summaries; `QuestionEMD`, `EMDRow`), `noise_floor` (the rows beside their
   Pólya-urn floor), `question_floor`, `method_floors` and `with_floor` (its parts), the c.i.d. check `cid_check`
-  (`CIDCheck`, `sign_flip_l1_p`, `smallest_p`, `half_differences`) and the drift test `drift_test` (`DriftTest`);
+  (`CIDCheck`, `last_answer_test`, `half_differences`) and the drift test `drift_test` (`DriftTest`);
 - metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier` (each a
   float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_bootstrap`, `paired_summary`, `paired_mean_bootstrap`,
   `paired_scores` (of stored rows);
@@ -161,7 +161,7 @@ _EXPORTS = {
     "beliefdrift.config.diagnostics": ("EMDConfig", "DriftConfig", "EMDCommandConfig"),
     "beliefdrift.diagnostics.emd": ("emd_per_question", "emd_rows", "emd_summary", "question_emd", "QuestionEMD",
                                     "EMDRow", "aggregate_emd"),
-    "beliefdrift.diagnostics.cid": ("cid_check", "CIDCheck", "sign_flip_l1_p", "smallest_p", "half_differences"),
+    "beliefdrift.diagnostics.cid": ("cid_check", "CIDCheck", "last_answer_test", "half_differences"),
     "beliefdrift.diagnostics.drift_test": ("drift_test", "DriftTest"),
     "beliefdrift.diagnostics.noise_floor": ("noise_floor", "question_floor", "method_floors", "with_floor"),
     "beliefdrift.metrics.functional": ("summarize", "accuracy", "auroc", "ece", "nll", "nll_clipped", "brier",

@@ -5,8 +5,9 @@ from the base model's PPR process after it; one optimizer update uses one group.
 
 Prefixes: `sample` (default) draws a_{1:n} from the base model's PPR process, so training sees the histories the
 process actually produces; `top` picks one of the top-5 most likely prefixes uniformly, as the EMD evaluation does
-(DESIGN §7). Each draw uses its own generator `make_generator(seed, question id, n, …)`, so a dataset does not depend
-on the order it is built in.
+(DESIGN §7); `direct` draws its n answers i.i.d. from the direct-query θ, the paper's reading (App. D.4: a "seeding
+prompt that, given only Q, samples an initial seed history a_{1:n}"), as seed answers are drawn. Each draw uses its
+own generator `make_generator(seed, question id, n, …)`, so a dataset does not depend on the order it is built in.
 
 Each trajectory also keeps θ_base after its last answer; their mean over the J paths is the base model's K-step
 forecast p̂_base^(K)(· | a_{1:n}), the target of the SC loss's optional anchor term.
@@ -34,7 +35,7 @@ from beliefdrift.backend import LanguageModel
 from beliefdrift.config.train import PREFIX_MODES
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.prefixes import pick_prefix, top_prefixes
-from beliefdrift.engine.resampling import QuestionRunner, make_generator, sample_answers
+from beliefdrift.engine.resampling import QuestionRunner, draw_seeds, make_generator, sample_answers
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 
 ROWS_FILE = "rollouts.jsonl"
@@ -68,10 +69,13 @@ class RolloutGroup:
 
 
 def sample_prefix(runner: QuestionRunner, length: int, mode: str, generator: torch.Generator) -> tuple[int, ...]:
-    """A prefix a_{1:length} of the runner's PPR process: sampled from it, or one of its top-5 (see module doc)."""
+    """A prefix a_{1:length} for the runner's question: sampled from its PPR process, one of that process's top-5,
+    or i.i.d. from its direct-query θ (see module doc)."""
     if mode == "sample":
         answers, _, _ = sample_answers(runner.paths(1), length, generator)
         return tuple(answers[0].tolist())
+    if mode == "direct":
+        return tuple(draw_seeds(runner.direct.probs, 1, length, generator)[0].tolist())
     if mode == "top":
         return pick_prefix(top_prefixes(runner.paths(1), length, 5), generator).answers
     raise ValueError(f"unknown prefix mode {mode!r}; expected one of {', '.join(PREFIX_MODES)}")

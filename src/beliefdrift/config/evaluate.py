@@ -34,7 +34,7 @@ class EvalConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOptions, Re
 
     _argument_group_name = "evaluation"
     outputs: ClassVar[tuple[str, ...]] = (*RUN_OUTPUTS, "tables.md", "tables.tex", "metrics.csv", "paired.md",
-                                          "paired.csv")
+                                          "paired.csv", "summary.json")
 
     methods: list[str] = option(METHODS, "methods, e.g. direct ppr ppr-seed1 ppr-seed5 am-ppr-seed5")
     adapter: str | None = option(None, "LoRA adapter directory of the SC-tuned model (for am-ppr methods)")

@@ -18,8 +18,8 @@ from beliefdrift.config.options import (
 )
 from beliefdrift.errors import UserError
 
-#: How the prefixes of the training groups are chosen.
-PREFIX_MODES = ("sample", "top")
+#: How the prefixes of the training groups are chosen (`amortize.rollouts.sample_prefix`).
+PREFIX_MODES = ("sample", "top", "direct")
 MODES = ("offline", "on-policy")
 #: The settings that determine a generated rollout dataset.
 ROLLOUT_SETTINGS = ("model", "dtype", "device", "template", "template_ending", "dataset", "split", "n", "seed",
@@ -48,8 +48,9 @@ class TrainConfig(ModelOptions, DataOptions):
     seed: int = retuned(SamplingOptions, "seed", 0, "run seed (rollouts, update order, LoRA initialisation)")
     prefix_lengths: list[int] = option([0, 2, 4, 6, 8], "prefix lengths 𝒩 of the training groups", minimum=0,
                                        maximum=MAX_COUNT)
-    prefix_mode: str = option("sample", "prefixes sampled from the base model's PPR process, or its top ones",
-                              choices=PREFIX_MODES)
+    prefix_mode: str = option("sample", "prefixes a_{1:n} sampled from the base model's PPR process (default), one "
+                                        "of its top ones, or i.i.d. from the direct-query prompt (direct: the paper's "
+                                        "seeding prompt, App. D.4)", choices=PREFIX_MODES)
     paths: int = retuned(SamplingOptions, "paths", 32, "rollouts stored per group (J)")
     horizon: int = option(6, "K: k1 < k2 ≤ K, rollouts of depth K − 1", "-K", minimum=2, maximum=MAX_COUNT)
     mode: str = option("offline", "offline: stored base-model rollouts (the paper's); on-policy: fresh rollouts "

@@ -4,7 +4,7 @@ from beliefdrift import lazy_exports
 
 #: Each module and the public names it defines (imported on first use).
 _EXPORTS = {
-    "beliefdrift.diagnostics.cid": ("CIDCheck", "cid_check", "half_differences", "sign_flip_l1_p", "smallest_p"),
+    "beliefdrift.diagnostics.cid": ("CIDCheck", "cid_check", "half_differences", "last_answer_test"),
     "beliefdrift.diagnostics.emd": (
         "DISTANCES", "EMDConfig", "EMDRow", "QuestionEMD", "aggregate_emd", "emd_per_question", "emd_rows",
         "emd_summary", "kl_divergence", "kstep_drift", "l1_distance", "question_emd",
@@ -42,6 +42,7 @@ __all__ = [
     "kstep_monte_carlo",
     "kstep_predictives",
     "l1_distance",
+    "last_answer_test",
     "marginal_drift",
     "marginal_shift",
     "method_floors",
@@ -49,8 +50,6 @@ __all__ = [
     "pick_prefix",
     "question_emd",
     "question_floor",
-    "sign_flip_l1_p",
-    "smallest_p",
     "top_prefixes",
     "with_floor",
 ]

@@ -1,13 +1,25 @@
-"""A c.i.d. check in the style of Falck et al. (2024): do early and late answers have the same distribution?
+"""A c.i.d. check: do a path's late answers follow the predictive it started from?
 
-If A_1, A_2, … is conditionally identically distributed every A_n has the same marginal, so for each path the
-difference D^{(j)} = freq(A^{(j)}_{1:h}) − freq(A^{(j)}_{N−h+1:N}), h = ⌊N/2⌋ (the middle answer of an odd N is
-dropped), has expectation 0. The check is one test of that vector over all options: the sign-flip p-value of
-T = ‖D̄‖₁, D̄ = (1/J) Σ_j D^{(j)}, flipping the sign of whole paths' D^{(j)}. It is exact when the answers are
-exchangeable (swapping a path's halves then leaves its law unchanged, so D^{(j)} is symmetric about 0) and
-approximate for a c.i.d. sequence that is not. Beside it, each option's D̄(a) has a percentile bootstrap band over
-paths, to show where a difference lies; the bands are not the test (one band per option rejects a c.i.d. urn far
-more often than 5%: 26–30% with 5 options).
+If A_1, A_2, … is conditionally identically distributed (c.i.d.), P(A_{n+k} ∈ · | A_{1:n}) = θ_n for every k ≥ 1
+(Berti, Pratelli & Rigo 2004). At n = 0: the last answer A_N of a path is distributed as the path's first predictive
+θ_0, the exact one-step predictive (after the prompt and any seeds) its first answer was drawn from. Paths are
+independent given the question, so under c.i.d. the last answers of the J paths are independent draws from their own
+θ_0^{(j)}, a known law whatever the process: exchangeable or not, whatever its steps. The check tests that law with
+
+    T = ‖(1/J) Σ_j (e_{A_N^{(j)}} − θ_0^{(j)})‖₁,
+
+p = (1 + #{T* ≥ T}) / (R + 1) over R draws T* of the statistic with A*^{(j)} ~ θ_0^{(j)}: valid at every J (size ≤
+its level up to the float rounding of θ). A drifting process moves the law of A_N away from θ_0 and is rejected.
+An earlier version flipped the signs of the paths' first-half minus second-half answer frequencies, a test exact
+only for exchangeable answers: c.i.d. processes whose later answers freeze were rejected in up to 16% of questions.
+
+T can be no larger than T_max = 2 (1 − min_a mean_j θ_0^{(j)}(a)) (every last answer on the option least expected),
+so the p of T_max is the smallest p the paths drawn allow (`CIDCheck.smallest_p`); where it exceeds the level the
+question cannot be rejected (e.g. 2 options near 50/50 and J ≤ 5), and the commands count such questions.
+
+Beside the test, the first-half minus second-half answer frequencies D̄ = (1/J) Σ_j D^{(j)} (in the style of Falck
+et al. 2024; h = ⌊N/2⌋, the middle answer of an odd N dropped) and each option's percentile bootstrap band over
+paths show where early and late answers differ; they are descriptive, not the test.
 """
 
 from __future__ import annotations
@@ -16,27 +28,29 @@ from dataclasses import dataclass
 
 import torch
 
+from beliefdrift.engine.resampling import inverse_cdf
 from beliefdrift.metrics.functional import resample_indices
 
 #: What the stored check is, pinned in the run identity of the commands that store it: a store written by another
-#: test (an earlier beliefdrift's per-option bands) is not resumed with this one.
-CID_TEST = "sign-flip test of the L1 norm of the mean half difference"
-#: Paths up to which every sign pattern is enumerated (2^13 = 8192); above, random patterns.
-EXACT_PATHS = 13
+#: test (an earlier beliefdrift's sign-flip test or per-option bands) is not resumed with this one.
+CID_TEST = "Monte Carlo test of the last answers against the first predictives, L1"
 #: The level at which the commands reject (`cid_check` runs at its default level, 1 − CID_ALPHA).
 CID_ALPHA = 0.05
+#: Statistics within this of each other count as equal (ties in exact arithmetic that rounding splits).
+TIE = 1e-12
 
 
 @dataclass(frozen=True)
 class CIDCheck:
-    """difference[a] = D̄(a); [low, high] its bootstrap band at `level`; l1 = ‖D̄‖₁; p the sign-flip p-value of
-    ‖D̄‖₁ (`sign_flip_l1_p`)."""
+    """difference[a] = D̄(a); [low, high] its bootstrap band at `level`; l1 = ‖D̄‖₁; p the test's p-value and
+    `smallest_p` the least p these paths allow (`last_answer_test`)."""
 
     difference: torch.Tensor  # [|𝒜|] float64
     low: torch.Tensor  # [|𝒜|]
     high: torch.Tensor  # [|𝒜|]
     level: float
     p: float
+    smallest_p: float
 
     @property
     def l1(self) -> float:
@@ -46,6 +60,11 @@ class CIDCheck:
     def consistent(self) -> bool:
         """No evidence against c.i.d. at this level: p > 1 − level."""
         return self.p > 1 - self.level
+
+    @property
+    def testable(self) -> bool:
+        """Whether any last answers could reject at this level: `smallest_p` ≤ 1 − level."""
+        return self.smallest_p <= 1 - self.level
 
 
 def half_differences(answers: torch.Tensor, num_labels: int) -> torch.Tensor:
@@ -58,42 +77,42 @@ def half_differences(answers: torch.Tensor, num_labels: int) -> torch.Tensor:
 
 
 def cid_check(
-    answers: torch.Tensor, num_labels: int, generator: torch.Generator, resamples: int = 1000, level: float = 0.95
+    answers: torch.Tensor, num_labels: int, generator: torch.Generator, *, start: torch.Tensor, resamples: int = 1000,
+    level: float = 0.95,
 ) -> CIDCheck:
-    """D̄ over the J paths of `answers` [J, N] (generated answers only, no seeds), its bootstrap band (resample paths
-    with replacement `resamples` times with `generator`, the (1 ∓ level)/2 quantiles of D̄) and the sign-flip
-    p-value of ‖D̄‖₁ (random patterns drawn after the bootstrap, so the bands do not depend on the test)."""
+    """D̄ over the J paths of `answers` [J, N] (generated answers only, no seeds) and its bootstrap band (resample
+    paths with replacement `resamples` times with `generator`, the (1 ∓ level)/2 quantiles of D̄); the test of the
+    last answers against `start` [J, |𝒜|], each path's θ_0 (`last_answer_test`, drawn after the bootstrap, so the
+    bands do not depend on the test)."""
     differences = half_differences(answers, num_labels)
     paths = differences.shape[0]
     index = torch.from_numpy(resample_indices(paths, resamples, generator))
     means = differences[index].mean(1)  # [resamples, |𝒜|]
     tail = (1 - level) / 2
     low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)
-    return CIDCheck(differences.mean(0), low, high, level, sign_flip_l1_p(differences, generator, resamples))
+    p, smallest = last_answer_test(answers[:, -1], start, generator, resamples)
+    return CIDCheck(differences.mean(0), low, high, level, p, smallest)
 
 
-def smallest_p(paths: int, resamples: int = 1000) -> float:
-    """The smallest p-value `sign_flip_l1_p` can give with `paths` paths: 2 / 2^J (the observed pattern and its
-    negation) when it enumerates, else 1 / (resamples + 1); at `CID_ALPHA` the check needs `MIN_PATHS`."""
-    return 2 / 2**paths if paths <= EXACT_PATHS else 1 / (resamples + 1)
+def last_answer_test(last: torch.Tensor, start: torch.Tensor, generator: torch.Generator,
+                     resamples: int = 1000) -> tuple[float, float]:
+    """p-value of T = ‖mean_j (e_{last_j} − θ_j)‖₁ for the last answers `last` [J] against their laws under c.i.d.,
+    `start` [J, |𝒜|] (each path's θ_0, renormalised), and the smallest p these θ_0 allow, the p of T_max = 2 (1 −
+    min_a mean_j θ_j(a)): both (1 + #{T* ≥ T}) / (R + 1) over R = `resamples` draws of T with A*_j ~ θ_j."""
+    probs = start.double().cpu()
+    probs = probs / probs.sum(-1, keepdim=True)
+    paths, labels = probs.shape
+    uniforms = torch.rand(resamples * paths, 1, generator=generator, dtype=torch.float64)
+    drawn = inverse_cdf(probs.repeat(resamples, 1), uniforms).view(resamples, paths)
 
+    def statistic(answers: torch.Tensor) -> torch.Tensor:
+        return (torch.nn.functional.one_hot(answers, labels).double() - probs).mean(-2).abs().sum(-1)
 
-#: The fewest paths with which the check can reject at `CID_ALPHA` (6: 2/2^6 ≤ 5% < 2/2^5).
-MIN_PATHS = next(paths for paths in range(1, EXACT_PATHS + 1) if smallest_p(paths) <= CID_ALPHA)
+    null = statistic(drawn)  # [resamples]
+    observed = float(statistic(last.cpu()))
+    largest = 2 * (1 - float(probs.mean(0).min()))
 
+    def p_value(value: float) -> float:
+        return (1 + int((null >= value - TIE).sum())) / (resamples + 1)
 
-def sign_flip_l1_p(differences: torch.Tensor, generator: torch.Generator, resamples: int = 1000) -> float:
-    """p-value of T = ‖mean_j D^{(j)}‖₁ against T under sign flips of whole rows of `differences` [J, |𝒜|]:
-    #{patterns s: ‖mean_j s_j D^{(j)}‖₁ ≥ T} / 2^J over all 2^J patterns up to `EXACT_PATHS` paths, else
-    (1 + #{random patterns with T_s ≥ T}) / (resamples + 1)."""
-    paths = differences.shape[0]
-    exact = paths <= EXACT_PATHS
-    if exact:
-        bits = torch.arange(2**paths).unsqueeze(1).bitwise_right_shift(torch.arange(paths)).bitwise_and(1)
-    else:
-        bits = torch.randint(2, (resamples, paths), generator=generator)
-    signs = 1.0 - 2.0 * bits.double()  # [patterns, J]; the all-plus pattern is the observed T
-    flipped = (signs @ differences / paths).abs().sum(1)
-    observed = float(differences.mean(0).abs().sum())
-    at_least = int((flipped >= observed - 1e-12).sum())  # 1e-12: ties in exact arithmetic that rounding splits
-    return at_least / len(signs) if exact else (1 + at_least) / (resamples + 1)
+    return p_value(observed), p_value(largest)

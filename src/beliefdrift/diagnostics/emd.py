@@ -7,7 +7,8 @@
 with d ∈ {L1 = Σ|p − q|, KL(p^(k) ‖ p^(1)), TV = ½ Σ|p − q|}. A martingale has p^(k) = p^(1) for every k, so all
 are 0. The paper's d is the "L1 distance" (Figure 3; "L1 distance norm", Appendix E) or KL: `l1` reads it as
 Σ|p − q|, `tv` is the total variation, half of it. Whether a figure is more than Monte Carlo noise is tested on
-the unbiased ‖p^(k) − p^(1)‖₂² of the same rollouts (`drift_test`), stored beside it as drift_sq_bar / drift_sq_b.
+the unbiased ‖p^(k) − p^(1)‖₂² of the same rollouts and its betting increments (`drift_test`), stored beside it as
+drift_sq_bar / drift_sq_b and drift_bets_bar / drift_bets_b.
 
 Seeded methods (SEED_m): every prefix evaluation draws its own seed set S_{1:m} from the direct-query θ with the
 run's generator, and the context is prompt + S_{1:m} + a_{1:n} (the prefix follows the seeds; the top-K prefixes
@@ -84,6 +85,8 @@ class QuestionEMD:
     sq_drift: torch.Tensor | None = None  # unbiased ‖p^(k) − p^(1)‖₂² per prefix length, k = 2 … K: [|𝒩|, K − 1]
     burn_in_sq_drift: torch.Tensor | None = None  # the same of p^(k)_b: [B+1, P]
     burn_in_exact: bool = False  # every burn-in p^(k) enumerated exactly
+    bets: list[list[float]] | None = None  # the drift test's increments of each Monte Carlo prefix (`KStep.bets`)
+    burn_in_bets: list[list[float]] | None = None  # those of p^(k)_b at each b (its P paths' in a row; [] if exact)
 
     def drift(self, distance: str) -> torch.Tensor:
         """d(p^(k)_n, p^(1)_n) per prefix length and k = 2 … K: [|𝒩|, K − 1]."""
@@ -106,6 +109,8 @@ class QuestionEMD:
         if self.sq_drift is not None and self.burn_in_sq_drift is not None:
             out |= {"drift_sq_bar": float(self.sq_drift.mean()), "drift_sq_b": self.burn_in_sq_drift.mean(1).tolist(),
                     "drift_exact": self.exact, "burn_in_exact": self.burn_in_exact}
+        if self.bets is not None and self.burn_in_bets is not None:
+            out |= {"drift_bets_bar": [z for prefix in self.bets for z in prefix], "drift_bets_b": self.burn_in_bets}
         return out
 
     def record(self) -> dict[str, Any]:
@@ -157,13 +162,14 @@ def question_emd(
         proven.append(top.exact)
 
     root, _ = _root(runner, num_seeds, config.burn_in_paths, generator)
-    first, kth, burn_in_sq, burn_in_exact = [], [], [], []
+    first, kth, burn_in_sq, burn_in_exact, burn_in_bets = [], [], [], [], []
     for _, batch, _ in burn_in_prefixes(root, config.burn_in, generator):
         predictive = predictives(batch, config.k, config, generator)
         first.append(predictive.p(1))
         kth.append(predictive.p(config.k))
         burn_in_sq.append(predictive.sq_drift()[:, -1])
         burn_in_exact.append(predictive.exact)
+        burn_in_bets.append([] if predictive.exact else predictive.bets(config.k).flatten().tolist())
     return QuestionEMD(
         prefix_lengths=tuple(config.prefix_lengths),
         prefixes=prefixes,
@@ -176,6 +182,8 @@ def question_emd(
         sq_drift=torch.cat([ks.sq_drift() for ks in ksteps]),
         burn_in_sq_drift=torch.stack(burn_in_sq),
         burn_in_exact=all(burn_in_exact),
+        bets=[[] if ks.exact else ks.bets().flatten().tolist() for ks in ksteps],
+        burn_in_bets=burn_in_bets,
     )
 
 
@@ -192,7 +200,8 @@ def emd_generator(seed: int, question: MCQuestion, method: Method) -> torch.Gene
 @dataclass(frozen=True)
 class EMDRow:
     """One method's EMD over questions: EMD‾ mean ± std and the EMD_k(b) curve mean ± std (b = 0 … B); the drift
-    tests of EMD‾ and of each EMD_k(b) (`drift_test`, from records that store the unbiased drift); with
+    tests of EMD‾ and of each EMD_k(b) (`drift_test`, from records that store the unbiased drift; a p where they
+    store its betting increments too); with
     `noise_floor.with_floor`, also each figure's Pólya-urn floor (mean, 95% interval) and whether it is above it."""
 
     method: str
@@ -228,9 +237,13 @@ def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: st
     curve_mean, curve_std = mean_std([s[f"emd_k_b_{distance}"] for s in summaries], ddof=1)
     drift, burn_in_drift = None, None
     if all("drift_sq_bar" in s for s in summaries):
-        drift = drift_test([s["drift_sq_bar"] for s in summaries], all(s["drift_exact"] for s in summaries))
+        betting = all("drift_bets_bar" in s for s in summaries)  # records stored before the betting test lack them
+        drift = drift_test([s["drift_sq_bar"] for s in summaries], all(s["drift_exact"] for s in summaries),
+                           [s["drift_bets_bar"] for s in summaries] if betting else None)
         curves, exact = zip(*[(s["drift_sq_b"], s["burn_in_exact"]) for s in summaries], strict=True)
-        burn_in_drift = [drift_test(values, all(exact)) for values in zip(*curves, strict=True)]
+        bets = zip(*[s["drift_bets_b"] for s in summaries], strict=True) if betting else [None] * len(curves[0])
+        burn_in_drift = [drift_test(values, all(exact), at_b)
+                         for values, at_b in zip(zip(*curves, strict=True), bets, strict=True)]
     return EMDRow(method, distance, len(summaries), float(bar_mean), float(bar_std), curve_mean.tolist(),
                   curve_std.tolist(), drift, burn_in_drift)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from beliefdrift.diagnostics.cid import cid_check
+from beliefdrift.diagnostics.cid import CID_ALPHA, cid_check
 from beliefdrift.diagnostics.marginal import marginal_drift, marginal_shift
 from beliefdrift.engine.methods import Method
 from beliefdrift.engine.resampling import PPRRequest, QuestionRunner, Trajectories, make_generator, sample_many
@@ -69,7 +69,8 @@ def unit_trajectories(
 def _quantities(traj: Trajectories, question_id: str, method: Method, seed: int) -> dict[str, Any]:
     """Marginal drift and c.i.d. check of one unit's trajectories, the bootstrap with its own generator."""
     drift = marginal_drift(traj)
-    cid = cid_check(traj.answers, traj.num_labels, make_generator(seed, question_id, method.name, "cid"))
+    cid = cid_check(traj.answers, traj.num_labels, make_generator(seed, question_id, method.name, "cid"),
+                    start=traj.thetas[:, 0])
     return {
         "marginal_mean": drift.mean.tolist(),
         "marginal_std": drift.std.tolist(),
@@ -80,11 +81,15 @@ def _quantities(traj: Trajectories, question_id: str, method: Method, seed: int)
         "cid_high": cid.high.tolist(),
         "cid_l1": cid.l1,
         "cid_p": cid.p,
+        "cid_min_p": cid.smallest_p,
         "cid_consistent": cid.consistent,
     }
 
 
 def cid_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """‖D̄‖₁ mean ± std over questions, how many questions the c.i.d. check rejects and how many it could not reject
+    whatever their last answers (smallest attainable p > `CID_ALPHA`)."""
     mean, std = mean_std([r["cid_l1"] for r in records], ddof=1)
     return {"cid_l1_mean": float(mean), "cid_l1_std": float(std),
-            "cid_rejected": sum(not r["cid_consistent"] for r in records), "questions": len(records)}
+            "cid_rejected": sum(not r["cid_consistent"] for r in records),
+            "cid_untestable": sum(r["cid_min_p"] > CID_ALPHA for r in records), "questions": len(records)}

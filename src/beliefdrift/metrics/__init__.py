@@ -8,11 +8,10 @@ from beliefdrift import lazy_exports
 _EXPORTS = {
     "beliefdrift.metrics.functional": (
         "METRICS", "METRIC_NAMES", "MetricSpec", "NLL_EPS", "REPORT_METRICS", "SUM_TOLERANCE", "Interval",
-        "MetricWarning",
-        "PairedDelta", "ReliabilityBins", "accuracy", "auroc", "bootstrap_ci", "brier", "ce2", "ce2_squared",
-        "ce2_interval", "ece", "interval_valid", "nll", "nll_clipped", "paired_bootstrap",
+        "MetricWarning", "PairedDelta", "ReliabilityBins", "accuracy", "auroc", "bootstrap_ci", "brier", "ce2",
+        "ce2_squared", "ce2_interval", "ece", "interval_valid", "nll", "nll_clipped", "paired_bootstrap",
         "paired_mean_bootstrap", "paired_summary", "predictions", "reliability_bins", "resample_indices",
-        "sign_flip_p", "summarize", "valid_only",
+        "sign_flip_p", "sign_test_p", "studentized_p", "summarize", "valid_only",
     ),
     "beliefdrift.metrics.stats": ("mean_std",),
 }

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
-from scipy.stats import permutation_test
+from scipy.stats import binomtest
 
 from beliefdrift import renamed
 
@@ -63,6 +63,8 @@ __all__ = [
     "reliability_bins",
     "resample_indices",
     "sign_flip_p",
+    "sign_test_p",
+    "studentized_p",
     "summarize",
     "valid_only",
 ]
@@ -73,9 +75,8 @@ CE2_BINS = 10
 #: coverage from n = 20 up and 89.8% at n = 10 (docs/statistics.md).
 CE2_MIN_N = 20
 
-#: Below this many paired questions a paired p-value comes from a sign-flip permutation test, not the bootstrap
-#: (which gave p = 0.002 over n = 2 questions).
-PAIRED_EXACT_N = 30
+#: Sign patterns of `sign_flip_p`: all 2^n while 2^n ≤ this, else this many random ones.
+SIGN_FLIPS = 9999
 
 #: ε of NLL = mean −log max(p, ε): a true-label probability below it counts as ε (`nll_clipped` counts them).
 NLL_EPS = 1e-6
@@ -659,8 +660,8 @@ def summarize(
 
 
 class PairedDelta(NamedTuple):
-    """Δ = metric(a) − metric(b) on the same questions, its paired bootstrap interval and two-sided p-value;
-    unpacks as ``(delta, low, high, p)``."""
+    """Δ = metric(a) − metric(b) on the same questions, its paired bootstrap interval and two-sided p-value
+    (`paired_bootstrap`); unpacks as ``(delta, low, high, p)``."""
 
     delta: float
     low: float
@@ -670,13 +671,13 @@ class PairedDelta(NamedTuple):
 
 def _paired_delta(delta: float, resampled: np.ndarray, level: float) -> PairedDelta:
     """From the observed Δ and the resampled Δ*_1 … Δ*_R (NaN ones dropped, R' left): [low, high] = the
-    (1∓level)/2 percentiles of Δ*, and the two-sided bootstrap p-value
+    (1∓level)/2 percentiles of Δ*, and the two-sided percentile bootstrap p-value
 
         p = min(1, 2 (1 + min(#{Δ* ≤ 0}, #{Δ* ≥ 0})) / (R' + 1)),
 
     twice the fraction of resamples on the far side of 0, with the +1 that keeps a Monte Carlo p-value
     above 0 (Davison & Hinkley 1997, §4.4; Phipson & Smyth 2010).  Δ* ≡ 0 (a method against itself) gives
-    p = 1; NaN when no resample is finite."""
+    p = 1; NaN when no resample is finite.  `_paired` keeps this p only as one part of its own."""
     finite = resampled[~np.isnan(resampled)]
     if finite.size == 0:
         return PairedDelta(delta, math.nan, math.nan, math.nan)
@@ -687,34 +688,113 @@ def _paired_delta(delta: float, resampled: np.ndarray, level: float) -> PairedDe
     return PairedDelta(delta, float(low), float(high), p)
 
 
+def _swap_patterns(n: int, count: int, seed: int) -> tuple[np.ndarray, bool]:
+    """Which questions a permutation test swaps (or sign-flips), [P, n] booleans: all 2^n patterns while 2^n ≤
+    `count` (exact), else `count` random ones from ``numpy.random.default_rng(seed)``; and whether exact."""
+    if 2**n <= count:
+        return (np.arange(2**n)[:, None] >> np.arange(n)) & 1 == 1, True
+    return np.random.default_rng(seed).integers(0, 2, (count, n)) == 1, False
+
+
+def _permutation_p(observed: float, null: np.ndarray, exact: bool) -> float:
+    """Two-sided permutation p-value 2 min(#{T ≤ t}, #{T ≥ t}) / P over the null statistics T of P patterns
+    (with the +1 in numerator and denominator when they are random; Phipson & Smyth 2010), capped at 1; T within
+    10⁻¹² · |t| of t counts on both sides (ties that rounding splits), as in `scipy.stats.permutation_test`."""
+    tie = 1e-12 * abs(observed)
+    extra = 0 if exact else 1
+    tail = min(np.count_nonzero(null <= observed + tie), np.count_nonzero(null >= observed - tie))
+    return float(min(1.0, 2.0 * (tail + extra) / (len(null) + extra)))
+
+
 def sign_flip_p(diff: np.ndarray) -> float:
-    """Two-sided paired permutation p-value of mean(diff): every sign pattern of the per-question differences
-    (exact while 2^n ≤ 9999, else 9999 random patterns; `scipy.stats.permutation_test`), valid at any n when the
-    difference is symmetric about 0 under the null; its smallest value is 2/2^n (0.5 at n = 2, 1 at n = 1)."""
+    """Two-sided paired permutation p-value of mean(diff): the mean under every sign pattern of the per-question
+    differences (all 2^n while 2^n ≤ `SIGN_FLIPS`, else that many random ones, seed 0; `_permutation_p`). Exact at
+    any n when the difference is symmetric about 0 under the null (two exchangeable methods); its smallest value is
+    2/2^n (1 at n = 1)."""
     if diff.size < 2:
         return 1.0
-    result = permutation_test((diff,), np.mean, permutation_type="samples", alternative="two-sided",
-                                    n_resamples=9999, random_state=0)
-    return float(result.pvalue)
+    flips, exact = _swap_patterns(diff.size, SIGN_FLIPS, 0)
+    return _permutation_p(float(diff.mean()), np.where(flips, -diff, diff).mean(1), exact)
 
 
-def _small_n(delta: PairedDelta, per_question: np.ndarray | None) -> PairedDelta:
-    """Below `PAIRED_EXACT_N` questions the bootstrap p is replaced: by `sign_flip_p` of the per-question
-    differences of a mean metric, NaN (no valid test) for the others (AUC, ECE)."""
-    p = math.nan if per_question is None else sign_flip_p(per_question)
-    return delta._replace(p=p)
+def _spread_is_zero(values: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
+    """Standard deviations that are 0 up to float rounding (relative to the values' `scale`)."""
+    return values <= 1e-12 * np.maximum(scale, 1e-300)
 
 
-def _paired(core: _Core, a: _Batch, b: _Batch, index: np.ndarray, level: float) -> PairedDelta:
-    """Δ on the sample and on every row of ``index``, both methods scored on the same questions; below
-    `PAIRED_EXACT_N` questions, p from `_small_n`."""
+def studentized_p(diff: np.ndarray, index: np.ndarray) -> float:
+    """Equal-tailed bootstrap-t p-value of mean(diff) = 0 over the resamples `index` [R, n] (Hall 1992): with
+    t = d̄ / (s/√n) and t*_r = (d̄*_r − d̄) / (s*_r/√n), p = min(1, 2 min(1 + #{t* ≤ t}, 1 + #{t* ≥ t}) / (R + 1)).
+    Studentising corrects the skew that a plain bootstrap or sign flip of d̄ mistakes for an effect. A resample
+    with s* = 0 gives t* = ±∞ (0 where d̄* = d̄), and p = 1 when s = 0: with no spread among the differences the
+    uncertainty of their mean cannot be estimated (an all-equal sample is common under a skewed null)."""
+    n = diff.size
+    scale = float(np.abs(diff).max()) if n else 0.0
+    if n < 2 or _spread_is_zero(np.std(diff, ddof=1), scale):
+        return 1.0
+    mean = diff.mean()
+    t = mean / (diff.std(ddof=1) / math.sqrt(n))
+    resampled = diff[index]
+    centred = resampled.mean(1) - mean
+    spread = resampled.std(1, ddof=1) / math.sqrt(n)
+    flat = _spread_is_zero(spread, scale)
+    t_star = np.where(flat, np.copysign(np.inf, centred), centred / np.where(flat, 1.0, spread))
+    t_star[flat & (centred == 0)] = 0.0
+    tail = min(np.count_nonzero(t_star <= t), np.count_nonzero(t_star >= t))
+    return float(min(1.0, 2.0 * (1 + tail) / (len(index) + 1)))
+
+
+def _swap_p(metric: _Core, a: _Batch, b: _Batch, observed: float, n_resamples: int, seed: int) -> float:
+    """Two-sided within-question swap permutation p-value of Δ = metric(a) − metric(b) (`observed`) for any metric
+    core: Δ with each question's two predictions swapped or not, over the patterns of `_swap_patterns` (`n_resamples`
+    of them; `_permutation_p`). Exact for every metric when the two methods' predictions are exchangeable within each
+    question. A pattern whose Δ is NaN (AUROC with one class) counts as being as extreme as `observed` on both sides."""
+    if a.n < 2:
+        return 1.0
+    width = max(a.probs.shape[1], b.probs.shape[1])
+    both = _Batch(probs=np.concatenate([np.pad(x.probs, ((0, 0), (0, width - x.probs.shape[1]))) for x in (a, b)]),
+                  targets=np.concatenate([a.targets, b.targets]), n_options=np.concatenate([a.n_options, b.n_options]))
+    swaps, exact = _swap_patterns(a.n, n_resamples, seed)
+    rows = np.arange(a.n)
+    null = metric(both, np.where(swaps, rows + a.n, rows)) - metric(both, np.where(swaps, rows, rows + a.n))
+    return _permutation_p(observed, np.where(np.isnan(null), observed, null), exact)
+
+
+#: The vectorised cores of the metrics that are means over questions, and the one among them whose per-question
+#: difference takes only the values 0 and ±1 (so equal means make it symmetric and the sign flip exact).
+_MEAN_CORES = (_accuracy_core, _nll_core, _brier_core)
+_TERNARY_CORES = (_accuracy_core,)
+
+
+def _paired(core: _Core, a: _Batch, b: _Batch, index: np.ndarray, level: float, seed: int) -> PairedDelta:
+    """Δ on the sample and on every row of ``index`` (both methods scored on the same questions), the percentile
+    interval, and the p-value of `paired_bootstrap`: for a mean metric from its per-question differences
+    (`_mean_p`), for the others (AUC, ECE, any callable) max(`_swap_p`, percentile bootstrap p)."""
     delta = core(a, _identity(a.n)) - core(b, _identity(b.n))
     result = _paired_delta(float(delta[0]), core(a, index) - core(b, index), level)
-    if a.n >= PAIRED_EXACT_N:
+    func = getattr(core, "func", core)
+    if func in _MEAN_CORES:
+        single = np.arange(a.n)[:, None]  # each question a "resample" of its own: the per-question values
+        return result._replace(p=_mean_p(core(a, single) - core(b, single), index, func in _TERNARY_CORES))
+    if math.isnan(result.p) or math.isnan(result.delta):
         return result
-    single = np.arange(a.n)[:, None]  # each question a "resample" of its own: a mean metric's per-question values
-    mean_metric = getattr(core, "func", core) in (_accuracy_core, _nll_core, _brier_core)
-    return _small_n(result, core(a, single) - core(b, single) if mean_metric else None)
+    return result._replace(p=max(result.p, _swap_p(core, a, b, result.delta, len(index), seed)))
+
+
+def sign_test_p(diff: np.ndarray) -> float:
+    """Exact two-sided sign test of per-question differences in {−c, 0, c} (ACC's): under equal means the k
+    positive among the m non-zero ones are Binomial(m, ½) (`scipy.stats.binomtest`); 1 when m = 0. The sign-flip
+    test of their mean, computed exactly (McNemar's exact test)."""
+    nonzero = int(np.count_nonzero(diff))
+    return float(binomtest(int(np.count_nonzero(diff > 0)), nonzero).pvalue) if nonzero else 1.0
+
+
+def _mean_p(diff: np.ndarray, index: np.ndarray, ternary: bool = False) -> float:
+    """The paired p-value of a mean of per-question differences `diff`, the same rule at every n: `sign_test_p`
+    where equal means make the difference symmetric (`ternary`: ACC), else max(`sign_flip_p`, `studentized_p`):
+    P(max ≤ α) ≤ α wherever either is valid, so exact for symmetric or exchangeable differences (the sign flip) and
+    held at its level for skewed ones by the studentized bootstrap's correction (measured: bench/paired.py)."""
+    return sign_test_p(diff) if ternary else max(sign_flip_p(diff), studentized_p(diff, index))
 
 
 def _paired_batches(probs_a: Any, probs_b: Any, targets: Any) -> tuple[_Batch, _Batch]:
@@ -733,24 +813,27 @@ def paired_bootstrap(
     seed: int = 0,
 ) -> PairedDelta:
     """Paired bootstrap of Δ = metric(a) − metric(b), two methods' predictions ``probs_a``, ``probs_b`` on
-    the same N questions (row i of both is question i, with target ``targets[i]``).
+    the same N questions (row i of both is question i, with target ``targets[i]``), with a two-sided p-value.
 
     One index matrix ``[R, N]`` (:func:`resample_indices` with ``numpy.random.default_rng(seed)``, the
     resamples of :func:`bootstrap_ci` with that seed) scores both methods on the same resampled
-    questions: Δ*_r = metric(a[rows_r]) − metric(b[rows_r]).  The interval is the percentile interval of
-    Δ*; the p-value is the paired bootstrap one (not a permutation test), twice the fraction of Δ* on the
-    far side of 0 (see :func:`_paired_delta`): it comes from the same resamples as the interval and agrees
-    with it, p < 1 − level about when the interval leaves 0 out.  A bootstrap rather than a permutation
-    p-value for that agreement, and because it needs no exchangeability of the two methods under the null
-    (a permutation test swapping predictions per question tests the sharper null that the two methods'
-    predictions are exchangeable, not that their metrics are equal).  Resamples on
-    which the metric is NaN (AUROC with one class) are dropped.  ``metric_fn`` is taken as by
-    :func:`bootstrap_ci`.
+    questions: Δ*_r = metric(a[rows_r]) − metric(b[rows_r]); the interval is the percentile interval of Δ*.
+    The p-value tests equal expected metrics by one rule at every N (no switch-over):
+
+    * ACC (per-question differences in {−1, 0, 1}, symmetric once the means are equal): `sign_test_p`, exact;
+    * NLL, BS (means of per-question differences of any shape): max(`sign_flip_p`, `studentized_p` on the same
+      resamples): exact for exchangeable methods or symmetric differences, and held at its level for skewed ones
+      by the studentized bootstrap (bench/paired.py);
+    * AUC, ECE and any other callable: max(`_swap_p`, the percentile bootstrap p of :func:`_paired_delta`), exact
+      for exchangeable methods.
+
+    It need not agree with the interval, which is the percentile bootstrap's.  Resamples on which the metric is
+    NaN (AUROC with one class) are dropped.  ``metric_fn`` is taken as by :func:`bootstrap_ci`.
     """
     n_resamples = _check_bootstrap_args(n_resamples, level)
     a, b = _paired_batches(probs_a, probs_b, targets)
     index = resample_indices(a.n, n_resamples, np.random.default_rng(seed))
-    return _paired(_core_of(metric_fn), a, b, index, level)
+    return _paired(_core_of(metric_fn), a, b, index, level, seed)
 
 
 def paired_summary(
@@ -770,7 +853,7 @@ def paired_summary(
     n_resamples = _check_bootstrap_args(n_resamples, level)
     a, b = _paired_batches(probs_a, probs_b, targets)
     index = resample_indices(a.n, n_resamples, np.random.default_rng(seed))
-    return {name: valid_only(name, _paired(_core_of(fn), a, b, index, level), a.n)
+    return {name: valid_only(name, _paired(_core_of(fn), a, b, index, level, seed), a.n)
             for name, fn in _metric_fns(n_bins, eps).items()}
 
 
@@ -780,7 +863,8 @@ def paired_mean_bootstrap(
 ) -> PairedDelta:
     """Paired bootstrap of Δ = mean_i (x_i − y_i) for per-item values ``values_a`` = x, ``values_b`` = y of two
     methods on the same N items (e.g. each question's EMD‾): Δ*_r is the mean of x_i − y_i over resample r
-    of :func:`resample_indices`; interval and p-value as in :func:`paired_bootstrap`."""
+    of :func:`resample_indices`; the percentile interval, and the p-value of a mean metric in
+    :func:`paired_bootstrap`, max(`sign_flip_p`, `studentized_p`)."""
     n_resamples = _check_bootstrap_args(n_resamples, level)
     x, y = np.asarray(values_a, dtype=np.float64), np.asarray(values_b, dtype=np.float64)
     if x.ndim != 1 or x.shape != y.shape or x.size == 0:
@@ -791,4 +875,4 @@ def paired_mean_bootstrap(
     diff = x - y
     index = resample_indices(diff.size, n_resamples, np.random.default_rng(seed))
     result = _paired_delta(float(diff.mean()), diff[index].mean(axis=1), level)
-    return result if diff.size >= PAIRED_EXACT_N else _small_n(result, diff)
+    return result._replace(p=_mean_p(diff, index))

@@ -7,6 +7,7 @@ Markdown table and the figure files it wrote; the commands write the text files.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from textwrap import shorten
 from typing import Any
 
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.diagnostics.cid import CID_ALPHA, MIN_PATHS
+from beliefdrift.diagnostics.cid import CID_ALPHA
 from beliefdrift.diagnostics.drift_test import DRIFT_LEVEL, DriftTest
 from beliefdrift.diagnostics.emd import EMDRow, aggregate_emd
 from beliefdrift.diagnostics.noise_floor import with_floor
@@ -29,6 +30,7 @@ from beliefdrift.report.plots import plot_marginal_drift
 from beliefdrift.report.text import fixed, markdown_table, plus_minus
 
 Records = Mapping[str, Sequence[Mapping[str, Any]]]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,23 @@ class DiagnosticsReport:
 
 #: The caption of the c.i.d. columns (`diagnostics.cid`).
 CID_NOTE = ("c.i.d. ‖D̄‖₁: first-half minus second-half answer frequencies of each path, averaged over paths, mean ± "
-            f"std over questions; c.i.d. rejected: questions whose sign-flip p of ‖D̄‖₁ over paths is ≤ {CID_ALPHA:g} "
-            f"(none below J = {MIN_PATHS} paths: the smallest p is 2/2^J)")
+            "std over questions (descriptive); c.i.d. rejected: questions whose paths' last answers do not follow "
+            f"their first predictive θ_0 (Monte Carlo p ≤ {CID_ALPHA:g}, valid for every c.i.d. process); "
+            f"(n untestable): questions whose paths could give no p ≤ {CID_ALPHA:g} whatever their last answers")
+
+
+def _cid_cell(cid: Mapping[str, Any]) -> str:
+    """`rejected/questions`, then `(n untestable)` where some questions could not be rejected."""
+    untestable = f" ({cid['cid_untestable']} untestable)" if cid["cid_untestable"] else ""
+    return f"{cid['cid_rejected']}/{cid['questions']}{untestable}"
+
+
+def _warn_untestable(method: Method, cid: Mapping[str, Any]) -> None:
+    """One warning line where the c.i.d. check could not reject some of a method's questions."""
+    if cid["cid_untestable"]:
+        log.warning("%s: the c.i.d. check cannot reject %d of %d questions at %g whatever their last answers (their "
+                    "smallest attainable p is larger: more paths, -J, make it testable)", method.title,
+                    cid["cid_untestable"], cid["questions"], CID_ALPHA)
 
 
 def drift_report(
@@ -59,8 +76,9 @@ def drift_report(
         summary[method.name] = {"marginal_shift_mean": shift_mean.tolist(), "marginal_shift_std": shift_std.tolist(),
                                 **cid_summary(list(records[method.name]))}
         s = summary[method.name]
+        _warn_untestable(method, s)
         rows.append([method.title, str(len(questions)), plus_minus(shift_mean[-1], shift_std[-1]),
-                     plus_minus(s["cid_l1_mean"], s["cid_l1_std"]), f"{s['cid_rejected']}/{len(questions)}"])
+                     plus_minus(s["cid_l1_mean"], s["cid_l1_std"]), _cid_cell(s)])
     table = (f"**Marginal drift and c.i.d. check, {dataset}.** ‖E[θ_N] − E[θ_0]‖₁: how far the mean over paths of the "
              "answer distribution θ_n moved from before the first answer (n = 0) to after the last (n = N), L1, mean ± "
              f"std over questions (a martingale keeps E[θ_n] constant); {CID_NOTE}.\n\n"
@@ -124,14 +142,16 @@ def emd_report(
         tests = stored or [None] * (len(points) + 1)
         drift_rows.append([method.title, *map(_drift_cell, tests)])
         cid = cid_summary(list(records[method.name]))
+        _warn_untestable(method, cid)
         summary[method.name]["cid"] = cid
         summary[method.name]["kstep_exact"] = all(r["kstep_exact"] for r in records[method.name])
         summary[method.name]["prefixes_exact"] = all(r["prefixes_exact"] for r in records[method.name])
         cid_rows.append([method.title, f"{cid['cid_l1_mean']:.3f} ± {cid['cid_l1_std']:.3f}",
-                         f"{cid['cid_rejected']}/{cid['questions']}"])
+                         _cid_cell(cid)])
     blocks.append(f"**Drift test.** drift Û: mean ± s.e. over questions of the "
-                  f"unbiased ‖p^(k) − p^(1)‖₂² (×10³; 0 in expectation for every martingale), one-sided t-test p, * "
-                  f"where p < {DRIFT_LEVEL}; exact: enumerated, no noise, no p; —: records stored before it.\n\n"
+                  "unbiased ‖p^(k) − p^(1)‖₂² (×10³; 0 in expectation for every martingale), p of the betting test "
+                  "over the rollouts of every question (size ≤ its level for every martingale), * where p < "
+                  f"{DRIFT_LEVEL}; exact: enumerated, no noise, no p; —: records stored before it.\n\n"
                   + markdown_table(["method", "drift Û, EMD‾ (p)", *(f"drift Û, b = {b} (p)" for b in points)],
                                    drift_rows))
     blocks.append(f"**c.i.d. check.** {CID_NOTE}.\n\n"

@@ -3,10 +3,10 @@
 Which pairs (`comparisons`): every method against PPR + NoSEED, and every AM-PPR method against PPR + SEED_5
 (the paper's fair comparison for a seeded AM-PPR). A metric's Δ is taken on the questions quality control keeps
 for both methods, with `metrics.paired_summary`: one bootstrap index matrix over those questions scores both
-methods on the same resamples; the interval is the percentile interval of the resampled Δ*, the p-value the
-two-sided paired bootstrap one, 2 (1 + #{Δ* on the far side of 0}) / (R + 1); below `metrics.PAIRED_EXACT_N`
-(30) questions the p-value is a sign-flip permutation test of the per-question differences (exact up to 13
-questions) for the mean metrics (ACC, NLL, BS) and none (–) for AUC. Δ ECE has no interval or p (NaN in
+methods on the same resamples; the interval is the percentile interval of the resampled Δ*. The two-sided p-value
+follows one rule at every n (`metrics.paired_bootstrap`): for ACC the exact sign test of the per-question differences,
+for NLL and BS the larger of that and the studentized bootstrap p, for AUC the larger of a within-question
+swap permutation test and the percentile bootstrap p (docs/statistics.md). Δ ECE has no interval or p (NaN in
 `paired_summary` and paired.csv, † in the table, as Table 2 prints ECE; the metric registry says so,
 `metrics.valid_only`): the binned plug-in's upward bias depends on how a method's confidences spread over the
 bins, so Δ ECE is biased even between two calibrated methods. EMD‾ is compared the same way over the per-question
@@ -32,7 +32,6 @@ from beliefdrift.engine.methods import Method, parse_method
 from beliefdrift.files import write_atomic
 from beliefdrift.metrics.functional import (
     METRIC_NAMES,
-    PAIRED_EXACT_N,
     PairedDelta,
     paired_mean_bootstrap,
     paired_summary,
@@ -49,7 +48,8 @@ BASELINE = "ppr"
 SEEDED_BASELINE = "ppr-seed5"
 PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
 #: How the p-values are computed, as the captions say it.
-SMALL_N_P = f"paired bootstrap from {PAIRED_EXACT_N} questions, below that a sign-flip permutation test"
+P_RULE = ("ACC: exact sign test; NLL, BS, EMD‾: the larger of the sign-flip and the studentized bootstrap p; AUC: "
+             "the larger of a swap permutation test and the bootstrap p; the same rule at every n")
 #: The level of the paired intervals.
 LEVEL = 0.95
 CSV_COLUMNS = ["dataset", "method", "baseline", "metric", "n", "delta", "low", "high", "p", "level", "n_resamples"]
@@ -162,10 +162,10 @@ def empty_pairs_note(pairs: Sequence[PairedComparison]) -> str:
 def metrics_markdown(label: str, pairs: Sequence[PairedComparison]) -> str:
     """The metric Δ table of one run."""
     caption = (f"**Paired differences, {label}.** Δ = method − baseline on the n questions quality control keeps "
-               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}; "
-               f"{MISSING}: no valid test, AUC below {PAIRED_EXACT_N} questions); {DAGGER}: no valid interval or p "
-               f"(Δ of the binned ECE: its bias differs between methods, docs/statistics.md); ACC/AUC in points of "
-               f"%; {ARROWS_NOTE} (for the metric; Δ > 0 favours the method where ↑).")
+               f"for both, with {100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({P_RULE}); "
+               f"{DAGGER}: no valid interval or p (Δ of the binned ECE: its bias differs between methods, "
+               f"docs/statistics.md); ACC/AUC in points of %; {ARROWS_NOTE} (for the metric; Δ > 0 favours the method "
+               "where ↑).")
     return comparison_table(pairs, METRIC_NAMES, caption)
 
 
@@ -174,7 +174,7 @@ def emd_markdown(pairs: Sequence[PairedComparison]) -> str:
     if not pairs:
         return ""
     caption = (f"**Paired Δ EMD‾.** Δ = mean over the n questions of the method's EMD‾ − the baseline's, with "
-               f"{100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({SMALL_N_P}; negative: "
+               f"{100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({P_RULE}; negative: "
                "closer to a martingale than the baseline).")
     return comparison_table(pairs, list(pairs[0].deltas), caption)
 

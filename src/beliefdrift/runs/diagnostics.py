@@ -8,7 +8,6 @@ number of ranks change speed, never a number.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.path_cache import questions_per_batch
 from beliefdrift.config.diagnostics import DiagnosticsConfig, EMDConfig
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.diagnostics.cid import CID_TEST, MIN_PATHS, smallest_p
+from beliefdrift.diagnostics.cid import CID_TEST
+from beliefdrift.diagnostics.drift_test import DRIFT_TEST
 from beliefdrift.diagnostics.emd import emd_generator, question_emd
 from beliefdrift.diagnostics.noise_floor import floor_generator, spread_fields
 from beliefdrift.diagnostics.trajectory import trajectory_quantities_many, unit_trajectories
@@ -29,8 +29,9 @@ from beliefdrift.runs.identity import identity_hash
 from beliefdrift.runs.loop import Models, prepare, run_loop
 from beliefdrift.runs.records import stored_records
 
-log = logging.getLogger(__name__)
-
+#: The tests whose verdicts or increments each command's records hold, pinned in its run identity: a store of
+#: another test's records is refused rather than resumed with two tests' records mixed.
+STORED_TESTS = {"drift": {"cid_test": CID_TEST}, "emd": {"cid_test": CID_TEST, "drift_test": DRIFT_TEST}}
 #: (the runner of the unit's question on the unit's model, the method)
 Unit = tuple[QuestionRunner, Method]
 #: Quantities of each unit of a batch, in order; every unit of one call runs on the same model.
@@ -73,10 +74,7 @@ def diagnose(command: str, config: DiagnosticsConfig, compute: Compute, answers:
     check against the context); `lm`: the model `config` names, already loaded."""
     ranks = Ranks.from_env()
     run = prepare(command, config, config.method_list, answers, lm, ranks)
-    if config.paths < MIN_PATHS and ranks.rank == 0:
-        log.warning("-J %d: the c.i.d. check rejects no question with fewer than %d paths (its smallest p-value is "
-                    "2/2^J = %.3g)", config.paths, MIN_PATHS, smallest_p(config.paths))
-    identity = {**run.identity, "cid_test": CID_TEST}  # the stored c.i.d. verdicts are this test's
+    identity = {**run.identity, **STORED_TESTS[command]}
     identity["sha256"] = identity_hash(identity)
 
     def batch_records(batch: Sequence[tuple[int, MCQuestion]], names: tuple[str, ...]) -> dict[str, Any]:
