@@ -19,7 +19,7 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
   (`CIDCheck`, `last_answer_test`, `half_differences`) and the drift test `drift_test` (`DriftTest`);
 - metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier` (each a
   float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_bootstrap`, `paired_summary`, `paired_mean_bootstrap`,
-  `paired_scores` (of stored rows);
+  `paired_scores` (of stored rows) and their parts `sign_test_p`, `sign_flip_p`, `studentized_p`;
 - runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `drift`, `emd`, `reasoning` (the
   same for the diagnostics, with `DriftConfig`, `EMDCommandConfig`, `ReasoningCommandConfig`), `open_run` (any run
   directory, finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
@@ -165,7 +165,8 @@ _EXPORTS = {
     "beliefdrift.diagnostics.drift_test": ("drift_test", "DriftTest"),
     "beliefdrift.diagnostics.noise_floor": ("noise_floor", "question_floor", "method_floors", "with_floor"),
     "beliefdrift.metrics.functional": ("summarize", "accuracy", "auroc", "ece", "nll", "nll_clipped", "brier",
-                                       "bootstrap_ci", "paired_bootstrap", "paired_summary", "paired_mean_bootstrap"),
+                                       "bootstrap_ci", "paired_bootstrap", "paired_summary", "paired_mean_bootstrap",
+                                       "sign_test_p", "sign_flip_p", "studentized_p"),
     "beliefdrift.report.paired": ("paired_scores",),
     "beliefdrift.config.evaluate": ("EvalConfig",),
     "beliefdrift.runs.results": ("evaluate", "drift", "emd", "reasoning", "open_run", "Run", "write_export"),
