@@ -1,5 +1,5 @@
 """The Python API as a researcher uses it: every step of the paper's workflow from `import beliefdrift as bd` alone,
-keyword arguments with the CLI's names, and the old spellings still working for one release."""
+keyword arguments with the CLI's names, the old spellings gone."""
 
 from __future__ import annotations
 
@@ -47,23 +47,18 @@ def test_a_five_question_study_needs_only_the_package_root(tiny_model_dir) -> No
         assert row.floor_replicates == 5 and math.isfinite(row.floor) and row.floor_low <= row.floor_high
 
 
-def test_old_keyword_names_still_work_with_a_deprecation_warning(tiny_lm) -> None:
+def test_old_keyword_names_and_positional_settings_are_errors(tiny_lm) -> None:
+    """The one-release shims are gone: an old keyword or a setting passed by position is a TypeError."""
     question = bd.load_dataset("demo", n=1)[0]
     methods = [bd.parse_method("ppr")]
-    new = bd.run_methods(tiny_lm, question, methods, paths=2, steps=2, template_ending="paper")[0]
-    with pytest.warns(DeprecationWarning, match=r"num_paths= is now paths="):
-        old = bd.run_methods(tiny_lm, question, methods, num_paths=2, num_steps=2, ending="paper")[0]
-    assert old.probs.tolist() == new.probs.tolist()
-    with pytest.warns(DeprecationWarning, match=r"pass paths, steps, seed, template, template_ending by keyword"):
-        positional = bd.run_methods_many(tiny_lm, [question], methods, 2, 2, 0, "ppr-llama", "paper")[0][0]
-    assert positional.probs.tolist() == new.probs.tolist()
-    with pytest.warns(DeprecationWarning, match=r"ending= is now template_ending="):
-        runner = bd.QuestionRunner(tiny_lm, question, ending="paper")
-    assert runner.template_ending == "paper"
-    with pytest.raises(TypeError, match="both num_paths= and its new name paths="):
-        bd.run_methods(tiny_lm, question, methods, num_paths=2, paths=2)
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        bd.run_methods(tiny_lm, question, methods, nonsense=1)
+    with pytest.raises(TypeError, match="num_paths"):
+        bd.run_methods(tiny_lm, question, methods, num_paths=2, num_steps=2)
+    with pytest.raises(TypeError, match="positional"):
+        bd.run_methods_many(tiny_lm, [question], methods, 2, 2, 0, "ppr-llama", "paper")
+    with pytest.raises(TypeError, match="ending"):
+        bd.QuestionRunner(tiny_lm, question, ending="paper")
+    with pytest.raises(TypeError, match="positional"):
+        bd.load_dataset("demo", None, None, 1)
 
 
 def test_public_functions_take_no_long_positional_lists() -> None:

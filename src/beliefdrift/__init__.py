@@ -28,21 +28,17 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
 - settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
 
 Keyword arguments carry the CLI's names and defaults (`paths`, `steps`, `seed`, `template`, `template_ending`,
-`dtype="auto"`); an old name (`num_paths`, `num_steps`, `ending`) or an old positional call still works for one
-release, with a DeprecationWarning (`renamed`). `--quiet` silences the progress bars with the messages
-(`show_progress`).
+`dtype="auto"`), keyword-only after the model, questions and methods. `--quiet` silences the progress bars with
+the messages (`show_progress`).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
-import inspect
 import os
 import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 __version__ = "0.2.0"
 
@@ -66,47 +62,6 @@ def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Ca
         return sorted({*namespace, *where})
 
     return __getattr__, __dir__
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def renamed(*legacy_positional: str, **old_names: str) -> Callable[[_F], _F]:
-    """Keep a public function's old calls working for one release, each with a DeprecationWarning naming the new
-    spelling: `old_names` maps an old keyword to its new name (`renamed(num_paths="paths")`), and
-    `legacy_positional` names, in their old order, the parameters that were positional before they became
-    keyword-only (a call passing them by position still works). Unknown keywords stay errors."""
-
-    def decorate(function: _F) -> _F:
-        parameters = inspect.signature(function).parameters.values()
-        positional = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
-        name = function.__qualname__.removesuffix(".__init__")
-
-        @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if len(args) > positional and legacy_positional:
-                extra, args = args[positional:], args[:positional]
-                if len(extra) > len(legacy_positional):
-                    raise TypeError(f"{name}() takes at most {positional + len(legacy_positional)} positional "
-                                    f"arguments ({positional + len(extra)} given)")
-                given = legacy_positional[: len(extra)]
-                if any(key in kwargs for key in given):
-                    raise TypeError(f"{name}() got multiple values for {', '.join(k for k in given if k in kwargs)}")
-                warnings.warn(f"{name}(): pass {', '.join(given)} by keyword ({', '.join(f'{k}=' for k in given)}); "
-                              "positional calls go in the next release", DeprecationWarning, stacklevel=2)
-                kwargs.update(zip(given, extra, strict=True))
-            for old, new in old_names.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{name}() got both {old}= and its new name {new}=")
-                    warnings.warn(f"{name}(): {old}= is now {new}=; the old name goes in the next release",
-                                  DeprecationWarning, stacklevel=2)
-                    kwargs[new] = kwargs.pop(old)
-            return function(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
 
 
 #: Whether the package's progress bars show (`show_progress`; the CLI's --quiet turns them off with its messages).

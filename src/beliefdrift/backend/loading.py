@@ -25,7 +25,7 @@ from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from beliefdrift import progress_shown, renamed
+from beliefdrift import progress_shown
 from beliefdrift.errors import UserError, check_device, check_model, first_line
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
 
@@ -205,7 +205,6 @@ def model_from(options: Any) -> LanguageModel:
                       **options.pretrained_kwargs())
 
 
-@renamed("device", "dtype", "attn_implementation", "device_map", "revision", "trust_remote_code", "model_args")
 def load_model(
     spec: str = DEFAULT_MODEL,
     *,

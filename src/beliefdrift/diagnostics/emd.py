@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from beliefdrift import renamed
 from beliefdrift.backend import LanguageModel, PathBatch
 from beliefdrift.config.diagnostics import EMDConfig
 from beliefdrift.data.question import MCQuestion
@@ -269,7 +268,6 @@ def emd_rows(per_question: Mapping[str, Sequence[QuestionEMD]], distance: str = 
             for name, results in per_question.items()]
 
 
-@renamed("config", "seed", "template", "distance", "template_ending", ending="template_ending")
 def emd_summary(
     lm: LanguageModel,
     questions: Sequence[MCQuestion],

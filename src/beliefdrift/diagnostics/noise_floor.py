@@ -44,7 +44,6 @@ from typing import Any
 
 import torch
 
-from beliefdrift import renamed
 from beliefdrift.backend import AnswerDist, LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.emd import EMDConfig, EMDRow, QuestionEMD, aggregate_emd, predictives
@@ -209,7 +208,6 @@ def replicate_summaries(
     return [list(replicate) for replicate in zip(*per_question, strict=True)]
 
 
-@renamed("seed", "config", "replicates", "distances")
 def method_floors(
     questions: Sequence[MCQuestion],
     methods: Sequence[Method],

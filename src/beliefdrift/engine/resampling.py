@@ -14,7 +14,6 @@ from functools import cached_property
 
 import torch
 
-from beliefdrift import renamed
 from beliefdrift.backend import AnswerDist, AnswerTokens, LanguageModel, PathBatch
 from beliefdrift.backend.answer_tokens import resolve_answer_tokens, resolve_single_answer
 from beliefdrift.backend.path_cache import runs_static_steps
@@ -229,7 +228,6 @@ class QuestionRunner:
     prompt are each computed once (one prefill) and forked for every method that needs them. Both prompts are
     rendered with `template_ending` (`prompts.TEMPLATE_ENDINGS`; the old keyword `ending` warns)."""
 
-    @renamed(ending="template_ending")
     def __init__(
         self,
         lm: LanguageModel,

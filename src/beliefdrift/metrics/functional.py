@@ -32,8 +32,6 @@ import numpy as np
 import torch
 from scipy.stats import permutation_test
 
-from beliefdrift import renamed
-
 __all__ = [
     "METRICS",
     "METRIC_NAMES",
@@ -415,7 +413,6 @@ def ce2_interval(batch: _Batch, index: np.ndarray, level: float, n_bins: int = C
     return Interval(root, math.sqrt(max(0.0, low)), math.sqrt(max(0.0, high)))
 
 
-@renamed("n_bins")
 def ece(probs: Any, targets: Any, *, n_bins: int = 15) -> float:
     """Expected calibration error: ECE = Σ_b (n_b/N) |acc_b − conf_b| over the equal-width bins
     ((b−1)/B, b/B] of :func:`reliability_bins` (empty bins contribute 0).
@@ -430,7 +427,6 @@ def _check_eps(eps: float) -> None:
         raise ValueError(f"eps must be a positive finite number; got {eps!r}")
 
 
-@renamed("eps")
 def nll(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> float:
     """Negative log-likelihood: NLL = (1/N) Σ_i −log max(p_i^(y_i), ε).
 
@@ -442,7 +438,6 @@ def nll(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> float:
     return float(_nll_core(batch, _identity(batch.n), eps)[0])
 
 
-@renamed("eps")
 def nll_clipped(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> int:
     """How many true-label probabilities :func:`nll` clips up to ``eps`` (p_i^(y_i) < ε)."""
     _check_eps(eps)
@@ -586,7 +581,6 @@ def _interval(metric_fn: Callable[..., Any], batch: _Batch, index: np.ndarray, l
     return Interval(point, float(low), float(high))
 
 
-@renamed("n_resamples", "level", "seed")
 def bootstrap_ci(
     metric_fn: Callable[[np.ndarray, np.ndarray], Any],
     probs: Any,
@@ -721,7 +715,6 @@ def _paired_batches(probs_a: Any, probs_b: Any, targets: Any) -> tuple[_Batch, _
     return _normalise(probs_a, targets), _normalise(probs_b, targets)
 
 
-@renamed("n_resamples", "level", "seed")
 def paired_bootstrap(
     metric_fn: Callable[[np.ndarray, np.ndarray], Any],
     probs_a: Any,
@@ -774,7 +767,6 @@ def paired_summary(
             for name, fn in _metric_fns(n_bins, eps).items()}
 
 
-@renamed("n_resamples", "level", "seed")
 def paired_mean_bootstrap(
     values_a: Any, values_b: Any, *, n_resamples: int = 1000, level: float = 0.95, seed: int = 0
 ) -> PairedDelta:
