@@ -27,7 +27,7 @@ from beliefdrift.amortize.forward import conditionals
 from beliefdrift.amortize.loss import SelfConsistencyLoss, expected_sc_loss
 from beliefdrift.amortize.rollouts import (
     RolloutGroup,
-    generate_rollouts,
+    generate_groups,
     group_id,
     load_rollouts,
     sample_rollouts,
@@ -85,8 +85,8 @@ def test_differentiable_conditionals_equal_pathbatch_theta_default_model(default
 
 
 def test_rollout_dataset_round_trip_and_determinism(tiny_lm, question, template, tmp_path):
-    groups = generate_rollouts(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
-    again = generate_rollouts(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
+    groups = generate_groups(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
+    again = generate_groups(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
     assert [g.id for g in groups] == [group_id(question.id, ()), group_id(question.id, groups[1].prefix)]
     assert len(groups[1].prefix) == 3 and groups[0].rollouts.shape == (6, 4)
     for g, h in zip(groups, again, strict=True):
@@ -109,7 +109,7 @@ def test_rollout_dataset_round_trip_and_determinism(tiny_lm, question, template,
 
 def test_group_forecast_is_the_exact_k_step_predictive_in_expectation(tiny_lm, question, template):
     # f = mean_j θ(· | a_{1:n}, A^{(j)}) over sampled rollouts is a Monte Carlo estimate of p^(K); K = 3 here.
-    (group,) = generate_rollouts(tiny_lm, [question], (1,), num_rollouts=400, depth=2, seed=0, template=template)
+    (group,) = generate_groups(tiny_lm, [question], (1,), num_rollouts=400, depth=2, seed=0, template=template)
     runner = QuestionRunner(tiny_lm, question, template)
     exact = kstep_exact(runner.paths(1, seeds=torch.tensor([group.prefix])), 3).probs[0, 2]
     assert group.forecast.shape == exact.shape

@@ -13,7 +13,7 @@ _EXPORTS = {
         "SCLossOutput", "SelfConsistencyLoss", "draw_horizons", "expected_sc_loss", "horizon_pairs", "log_predictive",
     ),
     "beliefdrift.amortize.rollouts": (
-        "RolloutGroup", "generate_group", "generate_rollouts", "group_id", "load_rollouts", "sample_prefix",
+        "RolloutGroup", "generate_group", "generate_groups", "group_id", "load_rollouts", "sample_prefix",
         "sample_rollouts", "save_rollouts",
     ),
     "beliefdrift.config.train": ("TrainConfig",),
@@ -32,7 +32,7 @@ __all__ = [
     "encode_prefix",
     "expected_sc_loss",
     "generate_group",
-    "generate_rollouts",
+    "generate_groups",
     "group_id",
     "horizon_pairs",
     "load_rollouts",

@@ -39,7 +39,7 @@ from beliefdrift.amortize.forward import Conditionals, enable_gradient_checkpoin
 from beliefdrift.amortize.loss import SCLossOutput, SelfConsistencyLoss, draw_horizons
 from beliefdrift.amortize.rollouts import (
     RolloutGroup,
-    generate_rollouts,
+    generate_groups,
     load_rollouts,
     sample_rollouts,
     save_rollouts,
@@ -228,7 +228,7 @@ class SCTrainer:
                 self.check_context(lm, questions)
                 logger.info("sampling rollouts: %d questions × %d prefixes, J=%d, depth %d", len(questions),
                          len(config.prefix_lengths), config.paths, config.horizon - 1)
-                groups = generate_rollouts(lm, questions, config.prefix_lengths, config.paths,
+                groups = generate_groups(lm, questions, config.prefix_lengths, config.paths,
                                            config.horizon - 1, config.seed, config.template, config.prefix_mode,
                                            config.template_ending)
                 save_rollouts(groups, directory, self.rollout_settings())

@@ -55,7 +55,7 @@ def unwrapped(model: torch.nn.Module) -> Any:
     return model
 
 
-def base_model(model: torch.nn.Module) -> Any:
+def transformers_model(model: torch.nn.Module) -> Any:
     """The transformers model inside DDP/FSDP and peft wrappers."""
     base = unwrapped(model)
     return base.get_base_model() if hasattr(base, "get_base_model") else base
@@ -65,7 +65,7 @@ def cache_argument(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
     """The keyword argument that hands a KV cache to `model`'s forward pass: `cache` where transformers has renamed
     `past_key_values` (the old name warns, and goes in 5.40), `past_key_values` in older versions and in models that
     bring their own code."""
-    return {_cache_keyword(type(base_model(model))): cache}
+    return {_cache_keyword(type(transformers_model(model))): cache}
 
 
 @functools.cache

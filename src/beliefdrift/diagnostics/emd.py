@@ -212,7 +212,6 @@ class EMDRow:
     burn_in_floor: list[float] | None = None
     burn_in_floor_low: list[float] | None = None
     burn_in_floor_high: list[float] | None = None
-    burn_in_above_floor: list[bool] | None = None
     questions_above_floor: int | None = None  # questions whose own EMD‾ is above their own floor (its p ≤ 2.5%)
 
 

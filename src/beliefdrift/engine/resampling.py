@@ -307,16 +307,3 @@ def sample_many(jobs: Sequence[tuple[QuestionRunner, Sequence[PPRRequest]]]) -> 
         for i in members:
             results[i] = [next(trajectories) for _ in jobs[i][1]]
     return results
-
-
-def run_ppr(
-    lm: LanguageModel,
-    question: MCQuestion,
-    num_paths: int,
-    num_steps: int,
-    generator: torch.Generator,
-    num_seeds: int = 0,
-    template: str = DEFAULT_PPR_TEMPLATE,
-) -> Trajectories:
-    """PPR (+SEED_m) trajectories for one question (see `QuestionRunner` to share work between methods)."""
-    return QuestionRunner(lm, question, template).ppr(num_paths, num_steps, generator, num_seeds)

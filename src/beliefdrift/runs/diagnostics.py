@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 #: (the runner of the unit's question on the unit's model, the method)
 Unit = tuple[QuestionRunner, Method]
 #: Quantities of each unit of a batch, in order; every unit of one call runs on the same model.
-Compute = Callable[[Sequence[Unit]], list[dict[str, Any]]]
+ComputeUnits = Callable[[Sequence[Unit]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Diagnosed:
 
 
 def compute_batch(
-    models: Models, questions: Sequence[MCQuestion], methods: Sequence[Method], compute: Compute, template: str,
+    models: Models, questions: Sequence[MCQuestion], methods: Sequence[Method], compute: ComputeUnits, template: str,
     template_ending: str,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """{question id: {method: quantities}} of `methods` on `questions`: one `compute` call per model (base, then
@@ -66,7 +66,7 @@ def compute_batch(
     return results
 
 
-def diagnose(command: str, config: DiagnosticsConfig, compute: Compute, answers: int,
+def diagnose(command: str, config: DiagnosticsConfig, compute: ComputeUnits, answers: int,
              lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
     """Store `compute(units)` for every question × method of `config` not stored yet in `config.out`'s run store,
     `questions_per_batch` questions per call. `answers` is the most answers a path holds after its seeds (for the

@@ -45,7 +45,7 @@ def question_rows(
     return rows
 
 
-def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: Ranks | None = None,
+def run_evaluation(config: EvalConfig, out: str | Path, progress: bool = True, ranks: Ranks | None = None,
              lm: LanguageModel | None = None) -> Path:
     """Run every (question, method) of `config` not yet stored in `<out>/run.sqlite`; return the store path. `lm`:
     the model `config` names, already loaded (else it is loaded here).

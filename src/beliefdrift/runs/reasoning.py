@@ -223,7 +223,7 @@ def run_experiment(
         return None
     stored = stored_records(out, [task.id for task in tasks], keys)
     results = [_from_units({key: stored[task.id, key] for key in keys}) for task in tasks]
-    summary = identity | summarize(results, config)
+    summary = identity | summarize_conditions(results, config)
     count = f"{len(results)} question" + ("s" if len(results) != 1 else "")
     title = f"{identity.get('dataset', 'reasoning')}: {count}, R={config.rollouts}"
     curves = {cond["title"]: curve_stats_of(results, key) for key, cond in summary["conditions"].items()}
@@ -260,7 +260,7 @@ def curve_stats_of(results: Sequence[dict], key: str) -> CurveStats:
     return curve_stats([r["conditions"][key]["curve"] for r in results])
 
 
-def summarize(results: Sequence[dict], config: ReasoningConfig) -> dict:
+def summarize_conditions(results: Sequence[dict], config: ReasoningConfig) -> dict:
     """Per condition: the curve's mean ± std over questions, majority-answer accuracy, answer and format
     statistics; for the seeded condition also, per n, on how many questions its curve lies above the unseeded one."""
     conditions = {}

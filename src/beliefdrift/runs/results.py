@@ -130,7 +130,7 @@ def evaluate(config: EvalConfig, lm: LanguageModel | None = None, out: str | Pat
              progress: bool = True) -> Run:
     """Run (or resume) the evaluation `config` describes into `out` (default: `config.out`) and return it. `lm`:
     the model `config` names, when it is loaded already."""
-    from beliefdrift.runs.evaluate import evaluate as run_evaluation
+    from beliefdrift.runs.evaluate import run_evaluation
 
     return Run(run_evaluation(config, out if out is not None else config.out, progress=progress, lm=lm).parent)
 
