@@ -38,7 +38,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
 
@@ -133,4 +133,86 @@ _EXPORTS = {
 }
 
 __all__ = ["__version__", *(name for names in _EXPORTS.values() for name in names)]
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+    from beliefdrift.amortize.trainer import SCTrainer as SCTrainer
+    from beliefdrift.backend.adapters import base_model as base_model, load_adapter as load_adapter
+    from beliefdrift.backend.loading import LanguageModel as LanguageModel, load_model as load_model
+    from beliefdrift.config.diagnostics import (
+        DriftConfig as DriftConfig,
+        EMDCommandConfig as EMDCommandConfig,
+        EMDConfig as EMDConfig,
+    )
+    from beliefdrift.config.evaluate import EvalConfig as EvalConfig
+    from beliefdrift.config.options import QualityControl as QualityControl, load_settings as load_settings
+    from beliefdrift.config.reasoning import ReasoningCommandConfig as ReasoningCommandConfig
+    from beliefdrift.config.train import TrainConfig as TrainConfig
+    from beliefdrift.data.question import MCQuestion as MCQuestion
+    from beliefdrift.data.registry import load_dataset as load_dataset
+    from beliefdrift.diagnostics.cid import (
+        CIDCheck as CIDCheck,
+        cid_check as cid_check,
+        half_differences as half_differences,
+        sign_flip_l1_p as sign_flip_l1_p,
+        smallest_p as smallest_p,
+    )
+    from beliefdrift.diagnostics.drift_test import DriftTest as DriftTest, drift_test as drift_test
+    from beliefdrift.diagnostics.emd import (
+        EMDRow as EMDRow,
+        QuestionEMD as QuestionEMD,
+        aggregate_emd as aggregate_emd,
+        emd_per_question as emd_per_question,
+        emd_rows as emd_rows,
+        emd_summary as emd_summary,
+        question_emd as question_emd,
+    )
+    from beliefdrift.diagnostics.marginal import marginal_drift as marginal_drift, marginal_shift as marginal_shift
+    from beliefdrift.diagnostics.noise_floor import (
+        method_floors as method_floors,
+        noise_floor as noise_floor,
+        question_floor as question_floor,
+        with_floor as with_floor,
+    )
+    from beliefdrift.engine.estimators import (
+        first_step_estimate as first_step_estimate,
+        martingale_posterior_mean as martingale_posterior_mean,
+        rao_blackwell_mean as rao_blackwell_mean,
+    )
+    from beliefdrift.engine.methods import (
+        Method as Method,
+        MethodResult as MethodResult,
+        parse_method as parse_method,
+        run_methods as run_methods,
+        run_methods_many as run_methods_many,
+    )
+    from beliefdrift.engine.resampling import (
+        QuestionRunner as QuestionRunner,
+        Trajectories as Trajectories,
+        make_generator as make_generator,
+    )
+    from beliefdrift.metrics.functional import (
+        accuracy as accuracy,
+        auroc as auroc,
+        bootstrap_ci as bootstrap_ci,
+        brier as brier,
+        ece as ece,
+        nll as nll,
+        nll_clipped as nll_clipped,
+        paired_bootstrap as paired_bootstrap,
+        paired_mean_bootstrap as paired_mean_bootstrap,
+        paired_summary as paired_summary,
+        summarize as summarize,
+    )
+    from beliefdrift.report.paired import paired_scores as paired_scores
+    from beliefdrift.runs.identity import run_identity as run_identity
+    from beliefdrift.runs.results import (
+        Run as Run,
+        drift as drift,
+        emd as emd,
+        evaluate as evaluate,
+        open_run as open_run,
+        reasoning as reasoning,
+        write_export as write_export,
+    )
+    from beliefdrift.runs.scoring import score_rows as score_rows
+else:  # (a module `__getattr__` seen by a type checker would let any name pass)
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

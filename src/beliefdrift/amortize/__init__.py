@@ -3,6 +3,8 @@
 The trained adapter loads with `beliefdrift.backend.adapters.load_adapter(lm, path)` (and `--adapter` on the CLI).
 """
 
+from typing import TYPE_CHECKING
+
 from beliefdrift import lazy_exports
 
 #: Each module and the public names it defines (imported on first use).
@@ -43,4 +45,33 @@ __all__ = [
     "sample_rollouts",
     "save_rollouts",
 ]
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+    from beliefdrift.amortize.backward import backward_sc_loss as backward_sc_loss
+    from beliefdrift.amortize.forward import (
+        PrefixState as PrefixState,
+        conditionals as conditionals,
+        encode_prefix as encode_prefix,
+        rollout_conditionals as rollout_conditionals,
+    )
+    from beliefdrift.amortize.loss import (
+        SCLossOutput as SCLossOutput,
+        SelfConsistencyLoss as SelfConsistencyLoss,
+        draw_horizons as draw_horizons,
+        expected_sc_loss as expected_sc_loss,
+        horizon_pairs as horizon_pairs,
+        log_predictive as log_predictive,
+    )
+    from beliefdrift.amortize.rollouts import (
+        RolloutGroup as RolloutGroup,
+        generate_group as generate_group,
+        generate_groups as generate_groups,
+        group_id as group_id,
+        load_rollouts as load_rollouts,
+        sample_prefix as sample_prefix,
+        sample_rollouts as sample_rollouts,
+        save_rollouts as save_rollouts,
+    )
+    from beliefdrift.amortize.trainer import SCTrainer as SCTrainer, plan_updates as plan_updates
+    from beliefdrift.config.train import TrainConfig as TrainConfig
+else:  # (a module `__getattr__` seen by a type checker would let any name pass)
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
