@@ -45,7 +45,7 @@ def worker(config_path: str, out: str, dtype: str, updates: int, warm_up: bool) 
 
     config = load_settings(TrainConfig, config_path, {"dtype": dtype,
                                                       "rollout_dir": str(Path(out).parent / "rollouts")})
-    trainer = SCTrainer(config, out)
+    trainer = SCTrainer(config=config, out=out)
     plan = trainer.updates
     if warm_up:
         trainer.update(plan[0])  # first-touch allocations, caches

@@ -3,7 +3,13 @@ keyword arguments with the CLI's names, the old spellings gone."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,3 +83,54 @@ def test_public_functions_take_no_long_positional_lists() -> None:
         positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         assert len(positional) <= 4, (name, positional)
         assert not {"num_paths", "num_steps", "ending"} & {p.name for p in parameters}, name
+
+
+STUDY = Path(__file__).with_name("study.py")
+SRC = Path(__file__).resolve().parents[1] / "src"
+#: Libraries the type check of the study does not read (their types are Any there): reading torch and transformers
+#: alone takes minutes; the study's own calls are beliefdrift's, numpy's and matplotlib's.
+UNREAD = ("torch", "transformers", "peft", "accelerate", "datasets", "scipy", "tokenizers", "huggingface_hub",
+          "safetensors", "pyarrow", "gguf", "tensorboard", "jinja2", "plotly", "tqdm", "yaml", "platformdirs",
+          "sklearn", "pandas", "lm_eval")
+
+
+def test_a_notebook_study_runs_on_the_documented_api_alone(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
+    """tests/study.py: five questions, two methods, their paired test, EMD and its drift test, one figure, with no
+    import but `beliefdrift` (as bd) from the package."""
+    tree = ast.parse(STUDY.read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert {name for name in imported if name.startswith("beliefdrift")} == {"beliefdrift"}
+    spec = importlib.util.spec_from_file_location("study", STUDY)
+    assert spec is not None and spec.loader is not None
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    results = study.study(str(tiny_model_dir), tmp_path)
+    assert all(math.isfinite(value) for value in results.values()) and results["emd_ppr"] >= 0
+    assert (tmp_path / "emd_k_b.png").stat().st_size > 0
+    printed = capsys.readouterr().out
+    assert "PPR + SEED_1 − PPR + NoSEED: Δ NLL" in printed and "drift test p =" in printed
+
+
+def test_the_study_type_checks_under_mypy_strict(tmp_path: Path, pytestconfig: pytest.Config) -> None:
+    """The API's types reach a user's type checker (the package roots' TYPE_CHECKING imports, typed results):
+    `mypy --strict` passes on tests/study.py, and a misspelt name or a wrong use of a result fails it."""
+    pytest.importorskip("mypy")
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\nstrict = True\nfollow_imports = silent\n"
+                      f"[mypy-{','.join(f'{name}.*' for name in UNREAD)}]\nfollow_imports = skip\n")
+    cache = pytestconfig.cache.mkdir("mypy") if pytestconfig.cache else tmp_path / "cache"
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("import beliefdrift as bd\n\nrun = bd.open_run('out')\nrow = run.scores()[0]\n"
+                     "accuracy: str = row.metrics['ACC'].point\nbd.evalute(questions='demo')\n")
+
+    def mypy(script: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(config), "--cache-dir", str(cache),
+                               str(script)], capture_output=True, text=True, env={**os.environ, "MYPYPATH": str(SRC)},
+                              cwd=tmp_path)
+
+    checked = mypy(STUDY)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    failed = mypy(wrong).stdout
+    assert 'Incompatible types in assignment (expression has type "float", variable has type "str")' in failed
+    assert 'Module has no attribute "evalute"' in failed

@@ -159,9 +159,9 @@ def test_stored_results_and_records_equal_the_eager_engines(up_front, tiny_model
         use_static_steps(lm.model, static)
         out = tmp_path / ("static" if static else "eager")
         config = EvalConfig(**settings, methods=["direct", "ppr", "ppr-seed2"], out=out / "evaluate")
-        with RunStore.open(run_evaluation(config, config.out, progress=False, lm=lm), read_only=True) as store:
+        with RunStore.open(run_evaluation(config, progress=False, lm=lm), read_only=True) as store:
             rows = {(r.question_id, r.method): dataclasses.replace(r, seconds=0.0) for r in store.rows()}
-        drift = run_drift(DriftConfig(**settings, methods=["ppr", "ppr-seed1"], out=out / "drift"), lm,
+        drift = run_drift(DriftConfig(**settings, methods=["ppr", "ppr-seed1"], out=out / "drift"), lm=lm,
                           progress=False)
         with RunStore.open(drift.path, read_only=True) as store:
             records = {(q.id, m.name): store.records(q.id, m.name) for q in drift.questions for m in drift.methods}

@@ -120,12 +120,13 @@ _EXPORTS = {
     "beliefdrift.diagnostics.drift_test": ("drift_test", "DriftTest"),
     "beliefdrift.diagnostics.noise_floor": ("noise_floor", "question_floor", "method_floors", "with_floor"),
     "beliefdrift.metrics.functional": ("summarize", "accuracy", "auroc", "ece", "nll", "nll_clipped", "brier",
-                                       "bootstrap_ci", "paired_bootstrap", "paired_summary", "paired_mean_bootstrap"),
-    "beliefdrift.report.paired": ("paired_scores",),
+                                       "bootstrap_ci", "paired_bootstrap", "paired_summary", "paired_mean_bootstrap",
+                                       "Interval", "PairedDelta"),
+    "beliefdrift.report.paired": ("paired_scores", "PairedComparison"),
     "beliefdrift.config.evaluate": ("EvalConfig",),
     "beliefdrift.runs.results": ("evaluate", "drift", "emd", "reasoning", "open_run", "Run", "write_export"),
     "beliefdrift.config.reasoning": ("ReasoningCommandConfig",),
-    "beliefdrift.runs.scoring": ("score_rows",),
+    "beliefdrift.runs.scoring": ("score_rows", "ScoreRow"),
     "beliefdrift.config.options": ("QualityControl", "load_settings"),
     "beliefdrift.config.train": ("TrainConfig",),
     "beliefdrift.amortize.trainer": ("SCTrainer",),
@@ -190,6 +191,8 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
         make_generator as make_generator,
     )
     from beliefdrift.metrics.functional import (
+        Interval as Interval,
+        PairedDelta as PairedDelta,
         accuracy as accuracy,
         auroc as auroc,
         bootstrap_ci as bootstrap_ci,
@@ -202,7 +205,7 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
         paired_summary as paired_summary,
         summarize as summarize,
     )
-    from beliefdrift.report.paired import paired_scores as paired_scores
+    from beliefdrift.report.paired import PairedComparison as PairedComparison, paired_scores as paired_scores
     from beliefdrift.runs.identity import run_identity as run_identity
     from beliefdrift.runs.results import (
         Run as Run,
@@ -213,6 +216,6 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
         reasoning as reasoning,
         write_export as write_export,
     )
-    from beliefdrift.runs.scoring import score_rows as score_rows
+    from beliefdrift.runs.scoring import ScoreRow as ScoreRow, score_rows as score_rows
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
     __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

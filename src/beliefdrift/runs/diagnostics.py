@@ -16,7 +16,7 @@ from typing import Any
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.path_cache import questions_per_batch
-from beliefdrift.config.diagnostics import DiagnosticsConfig, EMDConfig
+from beliefdrift.config.diagnostics import DiagnosticsConfig, DriftConfig, EMDCommandConfig, EMDConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.cid import CID_TEST, MIN_PATHS, smallest_p
 from beliefdrift.diagnostics.emd import emd_generator, question_emd
@@ -66,13 +66,15 @@ def compute_batch(
     return results
 
 
-def diagnose(command: str, config: DiagnosticsConfig, compute: ComputeUnits, answers: int,
-             lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
+def diagnose(command: str, config: DiagnosticsConfig, compute: ComputeUnits, answers: int, *,
+             questions: Sequence[MCQuestion] | None = None, lm: LanguageModel | None = None,
+             progress: bool = True) -> Diagnosed:
     """Store `compute(units)` for every question × method of `config` not stored yet in `config.out`'s run store,
     `questions_per_batch` questions per call. `answers` is the most answers a path holds after its seeds (for the
-    check against the context); `lm`: the model `config` names, already loaded."""
+    check against the context); `questions`: the questions, when given as objects; `lm`: the model `config` names,
+    already loaded."""
     ranks = Ranks.from_env()
-    run = prepare(command, config, config.method_list, answers, lm, ranks)
+    run = prepare(command, config, config.method_list, answers, questions=questions, lm=lm, ranks=ranks)
     if config.paths < MIN_PATHS and ranks.rank == 0:
         log.warning("-J %d: the c.i.d. check rejects no question with fewer than %d paths (its smallest p-value is "
                     "2/2^J = %.3g)", config.paths, MIN_PATHS, smallest_p(config.paths))
@@ -89,20 +91,22 @@ def diagnose(command: str, config: DiagnosticsConfig, compute: ComputeUnits, ans
     return Diagnosed(path, run.questions, run.methods)
 
 
-def run_drift(config: DiagnosticsConfig, lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
+def run_drift(config: DriftConfig, *, questions: Sequence[MCQuestion] | None = None,
+              lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
     """`beliefdrift drift`'s units: the marginal drift and c.i.d. check of J × N PPR paths per question × method."""
     return diagnose("drift", config,
                     lambda units: trajectory_quantities_many(units, config.paths, config.steps, config.seed),
-                    config.steps, lm, progress)
+                    config.steps, questions=questions, lm=lm, progress=progress)
 
 
-def run_emd(config: DiagnosticsConfig, emd: EMDConfig, lm: LanguageModel | None = None,
-            progress: bool = True) -> Diagnosed:
-    """`beliefdrift emd`'s units (`emd_quantities`) under the EMD settings `emd`."""
+def run_emd(config: EMDCommandConfig, *, questions: Sequence[MCQuestion] | None = None,
+            lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
+    """`beliefdrift emd`'s units (`emd_quantities`) under its EMD settings (`EMDCommandConfig.emd`)."""
+    emd = config.emd
     answers = max(config.steps, max(emd.prefix_lengths, default=0) + emd.horizon, emd.burn_in + emd.k)
     return diagnose("emd", config,
                     lambda units: emd_quantities(units, emd, config.paths, config.steps, config.seed), answers,
-                    lm, progress)
+                    questions=questions, lm=lm, progress=progress)
 
 
 def emd_quantities(units: Sequence[Unit], config: EMDConfig, paths: int, steps: int, seed: int) -> list[dict[str, Any]]:
