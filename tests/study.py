@@ -23,18 +23,17 @@ def study(model: str, out: Path) -> dict[str, float]:
     lm = bd.load_model(model, dtype="float32")
     questions = bd.load_dataset("demo", n=5)
 
-    # the methods' answer distributions, scored with bootstrap intervals (quality control keeps every question here:
-    # a random model puts little mass on the labels)
+    # the methods' answer distributions, scored with bootstrap intervals (quality control keeps every question here,
+    # qc_path_mass=0: a random model puts little mass on the labels)
     run = bd.evaluate(questions=questions, lm=lm, methods=METHODS, paths=4, steps=3, qc_path_mass=0.0,
                       out=out / "evaluate", progress=False)
-    keep_all = bd.QualityControl(path_mass=0.0)
-    scores: list[bd.ScoreRow] = run.scores(keep_all, n_resamples=200)
+    scores: list[bd.ScoreRow] = run.scores(n_resamples=200)
     for score in scores:
         accuracy: bd.Interval = score.metrics["ACC"]
         print(f"{score.title:24} ACC {accuracy.point:.2f} [{accuracy.low:.2f}, {accuracy.high:.2f}] on {score.n}")
 
     # seeded against unseeded PPR on the same questions: Δ NLL with its paired interval and p
-    (pair,) = run.paired(keep_all, n_resamples=200)
+    (pair,) = run.paired(n_resamples=200)
     nll: bd.PairedDelta = pair.deltas["NLL"]
     print(f"{pair.method.title} − {pair.baseline.title}: Δ NLL {nll.delta:+.3f} [{nll.low:+.3f}, {nll.high:+.3f}], "
           f"p = {nll.p:.2f}")

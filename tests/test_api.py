@@ -110,6 +110,7 @@ def test_a_notebook_study_runs_on_the_documented_api_alone(tiny_model_dir: Path,
     assert (tmp_path / "emd_k_b.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "PPR + SEED_1 − PPR + NoSEED: Δ NLL" in printed and "drift test p =" in printed
+    assert printed.count(" on 5\n") == 6  # 2 methods × 3 estimators (q*, q*_RB, θ̂_1), the run's QC keeping all
 
 
 def test_the_study_type_checks_under_mypy_strict(tmp_path: Path, pytestconfig: pytest.Config) -> None:

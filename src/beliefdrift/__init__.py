@@ -17,14 +17,16 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
   `aggregate_emd` (one question, stored summaries; `QuestionEMD`, `EMDRow`), `noise_floor` (the rows beside their
   Pólya-urn floor), `question_floor`, `method_floors` and `with_floor` (its parts), the c.i.d. check `cid_check`
   (`CIDCheck`, `sign_flip_l1_p`, `smallest_p`, `half_differences`) and the drift test `drift_test` (`DriftTest`);
-- metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier` (each a
-  float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_bootstrap`, `paired_summary`, `paired_mean_bootstrap`,
-  `paired_scores` (of stored rows);
-- runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `drift`, `emd`, `reasoning` (the
-  same for the diagnostics, with `DriftConfig`, `EMDCommandConfig`, `ReasoningCommandConfig`), `open_run` (any run
-  directory, finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
-  `score_rows`, `QualityControl`;
-- SC fine-tuning (AM-PPR): `TrainConfig`, `SCTrainer`;
+- metrics: `summarize` (all of them with bootstrap intervals, each an `Interval`), `accuracy`, `auroc`, `ece`, `nll`,
+  `brier` (each a float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_bootstrap`, `paired_summary`,
+  `paired_mean_bootstrap` (each Δ a `PairedDelta`), `paired_scores` (of stored rows, `PairedComparison`s);
+- runs: `evaluate` (runs or resumes a run store, returns a `Run`), `drift`, `emd`, `reasoning` (the same for the
+  diagnostics), each taking `questions=` (objects or a dataset name), `lm=` (a model or its name), `config=` (its
+  settings: `EvalConfig`, `DriftConfig`, `EMDCommandConfig`, `ReasoningCommandConfig`, or a YAML file) and the
+  settings by the flags' names; `open_run` (any run directory, finished or partial: `.scores()` (`ScoreRow`s),
+  `.records()`, `.trajectories()`, `.paired()`, `.emd_rows()`, `.path`), `write_export`, `score_rows`,
+  `QualityControl`;
+- SC fine-tuning (AM-PPR): `SCTrainer` (the same keywords; `TrainConfig`);
 - settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
 
 Keyword arguments carry the CLI's names and defaults (`paths`, `steps`, `seed`, `template`, `template_ending`,

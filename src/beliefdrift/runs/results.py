@@ -49,9 +49,12 @@ EXPORT_FORMATS = ("jsonl", "parquet")
 
 @dataclass(frozen=True)
 class Run:
-    """A run directory holding a run store (`run.sqlite`); every read opens the store read-only."""
+    """A run directory holding a run store (`run.sqlite`); every read opens the store read-only. `qc`: the quality
+    control `scores`, `paired` and `quality_control` apply unless given one (`evaluate`'s: its settings' `qc_*`;
+    else the defaults)."""
 
     path: Path
+    qc: QualityControl | None = None
 
     def _store(self) -> RunStore:
         return RunStore.open(self.path / STORE_FILE, read_only=True)
@@ -68,7 +71,7 @@ class Run:
 
         with self._store() as store:
             rows = store.rows(trajectories=False)
-        return [score.row() for score in score_rows(rows, qc, n_resamples)]
+        return [score.row() for score in score_rows(rows, qc or self.qc, n_resamples)]
 
     def quality_control(self, qc: QualityControl | None = None) -> QualityReport:
         """What quality control drops (`runs.scoring.quality_report`): per method its excluded questions;
@@ -78,7 +81,7 @@ class Run:
 
         with self._store() as store:
             rows = store.rows(trajectories=False)
-        return quality_report(rows, qc)
+        return quality_report(rows, qc or self.qc)
 
     def paired(self, qc: QualityControl | None = None, n_resamples: int = 1000) -> list[PairedComparison]:
         """Each method against its baseline on the questions both keep (`report.paired.paired_scores`: Δ of each
@@ -87,7 +90,7 @@ class Run:
 
         with self._store() as store:
             rows = store.rows(trajectories=False)
-        return paired_scores(rows, qc, n_resamples)
+        return paired_scores(rows, qc or self.qc, n_resamples)
 
     def emd_rows(self, distance: str = "l1") -> list[EMDRow]:
         """An emd run's EMD over its stored questions, one `EMDRow` per method in table order (`aggregate_emd`, as
@@ -153,14 +156,16 @@ def evaluate(*, questions: Questions | None = None, lm: Model | None = None,
              config: EvalConfig | str | Path | None = None, progress: bool = True, **settings: Any) -> Run:
     """Run (or resume) `beliefdrift evaluate` (`EvalConfig`: its settings, here `config` and the keywords) on
     `questions` with `lm` into the settings' `out`, and return the run: per question × method its estimate, its
-    alternatives and (resampling methods) its paths. The methods are read as the command reads them
-    (`config.evaluate.resolve_methods`: canonical, in table order; AM-PPR needs `adapter=`)."""
+    alternatives and (resampling methods) its paths, scored under the settings' quality control (`qc_path_mass`, …).
+    The methods are read as the command reads them (`config.evaluate.resolve_methods`: canonical, in table order;
+    AM-PPR needs `adapter=`)."""
     from beliefdrift.config.evaluate import EvalConfig, resolve_methods
     from beliefdrift.runs.evaluate import run_evaluation
 
     inputs = run_inputs(EvalConfig, config, questions, lm, settings, "evaluate")
-    return Run(run_evaluation(resolve_methods(inputs.settings), questions=inputs.questions, lm=inputs.lm,
-                              progress=progress).parent)
+    config = resolve_methods(inputs.settings)
+    path = run_evaluation(config, questions=inputs.questions, lm=inputs.lm, progress=progress)
+    return Run(path.parent, config.quality_control)
 
 
 def drift(*, questions: Questions | None = None, lm: Model | None = None,
