@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 from host_reads import HostReads
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tiny_model import tiny_family_lm
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast

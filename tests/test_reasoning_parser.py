@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from beliefdrift.cot.parser import PAIR_SEPARATOR, TAG, PairParser, parse_pairs, render_pair
 

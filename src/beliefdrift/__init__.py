@@ -138,86 +138,75 @@ _EXPORTS = {
 __all__ = ["__version__", *(name for names in _EXPORTS.values() for name in names)]
 if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
     from beliefdrift.amortize.trainer import SCTrainer as SCTrainer
-    from beliefdrift.backend.adapters import base_model as base_model, load_adapter as load_adapter
-    from beliefdrift.backend.loading import LanguageModel as LanguageModel, load_model as load_model
-    from beliefdrift.config.diagnostics import (
-        DriftConfig as DriftConfig,
-        EMDCommandConfig as EMDCommandConfig,
-        EMDConfig as EMDConfig,
-    )
+    from beliefdrift.backend.adapters import base_model as base_model
+    from beliefdrift.backend.adapters import load_adapter as load_adapter
+    from beliefdrift.backend.loading import LanguageModel as LanguageModel
+    from beliefdrift.backend.loading import load_model as load_model
+    from beliefdrift.config.diagnostics import DriftConfig as DriftConfig
+    from beliefdrift.config.diagnostics import EMDCommandConfig as EMDCommandConfig
+    from beliefdrift.config.diagnostics import EMDConfig as EMDConfig
     from beliefdrift.config.evaluate import EvalConfig as EvalConfig
-    from beliefdrift.config.options import QualityControl as QualityControl, load_settings as load_settings
+    from beliefdrift.config.options import QualityControl as QualityControl
+    from beliefdrift.config.options import load_settings as load_settings
     from beliefdrift.config.reasoning import ReasoningCommandConfig as ReasoningCommandConfig
     from beliefdrift.config.train import TrainConfig as TrainConfig
     from beliefdrift.data.question import MCQuestion as MCQuestion
     from beliefdrift.data.registry import load_dataset as load_dataset
-    from beliefdrift.diagnostics.cid import (
-        CIDCheck as CIDCheck,
-        cid_check as cid_check,
-        half_differences as half_differences,
-        sign_flip_l1_p as sign_flip_l1_p,
-        smallest_p as smallest_p,
-    )
-    from beliefdrift.diagnostics.drift_test import DriftTest as DriftTest, drift_test as drift_test
-    from beliefdrift.diagnostics.emd import (
-        EMDRow as EMDRow,
-        QuestionEMD as QuestionEMD,
-        aggregate_emd as aggregate_emd,
-        emd_per_question as emd_per_question,
-        emd_rows as emd_rows,
-        emd_summary as emd_summary,
-        question_emd as question_emd,
-    )
-    from beliefdrift.diagnostics.marginal import marginal_drift as marginal_drift, marginal_shift as marginal_shift
-    from beliefdrift.diagnostics.noise_floor import (
-        method_floors as method_floors,
-        noise_floor as noise_floor,
-        question_floor as question_floor,
-        with_floor as with_floor,
-    )
-    from beliefdrift.engine.estimators import (
-        first_step_estimate as first_step_estimate,
-        martingale_posterior_mean as martingale_posterior_mean,
-        rao_blackwell_mean as rao_blackwell_mean,
-    )
-    from beliefdrift.engine.methods import (
-        Method as Method,
-        MethodResult as MethodResult,
-        parse_method as parse_method,
-        run_methods as run_methods,
-        run_methods_many as run_methods_many,
-    )
-    from beliefdrift.engine.resampling import (
-        QuestionRunner as QuestionRunner,
-        Trajectories as Trajectories,
-        make_generator as make_generator,
-    )
-    from beliefdrift.metrics.functional import (
-        Interval as Interval,
-        PairedDelta as PairedDelta,
-        accuracy as accuracy,
-        auroc as auroc,
-        bootstrap_ci as bootstrap_ci,
-        brier as brier,
-        ece as ece,
-        nll as nll,
-        nll_clipped as nll_clipped,
-        paired_bootstrap as paired_bootstrap,
-        paired_mean_bootstrap as paired_mean_bootstrap,
-        paired_summary as paired_summary,
-        summarize as summarize,
-    )
-    from beliefdrift.report.paired import PairedComparison as PairedComparison, paired_scores as paired_scores
+    from beliefdrift.diagnostics.cid import CIDCheck as CIDCheck
+    from beliefdrift.diagnostics.cid import cid_check as cid_check
+    from beliefdrift.diagnostics.cid import half_differences as half_differences
+    from beliefdrift.diagnostics.cid import sign_flip_l1_p as sign_flip_l1_p
+    from beliefdrift.diagnostics.cid import smallest_p as smallest_p
+    from beliefdrift.diagnostics.drift_test import DriftTest as DriftTest
+    from beliefdrift.diagnostics.drift_test import drift_test as drift_test
+    from beliefdrift.diagnostics.emd import EMDRow as EMDRow
+    from beliefdrift.diagnostics.emd import QuestionEMD as QuestionEMD
+    from beliefdrift.diagnostics.emd import aggregate_emd as aggregate_emd
+    from beliefdrift.diagnostics.emd import emd_per_question as emd_per_question
+    from beliefdrift.diagnostics.emd import emd_rows as emd_rows
+    from beliefdrift.diagnostics.emd import emd_summary as emd_summary
+    from beliefdrift.diagnostics.emd import question_emd as question_emd
+    from beliefdrift.diagnostics.marginal import marginal_drift as marginal_drift
+    from beliefdrift.diagnostics.marginal import marginal_shift as marginal_shift
+    from beliefdrift.diagnostics.noise_floor import method_floors as method_floors
+    from beliefdrift.diagnostics.noise_floor import noise_floor as noise_floor
+    from beliefdrift.diagnostics.noise_floor import question_floor as question_floor
+    from beliefdrift.diagnostics.noise_floor import with_floor as with_floor
+    from beliefdrift.engine.estimators import first_step_estimate as first_step_estimate
+    from beliefdrift.engine.estimators import martingale_posterior_mean as martingale_posterior_mean
+    from beliefdrift.engine.estimators import rao_blackwell_mean as rao_blackwell_mean
+    from beliefdrift.engine.methods import Method as Method
+    from beliefdrift.engine.methods import MethodResult as MethodResult
+    from beliefdrift.engine.methods import parse_method as parse_method
+    from beliefdrift.engine.methods import run_methods as run_methods
+    from beliefdrift.engine.methods import run_methods_many as run_methods_many
+    from beliefdrift.engine.resampling import QuestionRunner as QuestionRunner
+    from beliefdrift.engine.resampling import Trajectories as Trajectories
+    from beliefdrift.engine.resampling import make_generator as make_generator
+    from beliefdrift.metrics.functional import Interval as Interval
+    from beliefdrift.metrics.functional import PairedDelta as PairedDelta
+    from beliefdrift.metrics.functional import accuracy as accuracy
+    from beliefdrift.metrics.functional import auroc as auroc
+    from beliefdrift.metrics.functional import bootstrap_ci as bootstrap_ci
+    from beliefdrift.metrics.functional import brier as brier
+    from beliefdrift.metrics.functional import ece as ece
+    from beliefdrift.metrics.functional import nll as nll
+    from beliefdrift.metrics.functional import nll_clipped as nll_clipped
+    from beliefdrift.metrics.functional import paired_bootstrap as paired_bootstrap
+    from beliefdrift.metrics.functional import paired_mean_bootstrap as paired_mean_bootstrap
+    from beliefdrift.metrics.functional import paired_summary as paired_summary
+    from beliefdrift.metrics.functional import summarize as summarize
+    from beliefdrift.report.paired import PairedComparison as PairedComparison
+    from beliefdrift.report.paired import paired_scores as paired_scores
     from beliefdrift.runs.identity import run_identity as run_identity
-    from beliefdrift.runs.results import (
-        Run as Run,
-        drift as drift,
-        emd as emd,
-        evaluate as evaluate,
-        open_run as open_run,
-        reasoning as reasoning,
-        write_export as write_export,
-    )
-    from beliefdrift.runs.scoring import ScoreRow as ScoreRow, score_rows as score_rows
+    from beliefdrift.runs.results import Run as Run
+    from beliefdrift.runs.results import drift as drift
+    from beliefdrift.runs.results import emd as emd
+    from beliefdrift.runs.results import evaluate as evaluate
+    from beliefdrift.runs.results import open_run as open_run
+    from beliefdrift.runs.results import reasoning as reasoning
+    from beliefdrift.runs.results import write_export as write_export
+    from beliefdrift.runs.scoring import ScoreRow as ScoreRow
+    from beliefdrift.runs.scoring import score_rows as score_rows
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
     __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

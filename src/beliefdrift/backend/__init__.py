@@ -25,18 +25,15 @@ __all__ = [
     "resolve_single_answer",
 ]
 if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
-    from beliefdrift.backend.answer_tokens import (
-        AnswerTokenError as AnswerTokenError,
-        AnswerTokens as AnswerTokens,
-        resolve_answer_tokens as resolve_answer_tokens,
-        resolve_single_answer as resolve_single_answer,
-    )
-    from beliefdrift.backend.loading import (
-        DEFAULT_MODEL as DEFAULT_MODEL,
-        REGISTRY as REGISTRY,
-        LanguageModel as LanguageModel,
-        load_model as load_model,
-    )
-    from beliefdrift.backend.paths import AnswerDist as AnswerDist, PathBatch as PathBatch
+    from beliefdrift.backend.answer_tokens import AnswerTokenError as AnswerTokenError
+    from beliefdrift.backend.answer_tokens import AnswerTokens as AnswerTokens
+    from beliefdrift.backend.answer_tokens import resolve_answer_tokens as resolve_answer_tokens
+    from beliefdrift.backend.answer_tokens import resolve_single_answer as resolve_single_answer
+    from beliefdrift.backend.loading import DEFAULT_MODEL as DEFAULT_MODEL
+    from beliefdrift.backend.loading import REGISTRY as REGISTRY
+    from beliefdrift.backend.loading import LanguageModel as LanguageModel
+    from beliefdrift.backend.loading import load_model as load_model
+    from beliefdrift.backend.paths import AnswerDist as AnswerDist
+    from beliefdrift.backend.paths import PathBatch as PathBatch
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
     __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

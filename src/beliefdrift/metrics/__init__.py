@@ -20,38 +20,36 @@ _EXPORTS = {
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
-    from beliefdrift.metrics.functional import (
-        METRIC_NAMES as METRIC_NAMES,
-        METRICS as METRICS,
-        NLL_EPS as NLL_EPS,
-        REPORT_METRICS as REPORT_METRICS,
-        SUM_TOLERANCE as SUM_TOLERANCE,
-        Interval as Interval,
-        MetricSpec as MetricSpec,
-        MetricWarning as MetricWarning,
-        PairedDelta as PairedDelta,
-        ReliabilityBins as ReliabilityBins,
-        accuracy as accuracy,
-        auroc as auroc,
-        bootstrap_ci as bootstrap_ci,
-        brier as brier,
-        ce2 as ce2,
-        ce2_interval as ce2_interval,
-        ce2_squared as ce2_squared,
-        ece as ece,
-        interval_valid as interval_valid,
-        nll as nll,
-        nll_clipped as nll_clipped,
-        paired_bootstrap as paired_bootstrap,
-        paired_mean_bootstrap as paired_mean_bootstrap,
-        paired_summary as paired_summary,
-        predictions as predictions,
-        reliability_bins as reliability_bins,
-        resample_indices as resample_indices,
-        sign_flip_p as sign_flip_p,
-        summarize as summarize,
-        valid_only as valid_only,
-    )
+    from beliefdrift.metrics.functional import METRIC_NAMES as METRIC_NAMES
+    from beliefdrift.metrics.functional import METRICS as METRICS
+    from beliefdrift.metrics.functional import NLL_EPS as NLL_EPS
+    from beliefdrift.metrics.functional import REPORT_METRICS as REPORT_METRICS
+    from beliefdrift.metrics.functional import SUM_TOLERANCE as SUM_TOLERANCE
+    from beliefdrift.metrics.functional import Interval as Interval
+    from beliefdrift.metrics.functional import MetricSpec as MetricSpec
+    from beliefdrift.metrics.functional import MetricWarning as MetricWarning
+    from beliefdrift.metrics.functional import PairedDelta as PairedDelta
+    from beliefdrift.metrics.functional import ReliabilityBins as ReliabilityBins
+    from beliefdrift.metrics.functional import accuracy as accuracy
+    from beliefdrift.metrics.functional import auroc as auroc
+    from beliefdrift.metrics.functional import bootstrap_ci as bootstrap_ci
+    from beliefdrift.metrics.functional import brier as brier
+    from beliefdrift.metrics.functional import ce2 as ce2
+    from beliefdrift.metrics.functional import ce2_interval as ce2_interval
+    from beliefdrift.metrics.functional import ce2_squared as ce2_squared
+    from beliefdrift.metrics.functional import ece as ece
+    from beliefdrift.metrics.functional import interval_valid as interval_valid
+    from beliefdrift.metrics.functional import nll as nll
+    from beliefdrift.metrics.functional import nll_clipped as nll_clipped
+    from beliefdrift.metrics.functional import paired_bootstrap as paired_bootstrap
+    from beliefdrift.metrics.functional import paired_mean_bootstrap as paired_mean_bootstrap
+    from beliefdrift.metrics.functional import paired_summary as paired_summary
+    from beliefdrift.metrics.functional import predictions as predictions
+    from beliefdrift.metrics.functional import reliability_bins as reliability_bins
+    from beliefdrift.metrics.functional import resample_indices as resample_indices
+    from beliefdrift.metrics.functional import sign_flip_p as sign_flip_p
+    from beliefdrift.metrics.functional import summarize as summarize
+    from beliefdrift.metrics.functional import valid_only as valid_only
     from beliefdrift.metrics.stats import mean_std as mean_std
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
     __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
