@@ -59,6 +59,7 @@ def run_inputs(cls: type[Config], config: Config | str | Path | None, questions:
     """The `cls` settings of `config` (a `cls`, a YAML file or preset, or None: the defaults) with `keywords` over it,
     `questions` and `lm` read into them; an unknown keyword, a wrong type or value, or a setting given twice (as
     `questions=` and `dataset=`, `lm=` and a different `model=`) is a UserError naming `caller`."""
+    base: Config | None
     if isinstance(config, (str, Path)):
         base = load_settings(cls, config)
     elif config is None or isinstance(config, cls):
