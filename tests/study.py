@@ -2,7 +2,7 @@
 questions, two methods scored and compared question by question, their EMD and its drift test, one figure.
 
 tests/test_api.py runs it on a tiny random model and type-checks it with `mypy --strict`; `python tests/study.py
-MODEL OUT` runs it on any model (e.g. `smollm2-135m`)."""
+MODEL OUT` runs it on any model (e.g. `smollm2-135m-instruct`)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ settings dataclass, a YAML file (a `--config` file or bundled preset) or keyword
 
 ```python
 bd.evaluate(questions=bd.load_dataset("csqa", n=50), lm=lm, methods=["direct", "ppr"], paths=8)
-bd.evaluate(questions="csqa", lm="smollm2-135m", config="cpu-default", n=50, out="runs/csqa")
+bd.evaluate(questions="csqa", lm="smollm2-135m-instruct", config="cpu-default", n=50, out="runs/csqa")
 ```
 
 Keywords override the `config` file or dataclass, as flags override `--config`. A run's identity (what its store
