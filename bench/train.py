@@ -45,7 +45,7 @@ def worker(config_path: str, out: str, dtype: str, updates: int, warm_up: bool) 
 
     config = load_settings(TrainConfig, config_path, {"dtype": dtype,
                                                       "rollout_dir": str(Path(out).parent / "rollouts")})
-    trainer = SCTrainer(config, out)
+    trainer = SCTrainer(config=config, out=out)
     plan = trainer.updates
     if warm_up:
         trainer.update(plan[0])  # first-touch allocations, caches
@@ -71,7 +71,7 @@ def run(config: str, out: str, dtype: str, updates: int, warm_up: bool, threads:
 
 def prepare_rollouts(config_path: str, out: str) -> None:
     """Generate the preset's rollouts once (fp32), for the first few questions only."""
-    from beliefdrift.amortize.rollouts import generate_rollouts, save_rollouts
+    from beliefdrift.amortize.rollouts import generate_groups, save_rollouts
     from beliefdrift.amortize.trainer import TrainConfig
     from beliefdrift.backend import load_model
     from beliefdrift.config.options import load_settings
@@ -80,7 +80,7 @@ def prepare_rollouts(config_path: str, out: str) -> None:
     config = load_settings(TrainConfig, config_path, {"n": 2})
     lm = load_model(config.model, dtype="float32")
     questions = load_dataset(config.dataset, config.split, data_dir=config.data_dir, n=config.n, seed=config.seed)
-    groups = generate_rollouts(lm, questions, config.prefix_lengths, config.paths, config.horizon - 1,
+    groups = generate_groups(lm, questions, config.prefix_lengths, config.paths, config.horizon - 1,
                                config.seed, config.template, config.prefix_mode)
     save_rollouts(groups, Path(out) / "rollouts", {"bench": True})
 

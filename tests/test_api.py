@@ -1,9 +1,15 @@
 """The Python API as a researcher uses it: every step of the paper's workflow from `import beliefdrift as bd` alone,
-keyword arguments with the CLI's names, and the old spellings still working for one release."""
+keyword arguments with the CLI's names, the old spellings gone."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,23 +53,18 @@ def test_a_five_question_study_needs_only_the_package_root(tiny_model_dir) -> No
         assert row.floor_replicates == 5 and math.isfinite(row.floor) and row.floor_low <= row.floor_high
 
 
-def test_old_keyword_names_still_work_with_a_deprecation_warning(tiny_lm) -> None:
+def test_old_keyword_names_and_positional_settings_are_errors(tiny_lm) -> None:
+    """The one-release shims are gone: an old keyword or a setting passed by position is a TypeError."""
     question = bd.load_dataset("demo", n=1)[0]
     methods = [bd.parse_method("ppr")]
-    new = bd.run_methods(tiny_lm, question, methods, paths=2, steps=2, template_ending="paper")[0]
-    with pytest.warns(DeprecationWarning, match=r"num_paths= is now paths="):
-        old = bd.run_methods(tiny_lm, question, methods, num_paths=2, num_steps=2, ending="paper")[0]
-    assert old.probs.tolist() == new.probs.tolist()
-    with pytest.warns(DeprecationWarning, match=r"pass paths, steps, seed, template, template_ending by keyword"):
-        positional = bd.run_methods_many(tiny_lm, [question], methods, 2, 2, 0, "ppr-llama", "paper")[0][0]
-    assert positional.probs.tolist() == new.probs.tolist()
-    with pytest.warns(DeprecationWarning, match=r"ending= is now template_ending="):
-        runner = bd.QuestionRunner(tiny_lm, question, ending="paper")
-    assert runner.template_ending == "paper"
-    with pytest.raises(TypeError, match="both num_paths= and its new name paths="):
-        bd.run_methods(tiny_lm, question, methods, num_paths=2, paths=2)
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        bd.run_methods(tiny_lm, question, methods, nonsense=1)
+    with pytest.raises(TypeError, match="num_paths"):
+        bd.run_methods(tiny_lm, question, methods, num_paths=2, num_steps=2)
+    with pytest.raises(TypeError, match="positional"):
+        bd.run_methods_many(tiny_lm, [question], methods, 2, 2, 0, "ppr-llama", "paper")
+    with pytest.raises(TypeError, match="ending"):
+        bd.QuestionRunner(tiny_lm, question, ending="paper")
+    with pytest.raises(TypeError, match="positional"):
+        bd.load_dataset("demo", None, None, 1)
 
 
 def test_public_functions_take_no_long_positional_lists() -> None:
@@ -80,3 +81,55 @@ def test_public_functions_take_no_long_positional_lists() -> None:
         positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         assert len(positional) <= 4, (name, positional)
         assert not {"num_paths", "num_steps", "ending"} & {p.name for p in parameters}, name
+
+
+STUDY = Path(__file__).with_name("study.py")
+SRC = Path(__file__).resolve().parents[1] / "src"
+#: Libraries the type check of the study does not read (their types are Any there): reading torch and transformers
+#: alone takes minutes; the study's own calls are beliefdrift's, numpy's and matplotlib's.
+UNREAD = ("torch", "transformers", "peft", "accelerate", "datasets", "scipy", "tokenizers", "huggingface_hub",
+          "safetensors", "pyarrow", "gguf", "tensorboard", "jinja2", "plotly", "tqdm", "yaml", "platformdirs",
+          "sklearn", "pandas", "lm_eval")
+
+
+def test_a_notebook_study_runs_on_the_documented_api_alone(tiny_model_dir: Path, tmp_path: Path, capsys) -> None:
+    """tests/study.py: five questions, two methods, their paired test, EMD and its drift test, one figure, with no
+    import but `beliefdrift` (as bd) from the package."""
+    tree = ast.parse(STUDY.read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert {name for name in imported if name.startswith("beliefdrift")} == {"beliefdrift"}
+    spec = importlib.util.spec_from_file_location("study", STUDY)
+    assert spec is not None and spec.loader is not None
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    results = study.study(str(tiny_model_dir), tmp_path)
+    assert all(math.isfinite(value) for value in results.values()) and results["emd_ppr"] >= 0
+    assert (tmp_path / "emd_k_b.png").stat().st_size > 0
+    printed = capsys.readouterr().out
+    assert "PPR + SEED_1 − PPR + NoSEED: Δ NLL" in printed and "drift test p =" in printed
+    assert printed.count(" on 5\n") == 6  # 2 methods × 3 estimators (q*, q*_RB, θ̂_1), the run's QC keeping all
+
+
+def test_the_study_type_checks_under_mypy_strict(tmp_path: Path, pytestconfig: pytest.Config) -> None:
+    """The API's types reach a user's type checker (the package roots' TYPE_CHECKING imports, typed results):
+    `mypy --strict` passes on tests/study.py, and a misspelt name or a wrong use of a result fails it."""
+    pytest.importorskip("mypy")
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\nstrict = True\nfollow_imports = silent\n"
+                      f"[mypy-{','.join(f'{name}.*' for name in UNREAD)}]\nfollow_imports = skip\n")
+    cache = pytestconfig.cache.mkdir("mypy") if pytestconfig.cache else tmp_path / "cache"
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("import beliefdrift as bd\n\nrun = bd.open_run('out')\nrow = run.scores()[0]\n"
+                     "accuracy: str = row.metrics['ACC'].point\nbd.evalute(questions='demo')\n")
+
+    def mypy(script: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(config), "--cache-dir", str(cache),
+                               str(script)], capture_output=True, text=True, env={**os.environ, "MYPYPATH": str(SRC)},
+                              cwd=tmp_path)
+
+    checked = mypy(STUDY)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    failed = mypy(wrong).stdout
+    assert 'Incompatible types in assignment (expression has type "float", variable has type "str")' in failed
+    assert 'Module has no attribute "evalute"' in failed

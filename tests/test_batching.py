@@ -103,7 +103,7 @@ def test_trajectory_quantities_many_is_bit_identical_to_one_at_a_time(tiny_lm, h
     """drift/emd's per-unit quantities (marginal drift, c.i.d. check) with every unit's paths in one batch equal,
     with ==, those of each unit alone; the paths are those `run_methods` samples."""
     from beliefdrift.diagnostics.marginal import marginal_drift
-    from beliefdrift.diagnostics.trajectory import trajectory_quantities, trajectory_quantities_many
+    from beliefdrift.diagnostics.trajectory import trajectory_quantities_many
     from beliefdrift.engine.resampling import QuestionRunner
 
     methods = [parse_method("ppr"), parse_method("ppr-seed5")]
@@ -112,7 +112,8 @@ def test_trajectory_quantities_many_is_bit_identical_to_one_at_a_time(tiny_lm, h
     batched = trajectory_quantities_many(units, 4, 6, 11)
     assert len(batched) == len(units)
     for (runner, method), got in zip(units, batched, strict=True):
-        alone = trajectory_quantities(QuestionRunner(tiny_lm, runner.question, history_template), method, 4, 6, 11)
+        alone = trajectory_quantities_many([(QuestionRunner(tiny_lm, runner.question, history_template), method)], 4, 6,
+                                           11)[0]
         assert got.keys() == alone.keys()
         for key, value in alone.items():
             assert got[key] == value, (runner.question.id, method.name, key)

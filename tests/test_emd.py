@@ -103,9 +103,8 @@ def test_aggregate_and_emd_summary(drifting_lm, short_template):
     assert [r.emd_bar for r in rows] == [results[0].emd_bar("l1") for results in per_question.values()]
     with pytest.raises(ValueError, match="resampling"):
         emd_summary(drifting_lm, [question], [parse_method("direct")], config=SMALL)
-    with pytest.warns(DeprecationWarning, match="by keyword"):  # the old positional call still works
-        old = emd_summary(drifting_lm, [question], methods, SMALL, template=short_template)
-    assert [r.emd_bar for r in old] == [r.emd_bar for r in rows]
+    with pytest.raises(TypeError, match="positional"):  # the settings are keyword-only
+        emd_summary(drifting_lm, [question], methods, SMALL, template=short_template)
 
 
 def test_cid_statistic_by_hand():

@@ -25,11 +25,16 @@ from beliefdrift.engine.resampling import (
     draw_seeds,
     make_generator,
     ppr_tokens,
-    run_ppr,
     sample_answers,
     up_front_draws,
 )
-from beliefdrift.prompts import chat_context
+from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, chat_context
+
+
+def run_ppr(lm, question, num_paths: int, num_steps: int, generator: torch.Generator, num_seeds: int = 0,
+            template: str = DEFAULT_PPR_TEMPLATE) -> Trajectories:
+    """PPR (+SEED_m) trajectories of one question, alone."""
+    return QuestionRunner(lm, question, template).ppr(num_paths, num_steps, generator, num_seeds)
 
 
 @pytest.fixture(params=["blockwise", "up front"])

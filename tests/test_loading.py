@@ -55,8 +55,8 @@ def test_load_model_defaults_are_the_clis(tiny_model_dir, monkeypatch):
     assert loading.load_model(str(tiny_model_dir)).dtype == torch.float32
     monkeypatch.setattr(loading, "_cpu_has_fast_bf16", lambda: True)
     assert loading.load_model(str(tiny_model_dir)).dtype == torch.bfloat16
-    with pytest.warns(DeprecationWarning, match="by keyword"):
-        assert loading.load_model(str(tiny_model_dir), "cpu", "float32").dtype == torch.float32
+    with pytest.raises(TypeError, match="positional"):  # the old positional form is gone: device, dtype by keyword
+        loading.load_model(str(tiny_model_dir), "cpu", "float32")
 
 
 @pytest.mark.integration

@@ -267,13 +267,12 @@ def test_every_metric_returns_a_float() -> None:
         assert type(fn(list(probs), list(targets))) is float, fn.__name__
 
 
-def test_old_positional_metric_options_still_work_with_a_warning() -> None:
+def test_metric_options_are_keyword_only() -> None:
     probs, targets = _random_problem(4, n=20, k=4)
-    with pytest.warns(DeprecationWarning, match="by keyword"):
-        assert ece(probs, targets, 10) == ece(probs, targets, n_bins=10)
-    with pytest.warns(DeprecationWarning, match="by keyword"):
-        assert bootstrap_ci(brier, probs, targets, 50, 0.9, 1) == bootstrap_ci(brier, probs, targets, n_resamples=50,
-                                                                               level=0.9, seed=1)
+    with pytest.raises(TypeError, match="positional"):
+        ece(probs, targets, 10)
+    with pytest.raises(TypeError, match="positional"):
+        bootstrap_ci(brier, probs, targets, 50, 0.9, 1)
 
 
 def test_nll_of_certain_right_answers_is_plus_zero() -> None:

@@ -41,7 +41,7 @@ from beliefdrift.cot.parser import PAIR_SEPARATOR
 from beliefdrift.data import MathProblem
 from beliefdrift.engine.resampling import make_generator
 from beliefdrift.prompts import chat_context
-from beliefdrift.runs.reasoning import run_question, summarize
+from beliefdrift.runs.reasoning import run_question, summarize_conditions
 from beliefdrift.runs.store import STORE_FILE, RunStore
 
 GUIDED = DecodeConfig(num_pairs=2, max_new_tokens=90, guided=True, max_solution_tokens=8, max_answer_tokens=3)
@@ -336,7 +336,7 @@ def test_summary_counts_questions_where_seeding_lifts_the_curve():
         return {"task": {"id": "q"}, "conditions": conditions}
 
     results = [result([0.9, 0.8], [0.95, 0.7]), result([0.9, None], [0.92, 0.99]), result([0.9, 0.8], [0.8, 0.9])]
-    summary = summarize(results, ReasoningConfig(seeds=2))["conditions"]
+    summary = summarize_conditions(results, ReasoningConfig(seeds=2))["conditions"]
     assert summary["ppr-seed2"]["above_unseeded"] == [2, 1]
     assert "above_unseeded" not in summary["ppr"]
     assert (summary["ppr"]["valid_answers"], summary["ppr"]["correct_answers"]) == (3, 3)

@@ -248,15 +248,15 @@ def test_no_surface_shows_an_interval_the_registry_marks_invalid(tmp_path: Path,
     assert paired_csv and all(math.isnan(float(row[key])) for row in paired_csv for key in ("low", "high", "p"))
     run = open_run(tmp_path)
     scores = run.scores(n_resamples=50)
-    assert all(math.isnan(score["ECE_low"]) for score in scores if "ECE" in score)
-    assert not math.isnan(scores[0]["ACC_low"])
+    assert all(math.isnan(score.metrics["ECE"].low) for score in scores if score.metrics)
+    assert not math.isnan(scores[0].metrics["ACC"].low)
     assert all(math.isnan(pair.deltas["ECE"].p) and math.isnan(pair.deltas["ECE"].low)
                for pair in run.paired(n_resamples=50))
 
     # One entry of the registry decides it for every surface: NLL marked invalid, Brier score "higher is better".
     monkeypatch.setitem(REPORT_METRICS, "NLL", dataclasses.replace(REPORT_METRICS["NLL"], interval_from=math.inf))
     monkeypatch.setitem(REPORT_METRICS, "BS", dataclasses.replace(REPORT_METRICS["BS"], higher_is_better=True))
-    assert math.isnan(run.scores(n_resamples=50)[0]["NLL_low"])
+    assert math.isnan(run.scores(n_resamples=50)[0].metrics["NLL"].low)
     text = markdown_tables([RunScores("CSQA", score_rows(synthetic_rows(), n_resamples=50))])
     assert "| CSQA NLL ↓ | CSQA BS ↑ |" in text and "| 0.5473 † |" in text
 

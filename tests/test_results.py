@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,6 +13,8 @@ import pytest
 
 import beliefdrift as bd
 from beliefdrift.cli.main import main
+from beliefdrift.data.loaders import DataError
+from beliefdrift.errors import UserError
 from beliefdrift.report.runs import write_report
 from beliefdrift.runs.store import STORE_FILE, RunStore, StoreError
 
@@ -20,7 +23,7 @@ from beliefdrift.runs.store import STORE_FILE, RunStore, StoreError
 def evaluated(tiny_model_dir: Path, tiny_lm, tmp_path: Path) -> bd.Run:
     config = bd.EvalConfig(model=str(tiny_model_dir), dtype="float32", n=2, paths=2, steps=3,
                            methods=["direct", "ppr"], out=tmp_path / "run")
-    return bd.evaluate(config, lm=tiny_lm, progress=False)
+    return bd.evaluate(config=config, lm=tiny_lm, progress=False)
 
 
 def test_evaluate_returns_the_run_and_its_scores_equal_the_report(evaluated: bd.Run, tmp_path: Path) -> None:
@@ -30,10 +33,11 @@ def test_evaluate_returns_the_run_and_its_scores_equal_the_report(evaluated: bd.
     write_report([evaluated.path], tmp_path / "report", keep_all)
     with open(tmp_path / "report" / "metrics.csv") as file:
         table = list(csv.DictReader(file))
-    assert [(s["method"], s["estimator"]) for s in scores] == [(r["method"], r["estimator"]) for r in table]
+    assert [(s.method, s.estimator) for s in scores] == [(r["method"], r["estimator"]) for r in table]
     for score, row in zip(scores, table, strict=True):
-        assert repr(score["ACC"]) == row["ACC"] and repr(score["NLL_high"]) == row["NLL_high"]
-        assert score["n"] == int(row["n"])
+        assert repr(score.metrics["ACC"].point) == row["ACC"] and repr(score.metrics["NLL"].high) == row["NLL_high"]
+        assert score.n == int(row["n"]) and score.title == row["title"]
+        assert math.isnan(score.metrics["ECE"].low) and row["ECE_low"] == "nan"  # no valid interval: NaN everywhere
 
 
 def test_records_trajectories_and_open_run(evaluated: bd.Run) -> None:
@@ -81,16 +85,18 @@ def test_a_diagnostic_run_exports_its_records(tmp_path: Path) -> None:
     assert rows[0]["emd_k_b_l1"] == "[0.1, 0.2]" and rows[1]["emd_k_b_l1"] is None
 
 
-#: Tiny settings of each diagnostic command: (its settings class, the Python API's fields, the same as flags).
+FIXTURES = Path(__file__).parent / "fixtures" / "data"
+
+#: Tiny settings of each diagnostic command: (the Python API's keywords, the same as flags).
 DIAGNOSTICS = {
-    "drift": ("DriftConfig", {"paths": 2, "steps": 3, "methods": ["ppr", "ppr-seed1"], "plot_questions": 0},
+    "drift": ({"paths": 2, "steps": 3, "methods": ["ppr", "ppr-seed1"], "plot_questions": 0},
               ["-J", "2", "-N", "3", "--methods", "ppr", "ppr-seed1", "--plot-questions", "0"]),
-    "emd": ("EMDCommandConfig", {"paths": 2, "steps": 2, "methods": ["ppr"], "horizon": 2, "prefix_lengths": [0],
-                                 "burn_in": 1, "lookahead": 2, "noise_floor_replicates": 0},
+    "emd": ({"paths": 2, "steps": 2, "methods": ["ppr"], "horizon": 2, "prefix_lengths": [0], "burn_in": 1,
+             "lookahead": 2, "noise_floor_replicates": 0},
             ["-J", "2", "-N", "2", "--methods", "ppr", "-K", "2", "--prefix-lengths", "0", "--burn-in", "1", "-k", "2",
              "--noise-floor-replicates", "0"]),
-    "reasoning": ("ReasoningCommandConfig", {"paths": 1, "steps": 2, "seed_pairs": 1, "tau": 1, "max_new_tokens": 24,
-                                             "seed_max_new_tokens": 12, "max_solution_tokens": 3},
+    "reasoning": ({"paths": 1, "steps": 2, "seed_pairs": 1, "tau": 1, "max_new_tokens": 24, "seed_max_new_tokens": 12,
+                   "max_solution_tokens": 3},
                   ["-J", "1", "-N", "2", "-m", "1", "--tau", "1", "--max-new-tokens", "24", "--seed-max-new-tokens",
                    "12", "--max-solution-tokens", "3"]),
 }
@@ -99,10 +105,10 @@ DIAGNOSTICS = {
 @pytest.mark.parametrize("name", DIAGNOSTICS)
 def test_drift_emd_and_reasoning_return_the_run_the_command_stores(name: str, tiny_model_dir: Path, tiny_lm,
                                                                    tmp_path: Path) -> None:
-    settings, fields, flags = DIAGNOSTICS[name]
-    common = {"model": str(tiny_model_dir), "dtype": "float32", "dataset": "demo", "n": 2}
-    run = getattr(bd, name)(getattr(bd, settings)(**common, **fields, out=tmp_path / "api"), lm=tiny_lm,
-                            progress=False)
+    """The keywords are the flags' names: the same settings as keywords (the model loaded, the questions named)
+    and as flags store the same run, under the same identity."""
+    fields, flags = DIAGNOSTICS[name]
+    run = getattr(bd, name)(questions="demo", lm=tiny_lm, n=2, **fields, out=tmp_path / "api", progress=False)
     assert main([name, "--model", str(tiny_model_dir), "--dtype", "float32", "--dataset", "demo", "-n", "2", *flags,
                  "--out", str(tmp_path / "cli")]) == 0
     cli = bd.open_run(tmp_path / "cli")
@@ -116,3 +122,58 @@ def test_drift_emd_and_reasoning_return_the_run_the_command_stores(name: str, ti
     assert timeless(records) == timeless(cli.records()) == timeless(bd.open_run(run.path).records())
     quantity = {"drift": "marginal_mean", "emd": "emd_bar_l1", "reasoning": "curve"}[name]
     assert all(quantity in record for record in records)  # e.g. each question's EMD‾
+    if name == "emd":  # over questions, as the command's summary has it (its noise floor aside)
+        (row,) = run.emd_rows()
+        assert (row.method, row.questions, row.distance) == ("PPR + NoSEED", 2, "l1") and row.drift is not None
+        assert row.emd_bar == pytest.approx(sum(r["emd_bar_l1"] for r in records) / 2)
+        assert len(row.burn_in) == len(row.burn_in_drift or []) == 2  # b = 0, 1
+    else:
+        with pytest.raises(ValueError, match=f"a {name} run; EMD rows are an emd run's"):
+            run.emd_rows()
+
+
+def test_questions_as_objects_or_by_name_and_settings_however_given_are_one_run(tiny_lm, tmp_path: Path) -> None:
+    """`questions=` a list or the dataset's name, the settings as keywords, a dataclass or a YAML file: the same
+    numbers; the same settings resume the same store (a different identity would be a StoreError)."""
+    settings = {"paths": 2, "steps": 2, "methods": ["ppr", "direct"], "out": tmp_path / "named"}
+    named = bd.evaluate(questions="demo", lm=tiny_lm, n=2, progress=False, **settings)
+    given = bd.evaluate(questions=bd.load_dataset("demo", n=2), lm=tiny_lm, progress=False,
+                        **{**settings, "out": tmp_path / "given"})
+
+    def numbers(run: bd.Run) -> list[tuple[str, str, list[float]]]:
+        return [(r["question_id"], r["method"], r["probs"]) for r in run.records()]
+
+    assert numbers(given) == numbers(named) and len(numbers(named)) == 4
+    assert [r["method"] for r in named.records()][:2] == ["direct", "ppr"]  # methods read as the command reads them
+    identity, given_identity = named.config(), given.config()
+    assert given_identity["questions_sha256"] == identity["questions_sha256"]
+    assert (given_identity["dataset"], given_identity["n"], identity["dataset"]) == ("questions", None, "demo")
+    assert identity["model"] == str(Path(tiny_lm.name).resolve()) and identity["dtype"] == "float32"
+
+    (tmp_path / "settings.yaml").write_text("paths: 2\nsteps: 2\nmethods: [ppr, direct]\nn: 2\n")
+    config = bd.EvalConfig(dataset="demo", n=2, paths=2, steps=2, methods=["direct", "ppr"], out=tmp_path / "named")
+    for again in (bd.evaluate(config=config, lm=tiny_lm, progress=False),
+                  bd.evaluate(config=tmp_path / "settings.yaml", lm=tiny_lm, out=tmp_path / "named", progress=False)):
+        assert again.config() == identity and numbers(again) == numbers(named)
+
+
+def test_the_api_says_what_is_wrong_with_its_inputs(tiny_lm, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"evaluate\(\): unknown setting path=4; did you mean 'paths'\?"):
+        bd.evaluate(questions="demo", path=4)
+    with pytest.raises(UserError, match="questions= gives dataset 'csqa', dataset= gives 'demo'; give one"):
+        bd.evaluate(questions="csqa", dataset="demo")
+    with pytest.raises(UserError, match="lm= gives model"):
+        bd.drift(lm=tiny_lm, model="another-model")
+    with pytest.raises(UserError, match=r"n= select questions from a dataset; questions= gives them"):
+        bd.emd(questions=bd.load_dataset("demo", n=1), n=1)
+    with pytest.raises(UserError, match="an empty list"):
+        bd.evaluate(questions=[])
+    with pytest.raises(UserError, match=r"setting paths: expected an integer"):
+        bd.evaluate(paths="many")
+    with pytest.raises(TypeError, match=r"evaluate\(config=…\): expected its settings \(EvalConfig\)"):
+        bd.evaluate(config=bd.DriftConfig())
+    with pytest.raises(TypeError, match=r"lm=…\): expected a LanguageModel"):
+        bd.evaluate(lm=tiny_lm.model)
+    with pytest.raises(DataError, match="questions= questions: evaluate needs multiple-choice questions"):
+        bd.evaluate(questions=bd.load_dataset(str(FIXTURES / "gsm8k_ok.jsonl"), n=1), lm=tiny_lm, out=tmp_path / "math")
+    assert not (tmp_path / "math").exists()

@@ -26,7 +26,7 @@ from beliefdrift.engine import resampling
 from beliefdrift.engine.methods import parse_method, run_methods_many
 from beliefdrift.engine.resampling import QuestionRunner, StaticSteps, make_generator, up_front_uniforms
 from beliefdrift.runs.diagnostics import run_drift
-from beliefdrift.runs.evaluate import evaluate
+from beliefdrift.runs.evaluate import run_evaluation
 from beliefdrift.runs.store import RunStore
 
 METHODS = [parse_method(name) for name in ("ppr", "ppr-seed1", "ppr-seed3")]  # seeds of two lengths: padded paths
@@ -159,9 +159,9 @@ def test_stored_results_and_records_equal_the_eager_engines(up_front, tiny_model
         use_static_steps(lm.model, static)
         out = tmp_path / ("static" if static else "eager")
         config = EvalConfig(**settings, methods=["direct", "ppr", "ppr-seed2"], out=out / "evaluate")
-        with RunStore.open(evaluate(config, config.out, progress=False, lm=lm), read_only=True) as store:
+        with RunStore.open(run_evaluation(config, progress=False, lm=lm), read_only=True) as store:
             rows = {(r.question_id, r.method): dataclasses.replace(r, seconds=0.0) for r in store.rows()}
-        drift = run_drift(DriftConfig(**settings, methods=["ppr", "ppr-seed1"], out=out / "drift"), lm,
+        drift = run_drift(DriftConfig(**settings, methods=["ppr", "ppr-seed1"], out=out / "drift"), lm=lm,
                           progress=False)
         with RunStore.open(drift.path, read_only=True) as store:
             records = {(q.id, m.name): store.records(q.id, m.name) for q in drift.questions for m in drift.methods}

@@ -27,7 +27,7 @@ from beliefdrift.amortize.forward import conditionals
 from beliefdrift.amortize.loss import SelfConsistencyLoss, expected_sc_loss
 from beliefdrift.amortize.rollouts import (
     RolloutGroup,
-    generate_rollouts,
+    generate_groups,
     group_id,
     load_rollouts,
     sample_prefix,
@@ -37,6 +37,7 @@ from beliefdrift.amortize.rollouts import (
 from beliefdrift.amortize.trainer import SCTrainer, TrainConfig, plan_updates
 from beliefdrift.backend import load_model
 from beliefdrift.config.options import load_settings
+from beliefdrift.data.registry import fingerprint, load_dataset
 from beliefdrift.diagnostics.emd import kstep_drift
 from beliefdrift.diagnostics.kstep import kstep_exact
 from beliefdrift.engine.resampling import QuestionRunner, draw_seeds, make_generator, ppr_tokens, sample_answers
@@ -86,8 +87,8 @@ def test_differentiable_conditionals_equal_pathbatch_theta_default_model(default
 
 
 def test_rollout_dataset_round_trip_and_determinism(tiny_lm, question, template, tmp_path):
-    groups = generate_rollouts(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
-    again = generate_rollouts(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
+    groups = generate_groups(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
+    again = generate_groups(tiny_lm, [question], (0, 3), num_rollouts=6, depth=4, seed=3, template=template)
     assert [g.id for g in groups] == [group_id(question.id, ()), group_id(question.id, groups[1].prefix)]
     assert len(groups[1].prefix) == 3 and groups[0].rollouts.shape == (6, 4)
     for g, h in zip(groups, again, strict=True):
@@ -112,8 +113,8 @@ def test_direct_prefixes_are_iid_draws_from_the_direct_query(tiny_lm, question, 
     """prefix_mode direct (the paper's seeding prompt, App. D.4): a_{1:n} i.i.d. from the direct-query θ, drawn as
     seed answers are; sample (the default) walks the PPR process instead."""
     runner = QuestionRunner(tiny_lm, question, template)
-    (group,) = generate_rollouts(tiny_lm, [question], (6,), num_rollouts=2, depth=2, seed=4, template=template,
-                                 prefix_mode="direct")
+    (group,) = generate_groups(tiny_lm, [question], (6,), num_rollouts=2, depth=2, seed=4, template=template,
+                               prefix_mode="direct")
     expected = draw_seeds(runner.direct.probs, 1, 6, make_generator(4, question.id, 6, "prefix", "direct"))[0]
     assert group.prefix == tuple(expected.tolist())
     draws = torch.tensor([sample_prefix(runner, 400, "direct", make_generator(0, "many"))]).flatten()
@@ -124,7 +125,7 @@ def test_direct_prefixes_are_iid_draws_from_the_direct_query(tiny_lm, question, 
 
 def test_group_forecast_is_the_exact_k_step_predictive_in_expectation(tiny_lm, question, template):
     # f = mean_j θ(· | a_{1:n}, A^{(j)}) over sampled rollouts is a Monte Carlo estimate of p^(K); K = 3 here.
-    (group,) = generate_rollouts(tiny_lm, [question], (1,), num_rollouts=400, depth=2, seed=0, template=template)
+    (group,) = generate_groups(tiny_lm, [question], (1,), num_rollouts=400, depth=2, seed=0, template=template)
     runner = QuestionRunner(tiny_lm, question, template)
     exact = kstep_exact(runner.paths(1, seeds=torch.tensor([group.prefix])), 3).probs[0, 2]
     assert group.forecast.shape == exact.shape
@@ -132,12 +133,28 @@ def test_group_forecast_is_the_exact_k_step_predictive_in_expectation(tiny_lm, q
 
 
 def test_anchor_needs_rollouts_with_final_thetas(tiny_model_dir, template, tmp_path):
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template), tmp_path / "run")
+    trainer = SCTrainer(config=tiny_config(tiny_model_dir, template), out=tmp_path / "run")
     groups, settings = load_rollouts(tmp_path / "run" / "rollouts")
     save_rollouts([replace(g, final_thetas=None) for g in groups], tmp_path / "old", settings)
     with pytest.raises(ValueError, match="final θ"):
-        SCTrainer(tiny_config(tiny_model_dir, template, anchor=1.0, rollout_dir=str(tmp_path / "old")), tmp_path / "b")
+        SCTrainer(config=tiny_config(tiny_model_dir, template, anchor=1.0, rollout_dir=str(tmp_path / "old")),
+                  out=tmp_path / "b")
     assert trainer.groups[0].forecast is not None
+
+
+def test_the_trainer_takes_questions_and_a_model_as_objects(tiny_model_dir, template, tmp_path):
+    """As TRL's trainers take a dataset and a model: the rollouts are those of the questions given (their
+    fingerprint pinned), sampled from the model given; every question given is trained on, so validation needs
+    questions of its own."""
+    questions = load_dataset("demo", n=3)[1:]
+    lm = load_model(str(tiny_model_dir), dtype="float32")  # (LoRA goes into its modules: not the shared fixture)
+    with pytest.raises(UserError, match=r"name the validation questions with eval_dataset= \(or set eval_n=0\)"):
+        SCTrainer(questions=questions, lm=lm, config=tiny_config(tiny_model_dir, template), eval_n=2, out=tmp_path)
+    trainer = SCTrainer(questions=questions, lm=lm, config=tiny_config(tiny_model_dir, template), out=tmp_path / "run")
+    assert [group.question for group in trainer.groups] == questions and trainer.config.out == tmp_path / "run"
+    _, settings = load_rollouts(tmp_path / "run" / "rollouts")
+    assert (settings["dataset"], settings["n"], settings["questions_sha256"]) == ("questions", None,
+                                                                                 fingerprint(questions))
 
 
 def test_the_plan_stops_at_max_steps_and_refuses_one_that_would_not_end(monkeypatch):
@@ -164,7 +181,7 @@ def test_update_plan_shards_groups_and_repeats_each_group_u_times():
 
 
 def test_only_lora_parameters_receive_gradients(tiny_model_dir, template, tmp_path):
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template), tmp_path)
+    trainer = SCTrainer(config=tiny_config(tiny_model_dir, template), out=tmp_path)
     group = trainer.groups[0]
     rollouts = group.rollouts[:, :4]
     log_thetas, _ = conditionals(trainer.model, trainer.tokens(group.question), group.prefix, rollouts, 4)
@@ -209,7 +226,7 @@ def test_gradient_caching_gives_the_one_graph_gradient(tiny_model_dir, template,
     # micro-batch replays its own masks; without it the gradient does not depend on the micro-batch size either.
     config = tiny_config(tiny_model_dir, template, anchor=1.0, format_weight=0.5, beta=0.5, lora_dropout=dropout,
                          predictive_scope=scope)
-    trainer = SCTrainer(config, tmp_path)
+    trainer = SCTrainer(config=config, out=tmp_path)
     move_lora_b(trainer)
     rollouts = trainer.groups[0].rollouts
     reference, _ = lora_gradient(trainer, rollouts, 8, caching=False)
@@ -228,7 +245,7 @@ def test_gradient_caching_gives_the_one_graph_gradient(tiny_model_dir, template,
 
 
 def test_gradient_caching_memory_does_not_grow_with_the_paths(tiny_model_dir, template, tmp_path):
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template, paths=16), tmp_path)
+    trainer = SCTrainer(config=tiny_config(tiny_model_dir, template, paths=16), out=tmp_path)
     rollouts = trainer.groups[0].rollouts
     peaks = {}
     for caching in (False, True):
@@ -247,7 +264,7 @@ def test_gradient_checkpointing_gives_the_same_gradient(tiny_model_dir, template
     for checkpointing in (False, True):
         config = tiny_config(tiny_model_dir, template, anchor=1.0, format_weight=0.5, lora_dropout=0.2,
                              gradient_checkpointing=checkpointing)
-        trainer = SCTrainer(config, tmp_path / str(checkpointing))
+        trainer = SCTrainer(config=config, out=tmp_path / str(checkpointing))
         move_lora_b(trainer)
         layers = [m for m in trainer.peft_model.modules() if isinstance(m, GradientCheckpointingLayer)]
         assert len(layers) == 2 and all(layer.gradient_checkpointing == checkpointing for layer in layers)
@@ -268,15 +285,15 @@ def test_gradient_checkpointing_gives_the_same_gradient(tiny_model_dir, template
 
 
 def test_anchor_off_never_computes_the_forecast(tiny_model_dir, template, tmp_path, monkeypatch):
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template, format_weight=0.5), tmp_path)
+    trainer = SCTrainer(config=tiny_config(tiny_model_dir, template, format_weight=0.5), out=tmp_path)
     monkeypatch.setattr(RolloutGroup, "forecast", property(lambda group: pytest.fail("forecast computed at λ = 0")))
     row = trainer.update(trainer.updates[0])
     assert math.isnan(row["anchor"]) and math.isfinite(row["loss"]) and row["format"] > 0
 
 
 def test_bf16_update_keeps_the_loss_in_float32(tiny_model_dir, template, tmp_path):
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template, dtype="bfloat16", anchor=1.0, format_weight=0.5),
-                        tmp_path)
+    trainer = SCTrainer(config=tiny_config(tiny_model_dir, template, dtype="bfloat16", anchor=1.0, format_weight=0.5),
+                        out=tmp_path)
     assert next(trainer.model.parameters()).dtype == torch.bfloat16
     seen = []
     loss = trainer.loss
@@ -289,7 +306,7 @@ def test_bf16_update_keeps_the_loss_in_float32(tiny_model_dir, template, tmp_pat
 def test_max_grad_norm_clips_the_update_gradient_or_not(tiny_model_dir, template, tmp_path, max_grad_norm):
     # Every gradient entry set to 1: norm √n. AdamW's first moment after one step is (1 − β1) · g_clipped, with
     # g_clipped = g · 0.5 / (√n + 1e-6) under max_grad_norm 0.5 and g itself under 0 or None.
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template, max_grad_norm=max_grad_norm), tmp_path)
+    trainer = SCTrainer(config=tiny_config(tiny_model_dir, template, max_grad_norm=max_grad_norm), out=tmp_path)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     for p in params:
         p.grad = torch.ones_like(p)
@@ -303,7 +320,7 @@ def test_max_grad_norm_clips_the_update_gradient_or_not(tiny_model_dir, template
 
 
 def test_tampered_checkpoint_is_refused_without_running_it(tiny_model_dir, template, tmp_path):
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template), tmp_path / "run")
+    trainer = SCTrainer(config=tiny_config(tiny_model_dir, template), out=tmp_path / "run")
     checkpoint = trainer.save_checkpoint(1)
     assert trainer.load_checkpoint(checkpoint) == 1
     marker = tmp_path / "pwned"
@@ -322,7 +339,7 @@ def test_tampered_checkpoint_is_refused_without_running_it(tiny_model_dir, templ
 
 
 def test_a_diverging_update_stops_training_naming_the_flags(tiny_model_dir, template, tmp_path):
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template, learning_rate=1.0), tmp_path)
+    trainer = SCTrainer(config=tiny_config(tiny_model_dir, template, learning_rate=1.0), out=tmp_path)
     trainer.optimizer.param_groups[0]["lr"] = math.inf  # a finite loss, then weights that are not
     with pytest.raises(UserError, match="step 1: the adapter's weights are not finite: training diverged; lower "
                                         r"--learning-rate \(1\) or the loss weights --beta \(0.01\)"):
@@ -333,7 +350,7 @@ def test_a_diverging_update_stops_training_naming_the_flags(tiny_model_dir, temp
 
 def test_checkpoint_files_are_checked_against_their_manifest(tiny_model_dir, template, tmp_path):
     """A step edited in state.json, or one changed weight, would resume to another adapter without a word."""
-    trainer = SCTrainer(tiny_config(tiny_model_dir, template), tmp_path / "run")
+    trainer = SCTrainer(config=tiny_config(tiny_model_dir, template), out=tmp_path / "run")
     checkpoint = trainer.save_checkpoint(1)
     assert trainer.load_checkpoint(checkpoint) == 1
     state = checkpoint / "state.json"
@@ -361,7 +378,7 @@ def test_checkpoint_files_are_checked_against_their_manifest(tiny_model_dir, tem
 def test_training_on_cuda(tiny_model_dir, template, tmp_path, dtype, anchor):
     config = tiny_config(tiny_model_dir, template, device="cuda", dtype=dtype, anchor=anchor, format_weight=0.5,
                          steps_per_group=2)
-    trainer = SCTrainer(config, tmp_path)
+    trainer = SCTrainer(config=config, out=tmp_path)
     assert next(trainer.model.parameters()).device.type == "cuda"
     rows = [trainer.update(u) for u in trainer.updates]
     assert len(rows) == 2 and all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in rows)
@@ -370,7 +387,8 @@ def test_training_on_cuda(tiny_model_dir, template, tmp_path, dtype, anchor):
 
 
 def test_update_rollouts_offline_subset_and_on_policy(tiny_model_dir, template, tmp_path):
-    offline = SCTrainer(tiny_config(tiny_model_dir, template, micro_batch=2, grad_accum=2), tmp_path / "offline")
+    offline = SCTrainer(config=tiny_config(tiny_model_dir, template, micro_batch=2, grad_accum=2),
+                        out=tmp_path / "offline")
     group = offline.groups[0]
     subset = offline.update_rollouts(group, make_generator(0, "subset"), 3)
     assert subset.shape == (4, 3)
@@ -378,7 +396,7 @@ def test_update_rollouts_offline_subset_and_on_policy(tiny_model_dir, template, 
     assert all(tuple(r) in stored for r in subset.tolist()), "offline updates use stored base-model rollouts"
 
     config = tiny_config(tiny_model_dir, template, mode="on-policy", rollout_dir=str(tmp_path / "offline" / "rollouts"))
-    trainer = SCTrainer(config, tmp_path / "on-policy")
+    trainer = SCTrainer(config=config, out=tmp_path / "on-policy")
     with torch.no_grad():  # move the adapter away from the base model, so "current model" is observable
         for name, p in trainer.peft_model.named_parameters():
             if "lora_B" in name:
@@ -397,7 +415,7 @@ def test_update_rollouts_offline_subset_and_on_policy(tiny_model_dir, template, 
 
 def test_short_training_run_lowers_sc_loss_and_emd_on_its_group(tiny_model_dir, template, tmp_path):
     config = tiny_config(tiny_model_dir, template, lora_dropout=0.0, steps_per_group=12, learning_rate=5e-2)
-    trainer = SCTrainer(config, tmp_path)
+    trainer = SCTrainer(config=config, out=tmp_path)
     group = trainer.groups[0]
 
     @torch.no_grad()
@@ -423,7 +441,7 @@ def test_short_training_run_lowers_sc_loss_and_emd_on_its_group(tiny_model_dir, 
 def test_validation_reports_emd_and_the_confidence_that_exposes_collapse(tiny_model_dir, template, tmp_path):
     config = tiny_config(tiny_model_dir, template, eval_n=2, eval_horizon=3, eval_prefix_lengths=[0],
                          eval_paths=4)
-    trainer = SCTrainer(config, tmp_path)
+    trainer = SCTrainer(config=config, out=tmp_path)
     questions = trainer.validation_questions()
     result = trainer.validate(questions)
     assert set(result) == {"val_emd_l1", "val_confidence"} and result["val_emd_l1"] >= 0
@@ -557,7 +575,7 @@ def _two_process_worker(out: Path, model_dir: Path, template: str) -> None:
     """Two updates per rank, one group each; then compare every rank's LoRA weights."""
     config = tiny_config(model_dir, template, n=2, prefix_lengths=[0], steps_per_group=2, paths=4,
                          micro_batch=2, grad_accum=2, save_steps=1)
-    trainer = SCTrainer(config, out)
+    trainer = SCTrainer(config=config, out=out)
     trainer.train()
     lora = torch.cat([p.detach().flatten() for n, p in trainer.peft_model.named_parameters() if "lora_B" in n])
     gathered = trainer.accelerator.gather(lora[None])

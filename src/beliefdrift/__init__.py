@@ -17,32 +17,31 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
   `aggregate_emd` (one question, stored summaries; `QuestionEMD`, `EMDRow`), `noise_floor` (the rows beside their
   Pólya-urn floor), `question_floor`, `method_floors` and `with_floor` (its parts), the c.i.d. check `cid_check`
   (`CIDCheck`, `last_answer_test`, `half_differences`) and the drift test `drift_test` (`DriftTest`);
-- metrics: `summarize` (all of them with bootstrap intervals), `accuracy`, `auroc`, `ece`, `nll`, `brier` (each a
-  float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_bootstrap`, `paired_summary`, `paired_mean_bootstrap`,
-  `paired_scores` (of stored rows) and their parts `sign_test_p`, `sign_flip_p`, `studentized_p`;
-- runs: `EvalConfig`, `evaluate` (runs or resumes a run store, returns a `Run`), `drift`, `emd`, `reasoning` (the
-  same for the diagnostics, with `DriftConfig`, `EMDCommandConfig`, `ReasoningCommandConfig`), `open_run` (any run
-  directory, finished or partial: `.scores()`, `.records()`, `.trajectories()`, `.paired()`, `.path`), `write_export`,
-  `score_rows`, `QualityControl`;
-- SC fine-tuning (AM-PPR): `TrainConfig`, `SCTrainer`;
+- metrics: `summarize` (all of them with bootstrap intervals, each an `Interval`), `accuracy`, `auroc`, `ece`, `nll`,
+  `brier` (each a float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_bootstrap`, `paired_summary`,
+  `paired_mean_bootstrap` (each Δ a `PairedDelta`), `paired_scores` (of stored rows, `PairedComparison`s) and
+  their parts `sign_test_p`, `sign_flip_p`, `studentized_p`;
+- runs: `evaluate` (runs or resumes a run store, returns a `Run`), `drift`, `emd`, `reasoning` (the same for the
+  diagnostics), each taking `questions=` (objects or a dataset name), `lm=` (a model or its name), `config=` (its
+  settings: `EvalConfig`, `DriftConfig`, `EMDCommandConfig`, `ReasoningCommandConfig`, or a YAML file) and the
+  settings by the flags' names; `open_run` (any run directory, finished or partial: `.scores()` (`ScoreRow`s),
+  `.records()`, `.trajectories()`, `.paired()`, `.emd_rows()`, `.path`), `write_export`, `score_rows`,
+  `QualityControl`;
+- SC fine-tuning (AM-PPR): `SCTrainer` (the same keywords; `TrainConfig`);
 - settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
 
 Keyword arguments carry the CLI's names and defaults (`paths`, `steps`, `seed`, `template`, `template_ending`,
-`dtype="auto"`); an old name (`num_paths`, `num_steps`, `ending`) or an old positional call still works for one
-release, with a DeprecationWarning (`renamed`). `--quiet` silences the progress bars with the messages
-(`show_progress`).
+`dtype="auto"`), keyword-only after the model, questions and methods. `--quiet` silences the progress bars with
+the messages (`show_progress`).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
-import inspect
 import os
 import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
 
@@ -66,47 +65,6 @@ def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Ca
         return sorted({*namespace, *where})
 
     return __getattr__, __dir__
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def renamed(*legacy_positional: str, **old_names: str) -> Callable[[_F], _F]:
-    """Keep a public function's old calls working for one release, each with a DeprecationWarning naming the new
-    spelling: `old_names` maps an old keyword to its new name (`renamed(num_paths="paths")`), and
-    `legacy_positional` names, in their old order, the parameters that were positional before they became
-    keyword-only (a call passing them by position still works). Unknown keywords stay errors."""
-
-    def decorate(function: _F) -> _F:
-        parameters = inspect.signature(function).parameters.values()
-        positional = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
-        name = function.__qualname__.removesuffix(".__init__")
-
-        @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if len(args) > positional and legacy_positional:
-                extra, args = args[positional:], args[:positional]
-                if len(extra) > len(legacy_positional):
-                    raise TypeError(f"{name}() takes at most {positional + len(legacy_positional)} positional "
-                                    f"arguments ({positional + len(extra)} given)")
-                given = legacy_positional[: len(extra)]
-                if any(key in kwargs for key in given):
-                    raise TypeError(f"{name}() got multiple values for {', '.join(k for k in given if k in kwargs)}")
-                warnings.warn(f"{name}(): pass {', '.join(given)} by keyword ({', '.join(f'{k}=' for k in given)}); "
-                              "positional calls go in the next release", DeprecationWarning, stacklevel=2)
-                kwargs.update(zip(given, extra, strict=True))
-            for old, new in old_names.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{name}() got both {old}= and its new name {new}=")
-                    warnings.warn(f"{name}(): {old}= is now {new}=; the old name goes in the next release",
-                                  DeprecationWarning, stacklevel=2)
-                    kwargs[new] = kwargs.pop(old)
-            return function(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
 
 
 #: Whether the package's progress bars show (`show_progress`; the CLI's --quiet turns them off with its messages).
@@ -166,12 +124,12 @@ _EXPORTS = {
     "beliefdrift.diagnostics.noise_floor": ("noise_floor", "question_floor", "method_floors", "with_floor"),
     "beliefdrift.metrics.functional": ("summarize", "accuracy", "auroc", "ece", "nll", "nll_clipped", "brier",
                                        "bootstrap_ci", "paired_bootstrap", "paired_summary", "paired_mean_bootstrap",
-                                       "sign_test_p", "sign_flip_p", "studentized_p"),
-    "beliefdrift.report.paired": ("paired_scores",),
+                                       "sign_test_p", "sign_flip_p", "studentized_p", "Interval", "PairedDelta"),
+    "beliefdrift.report.paired": ("paired_scores", "PairedComparison"),
     "beliefdrift.config.evaluate": ("EvalConfig",),
     "beliefdrift.runs.results": ("evaluate", "drift", "emd", "reasoning", "open_run", "Run", "write_export"),
     "beliefdrift.config.reasoning": ("ReasoningCommandConfig",),
-    "beliefdrift.runs.scoring": ("score_rows",),
+    "beliefdrift.runs.scoring": ("score_rows", "ScoreRow"),
     "beliefdrift.config.options": ("QualityControl", "load_settings"),
     "beliefdrift.config.train": ("TrainConfig",),
     "beliefdrift.amortize.trainer": ("SCTrainer",),
@@ -179,4 +137,79 @@ _EXPORTS = {
 }
 
 __all__ = ["__version__", *(name for names in _EXPORTS.values() for name in names)]
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+    from beliefdrift.amortize.trainer import SCTrainer as SCTrainer
+    from beliefdrift.backend.adapters import base_model as base_model
+    from beliefdrift.backend.adapters import load_adapter as load_adapter
+    from beliefdrift.backend.loading import LanguageModel as LanguageModel
+    from beliefdrift.backend.loading import load_model as load_model
+    from beliefdrift.config.diagnostics import DriftConfig as DriftConfig
+    from beliefdrift.config.diagnostics import EMDCommandConfig as EMDCommandConfig
+    from beliefdrift.config.diagnostics import EMDConfig as EMDConfig
+    from beliefdrift.config.evaluate import EvalConfig as EvalConfig
+    from beliefdrift.config.options import QualityControl as QualityControl
+    from beliefdrift.config.options import load_settings as load_settings
+    from beliefdrift.config.reasoning import ReasoningCommandConfig as ReasoningCommandConfig
+    from beliefdrift.config.train import TrainConfig as TrainConfig
+    from beliefdrift.data.question import MCQuestion as MCQuestion
+    from beliefdrift.data.registry import load_dataset as load_dataset
+    from beliefdrift.diagnostics.cid import CIDCheck as CIDCheck
+    from beliefdrift.diagnostics.cid import cid_check as cid_check
+    from beliefdrift.diagnostics.cid import half_differences as half_differences
+    from beliefdrift.diagnostics.cid import last_answer_test as last_answer_test
+    from beliefdrift.diagnostics.drift_test import DriftTest as DriftTest
+    from beliefdrift.diagnostics.drift_test import drift_test as drift_test
+    from beliefdrift.diagnostics.emd import EMDRow as EMDRow
+    from beliefdrift.diagnostics.emd import QuestionEMD as QuestionEMD
+    from beliefdrift.diagnostics.emd import aggregate_emd as aggregate_emd
+    from beliefdrift.diagnostics.emd import emd_per_question as emd_per_question
+    from beliefdrift.diagnostics.emd import emd_rows as emd_rows
+    from beliefdrift.diagnostics.emd import emd_summary as emd_summary
+    from beliefdrift.diagnostics.emd import question_emd as question_emd
+    from beliefdrift.diagnostics.marginal import marginal_drift as marginal_drift
+    from beliefdrift.diagnostics.marginal import marginal_shift as marginal_shift
+    from beliefdrift.diagnostics.noise_floor import method_floors as method_floors
+    from beliefdrift.diagnostics.noise_floor import noise_floor as noise_floor
+    from beliefdrift.diagnostics.noise_floor import question_floor as question_floor
+    from beliefdrift.diagnostics.noise_floor import with_floor as with_floor
+    from beliefdrift.engine.estimators import first_step_estimate as first_step_estimate
+    from beliefdrift.engine.estimators import martingale_posterior_mean as martingale_posterior_mean
+    from beliefdrift.engine.estimators import rao_blackwell_mean as rao_blackwell_mean
+    from beliefdrift.engine.methods import Method as Method
+    from beliefdrift.engine.methods import MethodResult as MethodResult
+    from beliefdrift.engine.methods import parse_method as parse_method
+    from beliefdrift.engine.methods import run_methods as run_methods
+    from beliefdrift.engine.methods import run_methods_many as run_methods_many
+    from beliefdrift.engine.resampling import QuestionRunner as QuestionRunner
+    from beliefdrift.engine.resampling import Trajectories as Trajectories
+    from beliefdrift.engine.resampling import make_generator as make_generator
+    from beliefdrift.metrics.functional import Interval as Interval
+    from beliefdrift.metrics.functional import PairedDelta as PairedDelta
+    from beliefdrift.metrics.functional import accuracy as accuracy
+    from beliefdrift.metrics.functional import auroc as auroc
+    from beliefdrift.metrics.functional import bootstrap_ci as bootstrap_ci
+    from beliefdrift.metrics.functional import brier as brier
+    from beliefdrift.metrics.functional import ece as ece
+    from beliefdrift.metrics.functional import nll as nll
+    from beliefdrift.metrics.functional import nll_clipped as nll_clipped
+    from beliefdrift.metrics.functional import paired_bootstrap as paired_bootstrap
+    from beliefdrift.metrics.functional import paired_mean_bootstrap as paired_mean_bootstrap
+    from beliefdrift.metrics.functional import paired_summary as paired_summary
+    from beliefdrift.metrics.functional import sign_flip_p as sign_flip_p
+    from beliefdrift.metrics.functional import sign_test_p as sign_test_p
+    from beliefdrift.metrics.functional import studentized_p as studentized_p
+    from beliefdrift.metrics.functional import summarize as summarize
+    from beliefdrift.report.paired import PairedComparison as PairedComparison
+    from beliefdrift.report.paired import paired_scores as paired_scores
+    from beliefdrift.runs.identity import run_identity as run_identity
+    from beliefdrift.runs.results import Run as Run
+    from beliefdrift.runs.results import drift as drift
+    from beliefdrift.runs.results import emd as emd
+    from beliefdrift.runs.results import evaluate as evaluate
+    from beliefdrift.runs.results import open_run as open_run
+    from beliefdrift.runs.results import reasoning as reasoning
+    from beliefdrift.runs.results import write_export as write_export
+    from beliefdrift.runs.scoring import ScoreRow as ScoreRow
+    from beliefdrift.runs.scoring import score_rows as score_rows
+else:  # (a module `__getattr__` seen by a type checker would let any name pass)
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -103,7 +103,7 @@ def generate_group(
     return RolloutGroup(runner.question, prefix, rollouts, final)
 
 
-def generate_rollouts(
+def generate_groups(
     lm: LanguageModel,
     questions: Iterable[MCQuestion],
     prefix_lengths: Sequence[int],

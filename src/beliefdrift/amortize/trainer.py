@@ -39,7 +39,7 @@ from beliefdrift.amortize.forward import Conditionals, enable_gradient_checkpoin
 from beliefdrift.amortize.loss import SCLossOutput, SelfConsistencyLoss, draw_horizons
 from beliefdrift.amortize.rollouts import (
     RolloutGroup,
-    generate_rollouts,
+    generate_groups,
     load_rollouts,
     sample_rollouts,
     save_rollouts,
@@ -58,6 +58,7 @@ from beliefdrift.prompts import load_template
 from beliefdrift.registry import parse_method
 from beliefdrift.runs import store
 from beliefdrift.runs.identity import pin_identity, run_identity
+from beliefdrift.runs.inputs import Model, Questions, run_inputs
 from beliefdrift.runs.loop import prompt_positions
 from beliefdrift.runs.store import StoreError
 
@@ -135,17 +136,31 @@ def plan_updates(num_groups: int, config: TrainConfig, rank: int = 0, world: int
 
 
 class SCTrainer:
-    """Self-consistency LoRA fine-tuning of `config.model`; writes checkpoints, logs and the adapter to `out`.
+    """Self-consistency LoRA fine-tuning of a model (`lm`) on training `questions`; writes checkpoints, logs and the
+    adapter to the settings' `out`.
+
+    As TRL's trainers take a model, a dataset and one config dataclass, this takes `questions=` (a list of
+    `MCQuestion`s, a dataset name or a file), `lm=` (a loaded model or what `--model` takes), `config=` (a
+    `TrainConfig`, or a YAML file or preset as `--config` takes) and settings by the names of `beliefdrift train`'s
+    flags (`out=`, `lora_r=`, …), which override `config` (`runs.inputs`); `accelerator`: an `accelerate.Accelerator`
+    (default: one for the settings' device and `mixed_precision`). Questions given as objects are all trained on:
+    the validation questions then come from `eval_dataset=` (or `eval_n=0`).
 
     `out/adapter` (final) and every `out/checkpoints/checkpoint-<step>/adapter` load with
     `peft.PeftModel.from_pretrained` (and `--adapter` in evaluate, drift and emd).
     """
 
-    def __init__(self, config: TrainConfig, out: str | Path, accelerator: Any = None, lm: LanguageModel | None = None):
+    def __init__(self, *, questions: Questions | None = None, lm: Model | None = None,
+                 config: TrainConfig | str | Path | None = None, accelerator: Any = None, **settings: Any):
         from accelerate import Accelerator
 
-        self.config = config
-        self.out = Path(out)
+        inputs = run_inputs(TrainConfig, config, questions, lm, settings, "SCTrainer")
+        config = self.config = inputs.settings
+        self._given = inputs.questions
+        if self._given is not None and config.eval_n and not config.eval_dataset:
+            raise UserError("SCTrainer(questions=[…]): every question given is trained on; name the validation "
+                            "questions with eval_dataset= (or set eval_n=0)")
+        self.out = Path(config.out)
         if self.out.exists() and not store.writable(self.out):
             raise UserError(f"{self.out}: the run directory is read-only (an archived run?); make it writable to "
                             "resume the run, or choose another --out directory")
@@ -157,7 +172,7 @@ class SCTrainer:
         self._check_data()  # before anything is written or loaded
         self._lock = self._hold_directory()
         try:
-            self._build(lm)
+            self._build(inputs.lm)
         except BaseException:  # the directory is free again, its lock file removed
             self.release()
             raise
@@ -228,7 +243,7 @@ class SCTrainer:
                 self.check_context(lm, questions)
                 logger.info("sampling rollouts: %d questions × %d prefixes, J=%d, depth %d", len(questions),
                          len(config.prefix_lengths), config.paths, config.horizon - 1)
-                groups = generate_rollouts(lm, questions, config.prefix_lengths, config.paths,
+                groups = generate_groups(lm, questions, config.prefix_lengths, config.paths,
                                            config.horizon - 1, config.seed, config.template, config.prefix_mode,
                                            config.template_ending)
                 save_rollouts(groups, directory, self.rollout_settings())
@@ -290,11 +305,14 @@ class SCTrainer:
                             only=ROLLOUT_SETTINGS)
 
     def training_questions(self) -> list[MCQuestion]:
-        """The `n` training questions (read once); a dataset of other items (math problems) is a DataError."""
+        """The questions given, else the `n` training questions of the dataset (read once); other items (math
+        problems) are a DataError."""
         if self._training is None:
             c = self.config
-            self._training = require_kind(load_dataset(c.dataset, c.split, data_dir=c.data_dir, n=c.n, seed=c.seed,
-                                                       fields=c.fields), c.dataset, "train")
+            self._training = require_kind(self._given, c.dataset, "train", flag="questions=") if (
+                self._given is not None) else require_kind(load_dataset(c.dataset, c.split, data_dir=c.data_dir,
+                                                                        n=c.n, seed=c.seed, fields=c.fields),
+                                                           c.dataset, "train")
         return self._training
 
     def _validation_pool(self, n: int) -> list[MCQuestion]:

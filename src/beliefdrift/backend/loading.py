@@ -25,7 +25,7 @@ from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from beliefdrift import progress_shown, renamed
+from beliefdrift import progress_shown
 from beliefdrift.errors import UserError, check_device, check_model, first_line
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
 
@@ -61,7 +61,7 @@ def unwrapped(model: torch.nn.Module) -> Any:
     return model
 
 
-def base_model(model: torch.nn.Module) -> Any:
+def transformers_model(model: torch.nn.Module) -> Any:
     """The transformers model inside DDP/FSDP and peft wrappers."""
     base = unwrapped(model)
     return base.get_base_model() if hasattr(base, "get_base_model") else base
@@ -71,7 +71,7 @@ def cache_argument(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
     """The keyword argument that hands a KV cache to `model`'s forward pass: `cache` where transformers has renamed
     `past_key_values` (the old name warns, and goes in 5.40), `past_key_values` in older versions and in models that
     bring their own code."""
-    return {_cache_keyword(type(base_model(model))): cache}
+    return {_cache_keyword(type(transformers_model(model))): cache}
 
 
 @functools.cache
@@ -220,7 +220,6 @@ def model_from(options: Any) -> LanguageModel:
                       **options.pretrained_kwargs())
 
 
-@renamed("device", "dtype", "attn_implementation", "device_map", "revision", "trust_remote_code", "model_args")
 def load_model(
     spec: str = DEFAULT_MODEL,
     *,

@@ -17,7 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from beliefdrift.backend import compat
-from beliefdrift.backend.loading import base_model, cache_argument, input_device, unwrapped
+from beliefdrift.backend.loading import cache_argument, input_device, transformers_model, unwrapped
 from beliefdrift.backend.shared_prefix import (
     AttentionPass,
     PromptRuns,
@@ -56,7 +56,7 @@ class PathCache(Protocol):
 
 def shares_prefix(model: torch.nn.Module) -> bool:
     """Whether the engine serves `model` (or the model inside a DDP/peft wrapper) with one shared prompt cache."""
-    return enable_shared_prefix(base_model(model))
+    return enable_shared_prefix(transformers_model(model))
 
 
 def use_static_steps(model: torch.nn.Module, static: bool = True) -> None:
@@ -64,12 +64,12 @@ def use_static_steps(model: torch.nn.Module, static: bool = True) -> None:
     step touches allocated once, as a CUDA graph needs) instead of the eager loop on growing caches. The stored numbers
     equal the eager loop's with the same draws up to rounding: attention also reads the static suffix's empty slots,
     with weight zero. Set on the model inside any wrapper, so that an adapter on it gets them too."""
-    base_model(model)._beliefdrift_static_steps = static
+    transformers_model(model)._beliefdrift_static_steps = static
 
 
 def runs_static_steps(model: torch.nn.Module) -> bool:
     """Whether `model` runs its answer steps as static steps (`use_static_steps`)."""
-    return getattr(base_model(model), "_beliefdrift_static_steps", False)
+    return getattr(transformers_model(model), "_beliefdrift_static_steps", False)
 
 
 def compile_forward(model: torch.nn.Module, cuda_graphs: bool = False) -> None:
@@ -90,7 +90,7 @@ def compile_forward(model: torch.nn.Module, cuda_graphs: bool = False) -> None:
         model.forward = _errors_suppressed(torch.compile(model.forward, dynamic=True))
         return
     use_static_steps(model)
-    base = base_model(model)  # where every wrapper (peft, DDP) ends up, so an adapter's steps are graphed too
+    base = transformers_model(model)  # where every wrapper (peft, DDP) ends up, so an adapter's steps are graphed too
     eager = base.forward
     graphed = _errors_suppressed(torch.compile(eager, dynamic=True, mode="reduce-overhead"))
 

@@ -686,7 +686,8 @@ def enable_shared_prefix(model: PreTrainedModel) -> bool:
 
 
 def use_per_path_cache(model: PreTrainedModel) -> None:
-    """Serve `model` with a full cache per path even where the shared prefix could (to check one against the other)."""
+    """Serve `model` with a full cache per path even where the shared prefix could: the reference the tests check
+    the shared prefix against (tests/test_engine.py, tests/test_families.py)."""
     capped_attention(model)
     model._beliefdrift_shared_prefix = False
 

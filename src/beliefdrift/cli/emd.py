@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from(args, EMDCommandConfig)
     config = settings.emd
-    run = run_emd(settings, config)
+    run = run_emd(settings)
     if Ranks.from_env().rank != 0:  # under torchrun rank 0 reports, once every rank has stored its questions
         return 0
     questions, methods, records = run.questions, run.methods, run.method_records()

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from beliefdrift.report.runs import REPORT_FILES, write_report
     from beliefdrift.report.text import wrote
     from beliefdrift.runs.distributed import Ranks
-    from beliefdrift.runs.evaluate import evaluate
+    from beliefdrift.runs.evaluate import run_evaluation
     from beliefdrift.runs.results import open_run
 
     config = resolve_methods(settings_from(args, EvalConfig), given="methods" in args.given)
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         log.info("%s: methods %s; J=%d paths, N=%d answers; model %s%s%s", config.dataset, ", ".join(config.methods),
                  config.paths, config.steps, config.model, f" + adapter {config.adapter}" if config.adapter else "",
                  f"; {ranks.world_size} ranks" if ranks.world_size > 1 else "")
-    store = evaluate(config, config.out, ranks=ranks)
+    store = run_evaluation(config, ranks=ranks)
     if ranks.rank != 0:
         return 0
     markdown, files = write_report([config.out], config.out, config.quality_control, config.bootstrap)

@@ -109,7 +109,7 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (a scheduler ending the job, `kill`): stopped like Ctrl-C, with the same line."""
 
 
-def terminate(signum: int, frame: object) -> None:
+def terminate(_signum: int, _frame: object) -> None:
     raise Terminated
 
 

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
                         "server does not give; train the same weights loaded locally (a hub id, directory or .gguf)")
     check_device(config.device)
     check_model(config.model)
-    trainer = SCTrainer(config, config.out)
+    trainer = SCTrainer(config=config)
     if trainer.is_main:
         log.info("training %s: %d groups, %d updates per process, %d paths per update (%d per forward pass), %s "
                  "rollouts", config.model, len(trainer.groups), len(trainer.updates), config.paths_per_update,

@@ -30,7 +30,6 @@ from beliefdrift.engine.resampling import inverse_cdf
 from beliefdrift.errors import UserError
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]
-STOP_REASONS = ("pairs", "eos", "budget")
 ANSWER_OPEN = re.compile("<[aA][nN][sS]>")  # exactly the strings that lower-case to "<ans>"
 
 
@@ -134,7 +133,8 @@ class Rollout:
     `token_ids` are the generated tokens, tags written by guided decoding included (`forced` of them) and
     an end-of-sequence token excluded; `parse` parses their text; `pair_tokens[n]` is the [start, end)
     token range of generated pair n; `hidden[t]` the last hidden state of token t (when collected);
-    `capped` counts the tags forced by a token cap; `stop` is one of `STOP_REASONS`.
+    `capped` counts the tags forced by a token cap; `stop` says why it ended: "pairs" (every pair written),
+    "eos" (the model ended it) or "budget" (`max_new_tokens` spent).
     """
 
     seed_text: str

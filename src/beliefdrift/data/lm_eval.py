@@ -191,7 +191,7 @@ def _doc_question(task: Any, doc: dict[str, Any], where: str, qid: str) -> MCQue
     text = _CLOSING_CUE.sub("", _LEADING_CUE.sub("", str(text)))
     listed = _listed_options(text, choices)
     stem, texts = listed if listed is not None else (text, choices)
-    question = _question(where, qid, stem, texts, _answer_index(target, choices, where))
+    question = _question(where, qid, stem, texts, _target_index(target, choices, where))
     labels = tuple(c.strip() for c in choices)
     if listed is None or not all(len(label) == 1 for label in labels):
         return question
@@ -215,7 +215,7 @@ def _listed_options(text: str, choices: Sequence[str]) -> tuple[str, list[str]] 
     return text[: starts[0].start()], [text[m.end() : end] for m, end in zip(starts, ends, strict=True)]
 
 
-def _answer_index(target: Any, choices: Sequence[str], where: str) -> int:
+def _target_index(target: Any, choices: Sequence[str], where: str) -> int:
     """`doc_to_target` as an option index: an index, or one of the choices."""
     if isinstance(target, int) and not isinstance(target, bool):
         return target

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from beliefdrift import renamed
 from beliefdrift.data.hf import HF_PREFIX, load_hf
 from beliefdrift.data.lm_eval import is_task_spec, load_lm_eval
 from beliefdrift.data.loaders import (
@@ -113,7 +112,6 @@ _FILE_LAYOUTS = (f"a .jsonl or .parquet file in {RECORD_LAYOUTS}, or a .csv file
 _MISSING_HINT = f"pass --data-dir or set {DATA_ENV} to the benchmark data directory"
 
 
-@renamed("data_dir", "n", "seed", "fmt", "fields")
 def load_dataset(
     name: str,
     split: str | None = None,

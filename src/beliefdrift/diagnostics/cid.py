@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import torch
 
 from beliefdrift.engine.resampling import inverse_cdf
-from beliefdrift.metrics.functional import resample_indices
 
 #: What the stored check is, pinned in the run identity of the commands that store it: a store written by another
 #: test (an earlier beliefdrift's sign-flip test or per-option bands) is not resumed with this one.
@@ -86,7 +85,7 @@ def cid_check(
     bands do not depend on the test)."""
     differences = half_differences(answers, num_labels)
     paths = differences.shape[0]
-    index = torch.from_numpy(resample_indices(paths, resamples, generator))
+    index = torch.randint(paths, (resamples, paths), generator=generator)  # the bootstrap's resampled paths
     means = differences[index].mean(1)  # [resamples, |𝒜|]
     tail = (1 - level) / 2
     low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)

@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from beliefdrift import renamed
 from beliefdrift.backend import LanguageModel, PathBatch
 from beliefdrift.config.diagnostics import EMDConfig
 from beliefdrift.data.question import MCQuestion
@@ -222,7 +221,6 @@ class EMDRow:
     burn_in_floor: list[float] | None = None
     burn_in_floor_low: list[float] | None = None
     burn_in_floor_high: list[float] | None = None
-    burn_in_above_floor: list[bool] | None = None
     questions_above_floor: int | None = None  # questions whose own EMD‾ is above their own floor (its p ≤ 2.5%)
 
 
@@ -282,7 +280,6 @@ def emd_rows(per_question: Mapping[str, Sequence[QuestionEMD]], distance: str = 
             for name, results in per_question.items()]
 
 
-@renamed("config", "seed", "template", "distance", "template_ending", ending="template_ending")
 def emd_summary(
     lm: LanguageModel,
     questions: Sequence[MCQuestion],

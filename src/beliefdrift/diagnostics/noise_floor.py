@@ -44,7 +44,6 @@ from typing import Any
 
 import torch
 
-from beliefdrift import renamed
 from beliefdrift.backend import AnswerDist, LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.emd import EMDConfig, EMDRow, QuestionEMD, aggregate_emd, predictives
@@ -209,7 +208,6 @@ def replicate_summaries(
     return [list(replicate) for replicate in zip(*per_question, strict=True)]
 
 
-@renamed("seed", "config", "replicates", "distances")
 def method_floors(
     questions: Sequence[MCQuestion],
     methods: Sequence[Method],
@@ -237,7 +235,7 @@ def with_floor(
     bars = torch.tensor([null.emd_bar for null in null_rows], dtype=torch.float64)
     floor, low, high, above, p_value = _band(bars, torch.tensor(row.emd_bar, dtype=torch.float64))
     curves = torch.tensor([null.burn_in for null in null_rows], dtype=torch.float64)
-    curve, curve_low, curve_high, curve_above, _ = _band(curves, torch.tensor(row.burn_in, dtype=torch.float64))
+    curve, curve_low, curve_high, _, _ = _band(curves, torch.tensor(row.burn_in, dtype=torch.float64))
     key = f"emd_bar_{row.distance}"
     per_question = torch.tensor([[s[key] for s in summaries] for summaries in replicates], dtype=torch.float64)
     questions_above = _band(per_question, torch.tensor([s[key] for s in measured], dtype=torch.float64))[3]
@@ -245,7 +243,7 @@ def with_floor(
         row, floor=float(floor), floor_low=float(low), floor_high=float(high), above_floor=bool(above),
         floor_p=float(p_value), floor_replicates=len(null_rows), burn_in_floor=curve.tolist(),
         burn_in_floor_low=curve_low.tolist(), burn_in_floor_high=curve_high.tolist(),
-        burn_in_above_floor=curve_above.tolist(), questions_above_floor=int(questions_above.sum()),
+        questions_above_floor=int(questions_above.sum()),
     )
 
 

@@ -15,16 +15,12 @@ from beliefdrift.engine.resampling import PPRRequest, QuestionRunner, Trajectori
 from beliefdrift.metrics.stats import mean_std
 
 
-def trajectory_quantities(runner: QuestionRunner, method: Method, paths: int, steps: int, seed: int) -> dict[str, Any]:
-    """Marginal drift and c.i.d. check of J × N PPR paths (the generator of `run_methods`, so the same paths)."""
-    return trajectory_quantities_many([(runner, method)], paths, steps, seed)[0]
-
-
 def trajectory_quantities_many(
     units: Sequence[tuple[QuestionRunner, Method]], paths: int, steps: int, seed: int
 ) -> list[dict[str, Any]]:
-    """`trajectory_quantities` of each (runner, method) unit, in order, their paths sampled together
-    (`unit_trajectories`); each unit's c.i.d. bootstrap draws from its own generator too."""
+    """Marginal drift and c.i.d. check of J × N PPR paths of each (runner, method) unit, in order (the generator of
+    `run_methods`, so the same paths), their paths sampled together (`unit_trajectories`); each unit's c.i.d.
+    bootstrap draws from its own generator too."""
     generators = [make_generator(seed, runner.question.id, method.name) for runner, method in units]
     return [
         _quantities(trajectories, runner.question.id, method, seed)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import torch
 
-from beliefdrift import renamed
 from beliefdrift.backend import LanguageModel
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.estimators import first_step_estimate, martingale_posterior_mean, rao_blackwell_mean
@@ -48,11 +47,6 @@ def _request(method: Method, num_paths: int, num_steps: int, generator: torch.Ge
     return PPRRequest(num_paths, num_steps if method.spec.generates else 0, generator, method.num_seeds)
 
 
-_LEGACY = ("paths", "steps", "seed", "template", "template_ending")
-_RENAMED = {"num_paths": "paths", "num_steps": "steps", "ending": "template_ending"}
-
-
-@renamed(*_LEGACY, **_RENAMED)
 def run_methods(
     lm: LanguageModel,
     question: MCQuestion,
@@ -69,7 +63,6 @@ def run_methods(
                             template_ending=template_ending)[0]
 
 
-@renamed(*_LEGACY, **_RENAMED)
 def run_methods_many(
     lm: LanguageModel,
     questions: Sequence[MCQuestion],
@@ -86,8 +79,7 @@ def run_methods_many(
     method name), so its result does not depend on which other methods or questions ran.
 
     The keywords and their defaults are the CLI's (`--paths/-J`, `--steps/-N`, `--seed`, `--template`,
-    `--template-ending`); `num_paths`, `num_steps` and `ending`, and positional calls, still work for one release
-    with a DeprecationWarning."""
+    `--template-ending`)."""
     runners = [QuestionRunner(lm, question, template, template_ending) for question in questions]
     resampling = [m for m in methods if m.resamples]
     jobs = [

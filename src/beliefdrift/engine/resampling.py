@@ -14,7 +14,6 @@ from functools import cached_property
 
 import torch
 
-from beliefdrift import renamed
 from beliefdrift.backend import AnswerDist, AnswerTokens, LanguageModel, PathBatch
 from beliefdrift.backend.answer_tokens import resolve_answer_tokens, resolve_single_answer
 from beliefdrift.backend.path_cache import runs_static_steps
@@ -229,7 +228,6 @@ class QuestionRunner:
     prompt are each computed once (one prefill) and forked for every method that needs them. Both prompts are
     rendered with `template_ending` (`prompts.TEMPLATE_ENDINGS`; the old keyword `ending` warns)."""
 
-    @renamed(ending="template_ending")
     def __init__(
         self,
         lm: LanguageModel,
@@ -309,16 +307,3 @@ def sample_many(jobs: Sequence[tuple[QuestionRunner, Sequence[PPRRequest]]]) -> 
         for i in members:
             results[i] = [next(trajectories) for _ in jobs[i][1]]
     return results
-
-
-def run_ppr(
-    lm: LanguageModel,
-    question: MCQuestion,
-    num_paths: int,
-    num_steps: int,
-    generator: torch.Generator,
-    num_seeds: int = 0,
-    template: str = DEFAULT_PPR_TEMPLATE,
-) -> Trajectories:
-    """PPR (+SEED_m) trajectories for one question (see `QuestionRunner` to share work between methods)."""
-    return QuestionRunner(lm, question, template).ppr(num_paths, num_steps, generator, num_seeds)

@@ -29,10 +29,7 @@ from functools import cached_property, partial
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
-import torch
 from scipy.stats import binomtest
-
-from beliefdrift import renamed
 
 __all__ = [
     "METRICS",
@@ -416,7 +413,6 @@ def ce2_interval(batch: _Batch, index: np.ndarray, level: float, n_bins: int = C
     return Interval(root, math.sqrt(max(0.0, low)), math.sqrt(max(0.0, high)))
 
 
-@renamed("n_bins")
 def ece(probs: Any, targets: Any, *, n_bins: int = 15) -> float:
     """Expected calibration error: ECE = Σ_b (n_b/N) |acc_b − conf_b| over the equal-width bins
     ((b−1)/B, b/B] of :func:`reliability_bins` (empty bins contribute 0).
@@ -431,7 +427,6 @@ def _check_eps(eps: float) -> None:
         raise ValueError(f"eps must be a positive finite number; got {eps!r}")
 
 
-@renamed("eps")
 def nll(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> float:
     """Negative log-likelihood: NLL = (1/N) Σ_i −log max(p_i^(y_i), ε).
 
@@ -443,7 +438,6 @@ def nll(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> float:
     return float(_nll_core(batch, _identity(batch.n), eps)[0])
 
 
-@renamed("eps")
 def nll_clipped(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> int:
     """How many true-label probabilities :func:`nll` clips up to ``eps`` (p_i^(y_i) < ε)."""
     _check_eps(eps)
@@ -470,16 +464,10 @@ class Interval(NamedTuple):
     high: float
 
 
-def resample_indices(n: int, n_resamples: int, generator: np.random.Generator | torch.Generator) -> np.ndarray:
+def resample_indices(n: int, n_resamples: int, generator: np.random.Generator) -> np.ndarray:
     """The bootstrap index matrix ``[n_resamples, n]``: row r lists the n items of resample r, drawn
-    uniformly from 0..n−1 with replacement.
-
-    Drawn in one call, ``generator.integers(0, n, size=(n_resamples, n))`` for a numpy generator and
-    ``torch.randint(n, (n_resamples, n), generator=generator)`` for a torch one, so a seed keeps giving
-    the same resamples.
-    """
-    if isinstance(generator, torch.Generator):
-        return torch.randint(n, (n_resamples, n), generator=generator).numpy()
+    uniformly from 0..n−1 with replacement, in one call (``generator.integers(0, n, size=(n_resamples, n))``), so a
+    seed keeps giving the same resamples."""
     return generator.integers(0, n, size=(n_resamples, n))
 
 
@@ -587,7 +575,6 @@ def _interval(metric_fn: Callable[..., Any], batch: _Batch, index: np.ndarray, l
     return Interval(point, float(low), float(high))
 
 
-@renamed("n_resamples", "level", "seed")
 def bootstrap_ci(
     metric_fn: Callable[[np.ndarray, np.ndarray], Any],
     probs: Any,
@@ -801,7 +788,6 @@ def _paired_batches(probs_a: Any, probs_b: Any, targets: Any) -> tuple[_Batch, _
     return _normalise(probs_a, targets), _normalise(probs_b, targets)
 
 
-@renamed("n_resamples", "level", "seed")
 def paired_bootstrap(
     metric_fn: Callable[[np.ndarray, np.ndarray], Any],
     probs_a: Any,
@@ -857,7 +843,6 @@ def paired_summary(
             for name, fn in _metric_fns(n_bins, eps).items()}
 
 
-@renamed("n_resamples", "level", "seed")
 def paired_mean_bootstrap(
     values_a: Any, values_b: Any, *, n_resamples: int = 1000, level: float = 0.95, seed: int = 0
 ) -> PairedDelta:

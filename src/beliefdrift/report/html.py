@@ -114,7 +114,7 @@ def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
-def markdown_tables(text: str) -> list[Table]:
+def tables_in_markdown(text: str) -> list[Table]:
     """The tables of a Markdown text (a `| … |` header line, a `|---|` rule, `| … |` rows), each captioned by the
     non-blank line before it (bold markers dropped)."""
     lines, tables, caption, i = text.splitlines(), [], "", 0
@@ -139,10 +139,10 @@ def stage_tables(directory: Path, command: str) -> list[Table]:
     (drift, emd), the reasoning summary."""
     if command == "reasoning":
         path = directory / "summary.json"
-        return markdown_tables(summary_markdown(json.loads(path.read_text()))) if path.is_file() else []
+        return tables_in_markdown(summary_markdown(json.loads(path.read_text()))) if path.is_file() else []
     names = ("tables.md", "paired.md") if (directory / "tables.md").is_file() else ("summary.md",)
     return [table for name in names if (directory / name).is_file()
-            for table in markdown_tables((directory / name).read_text())]
+            for table in tables_in_markdown((directory / name).read_text())]
 
 
 def resolved_settings(directory: Path, command: str) -> dict[str, Any]:

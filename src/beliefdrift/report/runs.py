@@ -22,7 +22,7 @@ def model_name(config: dict) -> str:
 
 def load_run(run_dir: Path, qc: QualityControl, n_resamples: int = 1000) -> tuple[RunScores, list[str]]:
     """A run directory's scores, headed by its dataset's name (marked partial when unfinished), and notes on what
-    is missing from it."""
+    is missing from it: one column group, as bench/report.py times it (`load_runs` splits lm-eval groups)."""
     config, rows, label, notes = _read_run(run_dir)
     return RunScores(label, score_rows(rows, qc, n_resamples), model_name(config)), notes
 

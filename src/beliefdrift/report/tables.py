@@ -23,10 +23,10 @@ from beliefdrift.data.lm_eval import is_task_spec, task_label
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.methods import Method, MethodResult
 from beliefdrift.files import write_atomic
-from beliefdrift.metrics.functional import METRIC_NAMES, NLL_EPS, REPORT_METRICS
+from beliefdrift.metrics.functional import NLL_EPS, REPORT_METRICS
 from beliefdrift.registry import table_order
 from beliefdrift.report.text import markdown_cell, markdown_table
-from beliefdrift.runs.scoring import MethodScore, QualityControl, score_results
+from beliefdrift.runs.scoring import SCORE_METRICS, MethodScore, QualityControl, ScoreRow, score_results
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
                   "gpqa": "GPQA"}
@@ -215,22 +215,20 @@ def latex_tables(runs: Sequence[RunScores]) -> str:
 
 
 CSV_COLUMNS = ["dataset", "model", "method", "estimator", "title", "n", "excluded", "total", "nll_clipped",
-               *(f"{m}{suffix}" for m in (*METRIC_NAMES, "CE2") for suffix in ("", "_low", "_high")),
+               *(f"{m}{suffix}" for m in SCORE_METRICS for suffix in ("", "_low", "_high")),
                "label_mass", "confidence", "predicted"]
 
 
-def score_fields(score: MethodScore) -> dict[str, Any]:
-    """One method's (or estimator's) scores as plain values: counts, each metric (a fraction) with its interval
-    bounds, the mean label mass, the mean confidence and the argmax counts per option."""
-    fields: dict[str, Any] = {"method": score.method.name, "estimator": score.estimator_name, "title": score.title,
-                              "n": score.n, "excluded": score.excluded, "total": score.total,
-                              "label_mass": score.label_mass, "confidence": score.confidence,
-                              "predicted": score.predicted}
-    if score.summary is not None:
-        fields["nll_clipped"] = score.summary["nll_clipped"]
-        for metric in (*METRIC_NAMES, "CE2"):
-            for suffix, value in zip(("", "_low", "_high"), score.summary[metric], strict=True):
-                fields[metric + suffix] = float(value)
+def score_fields(row: ScoreRow) -> dict[str, Any]:
+    """A `ScoreRow` as the columns of metrics.csv: counts, each metric (a fraction) and its bounds as `<metric>`,
+    `<metric>_low`, `<metric>_high`, the mean label mass, the mean confidence and the argmax counts per option."""
+    fields: dict[str, Any] = {"method": row.method, "estimator": row.estimator, "title": row.title, "n": row.n,
+                              "excluded": row.excluded, "total": row.total, "label_mass": row.label_mass,
+                              "confidence": row.confidence, "predicted": row.predicted}
+    if row.nll_clipped is not None:
+        fields["nll_clipped"] = row.nll_clipped
+    for metric, interval in row.metrics.items():
+        fields |= dict(zip((metric, f"{metric}_low", f"{metric}_high"), interval, strict=True))
     return fields
 
 
@@ -242,7 +240,7 @@ def csv_table(runs: Sequence[RunScores]) -> str:
     for run in runs:
         for score in run.scores:
             fields = {key: repr(value) if isinstance(value, float) else value
-                      for key, value in score_fields(score).items()}
+                      for key, value in score_fields(score.row()).items()}
             writer.writerow({"dataset": run.label, "model": run.model, **fields})
     return buffer.getvalue()
 

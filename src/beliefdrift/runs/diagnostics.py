@@ -15,7 +15,7 @@ from typing import Any
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.path_cache import questions_per_batch
-from beliefdrift.config.diagnostics import DiagnosticsConfig, EMDConfig
+from beliefdrift.config.diagnostics import DiagnosticsConfig, DriftConfig, EMDCommandConfig, EMDConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.cid import CID_TEST
 from beliefdrift.diagnostics.drift_test import DRIFT_TEST
@@ -35,7 +35,7 @@ STORED_TESTS = {"drift": {"cid_test": CID_TEST}, "emd": {"cid_test": CID_TEST, "
 #: (the runner of the unit's question on the unit's model, the method)
 Unit = tuple[QuestionRunner, Method]
 #: Quantities of each unit of a batch, in order; every unit of one call runs on the same model.
-Compute = Callable[[Sequence[Unit]], list[dict[str, Any]]]
+ComputeUnits = Callable[[Sequence[Unit]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Diagnosed:
 
 
 def compute_batch(
-    models: Models, questions: Sequence[MCQuestion], methods: Sequence[Method], compute: Compute, template: str,
+    models: Models, questions: Sequence[MCQuestion], methods: Sequence[Method], compute: ComputeUnits, template: str,
     template_ending: str,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """{question id: {method: quantities}} of `methods` on `questions`: one `compute` call per model (base, then
@@ -67,13 +67,15 @@ def compute_batch(
     return results
 
 
-def diagnose(command: str, config: DiagnosticsConfig, compute: Compute, answers: int,
-             lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
+def diagnose(command: str, config: DiagnosticsConfig, compute: ComputeUnits, answers: int, *,
+             questions: Sequence[MCQuestion] | None = None, lm: LanguageModel | None = None,
+             progress: bool = True) -> Diagnosed:
     """Store `compute(units)` for every question × method of `config` not stored yet in `config.out`'s run store,
     `questions_per_batch` questions per call. `answers` is the most answers a path holds after its seeds (for the
-    check against the context); `lm`: the model `config` names, already loaded."""
+    check against the context); `questions`: the questions, when given as objects; `lm`: the model `config` names,
+    already loaded."""
     ranks = Ranks.from_env()
-    run = prepare(command, config, config.method_list, answers, lm, ranks)
+    run = prepare(command, config, config.method_list, answers, questions=questions, lm=lm, ranks=ranks)
     identity = {**run.identity, **STORED_TESTS[command]}
     identity["sha256"] = identity_hash(identity)
 
@@ -87,20 +89,22 @@ def diagnose(command: str, config: DiagnosticsConfig, compute: Compute, answers:
     return Diagnosed(path, run.questions, run.methods)
 
 
-def run_drift(config: DiagnosticsConfig, lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
+def run_drift(config: DriftConfig, *, questions: Sequence[MCQuestion] | None = None,
+              lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
     """`beliefdrift drift`'s units: the marginal drift and c.i.d. check of J × N PPR paths per question × method."""
     return diagnose("drift", config,
                     lambda units: trajectory_quantities_many(units, config.paths, config.steps, config.seed),
-                    config.steps, lm, progress)
+                    config.steps, questions=questions, lm=lm, progress=progress)
 
 
-def run_emd(config: DiagnosticsConfig, emd: EMDConfig, lm: LanguageModel | None = None,
-            progress: bool = True) -> Diagnosed:
-    """`beliefdrift emd`'s units (`emd_quantities`) under the EMD settings `emd`."""
+def run_emd(config: EMDCommandConfig, *, questions: Sequence[MCQuestion] | None = None,
+            lm: LanguageModel | None = None, progress: bool = True) -> Diagnosed:
+    """`beliefdrift emd`'s units (`emd_quantities`) under its EMD settings (`EMDCommandConfig.emd`)."""
+    emd = config.emd
     answers = max(config.steps, max(emd.prefix_lengths, default=0) + emd.horizon, emd.burn_in + emd.k)
     return diagnose("emd", config,
                     lambda units: emd_quantities(units, emd, config.paths, config.steps, config.seed), answers,
-                    lm, progress)
+                    questions=questions, lm=lm, progress=progress)
 
 
 def emd_quantities(units: Sequence[Unit], config: EMDConfig, paths: int, steps: int, seed: int) -> list[dict[str, Any]]:

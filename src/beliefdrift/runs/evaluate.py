@@ -45,10 +45,11 @@ def question_rows(
     return rows
 
 
-def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: Ranks | None = None,
-             lm: LanguageModel | None = None) -> Path:
-    """Run every (question, method) of `config` not yet stored in `<out>/run.sqlite`; return the store path. `lm`:
-    the model `config` names, already loaded (else it is loaded here).
+def run_evaluation(config: EvalConfig, *, questions: Sequence[MCQuestion] | None = None,
+                   lm: LanguageModel | None = None, progress: bool = True, ranks: Ranks | None = None) -> Path:
+    """Run every (question, method) of `config` not yet stored in `<config.out>/run.sqlite`; return the store path.
+    `questions`: the questions, when given as objects (else `config` names them); `lm`: the model `config` names,
+    already loaded (else it is loaded here).
 
     Resumable: a question's methods are committed together, so a killed run leaves whole questions and the
     re-run computes the others exactly as an uninterrupted run would. Shardable: under torchrun each rank
@@ -57,7 +58,7 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
     names each method whose questions quality control excludes, and how many (`scoring.warn_quality`).
     """
     ranks = ranks or Ranks.from_env()
-    run = prepare("evaluate", config, config.method_list, config.steps, lm, ranks)
+    run = prepare("evaluate", config, config.method_list, config.steps, questions=questions, lm=lm, ranks=ranks)
 
     def compute(batch: Sequence[tuple[int, MCQuestion]], names: tuple[str, ...]) -> dict[str, list[ResultRow]]:
         rows: dict[str, list[ResultRow]] = {question.id: [] for _, question in batch}
@@ -65,7 +66,7 @@ def evaluate(config: EvalConfig, out: str | Path, progress: bool = True, ranks: 
             rows[row.question_id].append(row)
         return rows
 
-    path = run_loop(out, run.identity, run.questions, [m.name for m in run.methods], compute, table="results",
+    path = run_loop(config.out, run.identity, run.questions, [m.name for m in run.methods], compute, table="results",
                     batch=questions_per_batch(config.batch_questions, run.models.base), ranks=ranks,
                     progress=progress, desc=config.dataset)
     if ranks.rank == 0:  # what quality control will drop from the tables, said now (`scoring.warn_quality`)

@@ -158,8 +158,11 @@ class Models:
             yield self.tuned, tuned
 
 
-def load_questions(config: Any, command: str) -> list[MCQuestion]:
-    """The run's multiple-choice questions (`dataset`, `split`, `n`, `seed`, `fields`); other tasks are an error."""
+def load_questions(config: Any, command: str, given: Sequence[Any] | None = None) -> list[MCQuestion]:
+    """The run's multiple-choice questions: `given` (the Python API's `questions=`), else those of `config`
+    (`dataset`, `split`, `n`, `seed`, `fields`); other items (math problems) are an error."""
+    if given is not None:
+        return require_kind(given, config.dataset, command, flag="questions=")
     questions = load_dataset(config.dataset, split=config.split, data_dir=config.data_dir, n=config.n,
                              seed=config.seed, fields=config.fields)
     return require_kind(questions, config.dataset, command)
@@ -215,12 +218,14 @@ class Prepared:
     identity: dict[str, Any]
 
 
-def prepare(command: str, config: Any, methods: Sequence[Method], answers: int, lm: LanguageModel | None = None,
+def prepare(command: str, config: Any, methods: Sequence[Method], answers: int, *,
+            questions: Sequence[MCQuestion] | None = None, lm: LanguageModel | None = None,
             ranks: Ranks | None = None) -> Prepared:
-    """Load `config`'s questions and models once, keep the questions whose prompt and `answers` answers after the
-    seeds fit the model's context (or refuse, see `split_long_prompts`), and pin the run identity to them.
-    Nothing is written: a failed start leaves no run behind."""
-    questions = load_questions(config, command)
+    """Load `config`'s questions (or take those given) and models (or take `lm`, the model `config` names) once,
+    keep the questions whose prompt and `answers` answers after the seeds fit the model's context (or refuse, see
+    `split_long_prompts`), and pin the run identity to them. Nothing is written: a failed start leaves no run
+    behind."""
+    questions = load_questions(config, command, questions)
     models = Models.load(config, lm)
     questions, skipped = split_long_prompts(models.base, questions, methods, answers, config.template,
                                             config.template_ending, config.skip_long_prompts)

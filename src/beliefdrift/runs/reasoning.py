@@ -41,7 +41,9 @@ from beliefdrift.cot.generation import (
 from beliefdrift.cot.parser import Pair
 from beliefdrift.cot.plot import plot_centroid_drift
 from beliefdrift.cot.task import ReasoningTask, pairs_template
-from beliefdrift.data.registry import load_dataset
+from beliefdrift.data.loaders import MathProblem
+from beliefdrift.data.question import MCQuestion
+from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.engine.resampling import make_generator
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
@@ -224,7 +226,7 @@ def run_experiment(
         return None
     stored = stored_records(out, [task.id for task in tasks], keys)
     results = [_from_units({key: stored[task.id, key] for key in keys}) for task in tasks]
-    summary = identity | summarize(results, config)
+    summary = identity | summarize_conditions(results, config)
     count = f"{len(results)} question" + ("s" if len(results) != 1 else "")
     title = f"{identity.get('dataset', 'reasoning')}: {count}, R={config.rollouts}"
     curves = {cond["title"]: curve_stats_of(results, key) for key, cond in summary["conditions"].items()}
@@ -233,20 +235,24 @@ def run_experiment(
     return summary
 
 
-def reasoning_tasks(settings: ReasoningCommandConfig) -> tuple[list[ReasoningTask], list[Any], str]:
-    """The tasks of `beliefdrift reasoning`'s settings, the dataset items they come from and the pairs template."""
-    items = load_dataset(settings.dataset, split=settings.split, data_dir=settings.data_dir, n=settings.n,
-                         seed=settings.seed, fields=settings.fields)
+def reasoning_tasks(settings: ReasoningCommandConfig,
+                    given: Sequence[Any] | None = None) -> tuple[list[ReasoningTask], list[Any], str]:
+    """The tasks of `beliefdrift reasoning`'s settings (of the items `given`, the Python API's `questions=`, else of
+    its dataset), the items they come from and the pairs template."""
+    items = require_kind(given, settings.dataset, "reasoning", (MCQuestion, MathProblem), flag="questions=") if (
+        given is not None) else load_dataset(settings.dataset, split=settings.split, data_dir=settings.data_dir,
+                                             n=settings.n, seed=settings.seed, fields=settings.fields)
     template = settings.template or pairs_template(settings.dataset, items)
     return [ReasoningTask.from_item(item, template) for item in items], items, template
 
 
-def run_reasoning(settings: ReasoningCommandConfig, lm: LanguageModel | None = None,
-                  progress: bool = True) -> dict | None:
-    """`beliefdrift reasoning`: its questions and model (`lm` when loaded already), pinned to its run identity,
-    through `run_experiment` into `settings.out`; the summary (None on a rank other than 0)."""
+def run_reasoning(settings: ReasoningCommandConfig, *, questions: Sequence[Any] | None = None,
+                  lm: LanguageModel | None = None, progress: bool = True) -> dict | None:
+    """`beliefdrift reasoning`: its questions (`questions` when given as objects) and model (`lm` when loaded
+    already), pinned to its run identity, through `run_experiment` into `settings.out`; the summary (None on a rank
+    other than 0)."""
     config = settings.experiment
-    tasks, items, template = reasoning_tasks(settings)
+    tasks, items, template = reasoning_tasks(settings, questions)
     if lm is None:
         log.info("loading %s ...", settings.model)
         lm = model_from(settings)
@@ -261,7 +267,7 @@ def curve_stats_of(results: Sequence[dict], key: str) -> CurveStats:
     return curve_stats([r["conditions"][key]["curve"] for r in results])
 
 
-def summarize(results: Sequence[dict], config: ReasoningConfig) -> dict:
+def summarize_conditions(results: Sequence[dict], config: ReasoningConfig) -> dict:
     """Per condition: the curve's mean ± std over questions, majority-answer accuracy, answer and format
     statistics; for the seeded condition also, per n, on how many questions its curve lies above the unseeded one."""
     conditions = {}

@@ -1,19 +1,24 @@
 """Results you can hold: a run directory (finished or partial) as plain Python objects, and its export.
 
 ```python
-run = bd.evaluate(bd.EvalConfig(n=2, paths=4, steps=5, methods=["direct", "ppr"]))
-run.scores()[0]["ACC"], len(run.records()), run.path
-bd.emd(bd.EMDCommandConfig(n=2)).records()[0]["emd_bar_l1"]  # per question × method
+run = bd.evaluate(questions="demo", n=2, paths=4, steps=5, methods=["direct", "ppr"])
+run.scores()[0].metrics["ACC"].point, len(run.records()), run.path
+bd.emd(questions=bd.load_dataset("demo", n=2), lm=lm).emd_rows()[0].emd_bar  # EMD‾ over questions
 bd.open_run("beliefdrift-out/emd").records()[0]["emd_bar_l1"]  # any command's store: drift, emd, reasoning
 ```
 
 `evaluate`, `drift`, `emd` and `reasoning` run (or resume) a command's units through the run loop, as the command
-does, and return its `Run`; the command's report files (tables, summaries, figures) are the CLI's to write, except
-reasoning's summary.json and figure, which its experiment writes.
+does, and return its `Run`. Each takes the same keywords (`runs.inputs`): `questions=` (a list of questions, a dataset
+name or a file), `lm=` (a loaded model or what `--model` takes), `config=` (the command's settings dataclass, or a
+YAML file or preset as `--config` takes) and the settings by the names of the command's flags (`paths=`, `steps=`,
+`methods=`, `out=`, …), which override `config`. The command's report files (tables, summaries, figures) are the
+CLI's to write, except reasoning's summary.json and figure, which its experiment writes.
 
 One row per question × method: `records()` (what `beliefdrift export` writes), `trajectories()` (the paths'
-answers, seeds and θ_n as numpy arrays); `scores()` is one row per method and estimator, quality control and
-bootstrap intervals applied as in the report's tables (metrics.csv); `quality_control()` what quality control drops.
+answers, seeds and θ_n as numpy arrays); `scores()` is one `ScoreRow` per method and estimator, quality control and
+bootstrap intervals applied as in the report's tables (metrics.csv); `paired()` each method against its baseline
+(`PairedComparison`s, paired.md); `emd_rows()` an emd run's `EMDRow`s with their drift tests; `quality_control()`
+what quality control drops.
 """
 
 from __future__ import annotations
@@ -26,14 +31,17 @@ from typing import TYPE_CHECKING, Any
 
 from beliefdrift.config.options import QualityControl
 from beliefdrift.files import replacing, write_atomic
+from beliefdrift.runs.inputs import run_inputs
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore, StoreError
 
 if TYPE_CHECKING:
-    from beliefdrift.backend import LanguageModel
     from beliefdrift.config.diagnostics import DriftConfig, EMDCommandConfig
     from beliefdrift.config.evaluate import EvalConfig
     from beliefdrift.config.reasoning import ReasoningCommandConfig
-    from beliefdrift.runs.scoring import QualityReport
+    from beliefdrift.diagnostics.emd import EMDRow
+    from beliefdrift.report.paired import PairedComparison
+    from beliefdrift.runs.inputs import Model, Questions
+    from beliefdrift.runs.scoring import QualityReport, ScoreRow
 
 #: `beliefdrift export --format` values.
 EXPORT_FORMATS = ("jsonl", "parquet")
@@ -41,9 +49,12 @@ EXPORT_FORMATS = ("jsonl", "parquet")
 
 @dataclass(frozen=True)
 class Run:
-    """A run directory holding a run store (`run.sqlite`); every read opens the store read-only."""
+    """A run directory holding a run store (`run.sqlite`); every read opens the store read-only. `qc`: the quality
+    control `scores`, `paired` and `quality_control` apply unless given one (`evaluate`'s: its settings' `qc_*`;
+    else the defaults)."""
 
     path: Path
+    qc: QualityControl | None = None
 
     def _store(self) -> RunStore:
         return RunStore.open(self.path / STORE_FILE, read_only=True)
@@ -53,15 +64,14 @@ class Run:
         with self._store() as store:
             return store.config()
 
-    def scores(self, qc: QualityControl | None = None, n_resamples: int = 1000) -> list[dict[str, Any]]:
-        """Per method in table order, its estimate then its alternatives: counts, each metric with its 95%
-        interval (`ACC`, `ACC_low`, `ACC_high`, …), label mass, confidence (an evaluate run's results only)."""
-        from beliefdrift.report.tables import score_fields
+    def scores(self, qc: QualityControl | None = None, n_resamples: int = 1000) -> list[ScoreRow]:
+        """Per method in table order, its estimate then its alternatives (`ScoreRow`: counts, each metric with its
+        95% interval, label mass, confidence), as metrics.csv has them; an evaluate run's results only."""
         from beliefdrift.runs.scoring import score_rows
 
         with self._store() as store:
             rows = store.rows(trajectories=False)
-        return [score_fields(score) for score in score_rows(rows, qc, n_resamples)]
+        return [score.row() for score in score_rows(rows, qc or self.qc, n_resamples)]
 
     def quality_control(self, qc: QualityControl | None = None) -> QualityReport:
         """What quality control drops (`runs.scoring.quality_report`): per method its excluded questions;
@@ -71,16 +81,32 @@ class Run:
 
         with self._store() as store:
             rows = store.rows(trajectories=False)
-        return quality_report(rows, qc)
+        return quality_report(rows, qc or self.qc)
 
-    def paired(self, qc: QualityControl | None = None, n_resamples: int = 1000) -> list[Any]:
+    def paired(self, qc: QualityControl | None = None, n_resamples: int = 1000) -> list[PairedComparison]:
         """Each method against its baseline on the questions both keep (`report.paired.paired_scores`: Δ of each
         metric with its paired bootstrap interval and p), as in the report's paired.md."""
         from beliefdrift.report.paired import paired_scores
 
         with self._store() as store:
             rows = store.rows(trajectories=False)
-        return paired_scores(rows, qc, n_resamples)
+        return paired_scores(rows, qc or self.qc, n_resamples)
+
+    def emd_rows(self, distance: str = "l1") -> list[EMDRow]:
+        """An emd run's EMD over its stored questions, one `EMDRow` per method in table order (`aggregate_emd`, as
+        the `emd` command's summary without the noise floor): EMD‾ and EMD_k(b) under `distance` (l1, kl, tv),
+        mean ± std over questions, and their drift tests (`EMDRow.drift`, `.burn_in_drift`: `DriftTest`s)."""
+        from beliefdrift.diagnostics.emd import aggregate_emd
+        from beliefdrift.registry import canonical_methods, parse_method
+
+        command = self.config().get("command")
+        if command != "emd":
+            raise ValueError(f"{self.path}: a {command} run; EMD rows are an emd run's (bd.emd)")
+        by_method: dict[str, list[dict[str, Any]]] = {}
+        for record in self.records():
+            by_method.setdefault(record["method"], []).append(record)
+        return [aggregate_emd(parse_method(name).title, by_method[name], distance)
+                for name in canonical_methods(list(by_method))]
 
     def trajectories(self) -> list[dict[str, Any]]:
         """Per stored question × method of a resampling method: `answers` [J, N], `thetas` [J, N+1, K],
@@ -126,38 +152,57 @@ def open_run(path: str | Path) -> Run:
     return Run(directory)
 
 
-def evaluate(config: EvalConfig, lm: LanguageModel | None = None, out: str | Path | None = None,
-             progress: bool = True) -> Run:
-    """Run (or resume) the evaluation `config` describes into `out` (default: `config.out`) and return it. `lm`:
-    the model `config` names, when it is loaded already."""
-    from beliefdrift.runs.evaluate import evaluate as run_evaluation
+def evaluate(*, questions: Questions | None = None, lm: Model | None = None,
+             config: EvalConfig | str | Path | None = None, progress: bool = True, **settings: Any) -> Run:
+    """Run (or resume) `beliefdrift evaluate` (`EvalConfig`: its settings, here `config` and the keywords) on
+    `questions` with `lm` into the settings' `out`, and return the run: per question × method its estimate, its
+    alternatives and (resampling methods) its paths, scored under the settings' quality control (`qc_path_mass`, …).
+    The methods are read as the command reads them (`config.evaluate.resolve_methods`: canonical, in table order;
+    AM-PPR needs `adapter=`)."""
+    from beliefdrift.config.evaluate import EvalConfig, resolve_methods
+    from beliefdrift.runs.evaluate import run_evaluation
 
-    return Run(run_evaluation(config, out if out is not None else config.out, progress=progress, lm=lm).parent)
+    inputs = run_inputs(EvalConfig, config, questions, lm, settings, "evaluate")
+    config = resolve_methods(inputs.settings)
+    path = run_evaluation(config, questions=inputs.questions, lm=inputs.lm, progress=progress)
+    return Run(path.parent, config.quality_control)
 
 
-def drift(config: DriftConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
-    """Run (or resume) `beliefdrift drift`'s units (`DriftConfig`) into `config.out` and return the run: per
+def drift(*, questions: Questions | None = None, lm: Model | None = None,
+          config: DriftConfig | str | Path | None = None, progress: bool = True, **settings: Any) -> Run:
+    """Run (or resume) `beliefdrift drift`'s units (`DriftConfig`) into the settings' `out` and return the run: per
     question × method its marginal drift (`marginal_mean`, `marginal_std`, `marginal_shift`) and c.i.d. check."""
+    from beliefdrift.config.diagnostics import DriftConfig
     from beliefdrift.runs.diagnostics import run_drift
 
-    return Run(run_drift(config, lm, progress).path.parent)
+    inputs = run_inputs(DriftConfig, config, questions, lm, settings, "drift")
+    return Run(run_drift(inputs.settings, questions=inputs.questions, lm=inputs.lm, progress=progress).path.parent)
 
 
-def emd(config: EMDCommandConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
-    """Run (or resume) `beliefdrift emd`'s units (`EMDCommandConfig`) into `config.out` and return the run: per
-    question × method EMD‾ (`emd_bar_l1`, …), EMD_k(b), the c.i.d. check and the noise floor's step spread."""
+def emd(*, questions: Questions | None = None, lm: Model | None = None,
+        config: EMDCommandConfig | str | Path | None = None, progress: bool = True, **settings: Any) -> Run:
+    """Run (or resume) `beliefdrift emd`'s units (`EMDCommandConfig`) into the settings' `out` and return the run: per
+    question × method EMD‾ (`emd_bar_l1`, …), EMD_k(b), the drift test's statistics, the c.i.d. check and the noise
+    floor's step spread; `Run.emd_rows()` aggregates them over questions."""
+    from beliefdrift.config.diagnostics import EMDCommandConfig
     from beliefdrift.runs.diagnostics import run_emd
 
-    return Run(run_emd(config, config.emd, lm, progress).path.parent)
+    inputs = run_inputs(EMDCommandConfig, config, questions, lm, settings, "emd")
+    return Run(run_emd(inputs.settings, questions=inputs.questions, lm=inputs.lm, progress=progress).path.parent)
 
 
-def reasoning(config: ReasoningCommandConfig, lm: LanguageModel | None = None, progress: bool = True) -> Run:
-    """Run (or resume) `beliefdrift reasoning` (`ReasoningCommandConfig`) into `config.out`, with its summary.json
-    and figure, and return the run: per question × condition its rollouts, curve and answers."""
+def reasoning(*, questions: Questions | None = None, lm: Model | None = None,
+              config: ReasoningCommandConfig | str | Path | None = None, progress: bool = True,
+              **settings: Any) -> Run:
+    """Run (or resume) `beliefdrift reasoning` (`ReasoningCommandConfig`; `questions` may be math problems too) into
+    the settings' `out`, with its summary.json and figure, and return the run: per question × condition its
+    rollouts, curve and answers."""
+    from beliefdrift.config.reasoning import ReasoningCommandConfig
     from beliefdrift.runs.reasoning import run_reasoning
 
-    run_reasoning(config, lm, progress)
-    return Run(Path(config.out))
+    inputs = run_inputs(ReasoningCommandConfig, config, questions, lm, settings, "reasoning")
+    run_reasoning(inputs.settings, questions=inputs.questions, lm=inputs.lm, progress=progress)
+    return Run(Path(inputs.settings.out))
 
 
 def write_export(run: Run, out: str | Path, format: str = "jsonl") -> Path:

@@ -22,7 +22,7 @@ import torch
 from beliefdrift.config.options import QualityControl
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.methods import Method, MethodResult
-from beliefdrift.metrics.functional import MetricWarning, predictions, summarize
+from beliefdrift.metrics.functional import METRIC_NAMES, Interval, MetricWarning, predictions, summarize
 from beliefdrift.registry import canonical_methods, parse_method
 from beliefdrift.runs.store import ResultRow, StoreError
 
@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 #: How an alternative estimator is named in a row title, e.g. "PPR + NoSEED (RB)".
 ESTIMATOR_TITLES = {"q_star_rb": "RB", "theta_1": "θ̂_1"}
+#: The metrics a method is scored on: the report's (`metrics.REPORT_METRICS`) and the debiased CE₂.
+SCORE_METRICS = (*METRIC_NAMES, "CE2")
 
 
 def result_row(position: int, question: MCQuestion, result: MethodResult, seconds: float) -> ResultRow:
@@ -95,6 +97,44 @@ class MethodScore:
         """How often each option is the argmax over the kept questions, e.g. `C:2 E:98` (options A, B, …)."""
         counts = np.bincount([int(predictions(np.asarray(p)[None])[0]) for p in self.probs], minlength=1)
         return " ".join(f"{chr(ord('A') + i)}:{c}" for i, c in enumerate(counts) if c)
+
+    def row(self) -> ScoreRow:
+        """These scores as plain values (`ScoreRow`, a row of metrics.csv)."""
+        metrics = {} if self.summary is None else {
+            name: Interval(*(float(value) for value in self.summary[name])) for name in SCORE_METRICS}
+        return ScoreRow(self.method.name, self.estimator_name, self.title, self.n, self.excluded, self.total, metrics,
+                        None if self.summary is None else int(self.summary["nll_clipped"]), self.label_mass,
+                        self.confidence, self.predicted)
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """One method's scores (or one of its alternative estimators'), as `Run.scores()` gives them and metrics.csv
+    writes them.
+
+    - `method`: its name (`ppr-seed5`); `estimator`: whose estimate is scored (`q_star`, the alternatives `q_star_rb`
+      and `theta_1`, or the direct query's `theta`); `title`: the tables' row title (`PPR + SEED_5 (RB)`);
+    - `n` questions scored of the method's `total`, after quality control `excluded` the others;
+    - `metrics`: ACC, AUC, ECE, NLL, BS and CE2 (fractions, `SCORE_METRICS`) → `Interval(point, low, high)`, the
+      95% percentile bootstrap over questions (`metrics.summarize`); the bounds are NaN where the metric has no valid
+      interval (`metrics.valid_only`: ECE always, CE2 below `metrics.functional.CE2_MIN_N` questions), the point NaN
+      where the metric is undefined (AUC when one class is present); empty when quality control kept no question;
+    - `nll_clipped`: kept questions whose true-label probability NLL clips (None when none was kept);
+    - `label_mass`: the mean valid mass over all the method's questions; `confidence`: the mean max probability over
+      the kept ones; `predicted`: how often each option is the argmax there (`C:2 E:98`).
+    """
+
+    method: str
+    estimator: str
+    title: str
+    n: int
+    excluded: int
+    total: int
+    metrics: dict[str, Interval]
+    nll_clipped: int | None
+    label_mass: float
+    confidence: float
+    predicted: str
 
 
 def excluded_units(rows: Sequence[ResultRow], qc: QualityControl | None = None) -> set[tuple[str, str]]:
