@@ -65,7 +65,6 @@ def test_ece_matches_torchmetrics_on_random_inputs(seed: int, k: int) -> None:
     # the last bin.  The conventions agree whenever no confidence lies on (or within float32 noise of)
     # an edge and none equals 1.0, which holds for these continuous inputs (checked below).  The edge
     # cases are tested by hand further down.
-    import torch
     from torchmetrics.functional.classification import multiclass_calibration_error
 
     probs, targets = _random_problem(seed, n=600, k=k)
@@ -689,12 +688,10 @@ def test_bootstrap_vectorised_equals_per_resample_loop(name: str) -> None:
                 np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-12)
 
 
-def test_resample_indices_draws_as_numpy_and_torch_do() -> None:
+def test_resample_indices_draws_as_numpy_does() -> None:
     index = resample_indices(7, 50, np.random.default_rng(4))
     assert index.shape == (50, 7)
     np.testing.assert_array_equal(index, np.random.default_rng(4).integers(0, 7, size=(50, 7)))
-    drawn = resample_indices(7, 50, torch.Generator().manual_seed(4))
-    np.testing.assert_array_equal(drawn, torch.randint(7, (50, 7), generator=torch.Generator().manual_seed(4)))
 
 
 def test_the_metrics_package_offers_every_public_name_of_its_modules() -> None:
