@@ -166,8 +166,13 @@ def served(url: str, model_args: str = QUICK) -> list[str]:
 
 
 def evaluate_args(url: str, out: Path, template: str, model_args: str = QUICK, n: int = 2) -> list[str]:
+    """One question per batch (a served model's default is 16): llama.cpp's arithmetic depends on how it batches a
+    context's tokens (measured on the default model: θ up to 0.05 apart between one and 16 questions per batch,
+    docs/serving.md), so the runs compared for equality share one batching, and a killed run has a question stored
+    before the last."""
     return ["-q", "evaluate", *served(url, model_args), "-n", str(n), "-J", "2", "-N", "3", "--methods", "direct",
-            "ppr", "ppr-seed1", "--template", template, "--bootstrap", "10", "--out", str(out)]
+            "ppr", "ppr-seed1", "--template", template, "--bootstrap", "10", "--batch-questions", "1",
+            "--out", str(out)]
 
 
 def stored_results(out: Path) -> dict[tuple[str, str], tuple]:
