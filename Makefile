@@ -32,8 +32,10 @@ $(VENV)/.installed-serve: $(VENV)/.installed
 demo: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/beliefdrift demo
 
+# The same thread rule for the tests: on an idle 2-core machine tests/test_docs_examples.py and tests/test_compile.py
+# took 165 s with one thread and 206 s with two; the whole suite takes about 13 min with one.
 test: setup
-	$(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q
 
 lint: setup
 	$(BIN)/ruff check src tests bench docs

@@ -118,7 +118,7 @@ def test_the_study_type_checks_under_mypy_strict(tmp_path: Path, pytestconfig: p
     config = tmp_path / "mypy.ini"
     config.write_text("[mypy]\nstrict = True\nfollow_imports = silent\n"
                       f"[mypy-{','.join(f'{name}.*' for name in UNREAD)}]\nfollow_imports = skip\n")
-    cache = pytestconfig.cache.mkdir("mypy") if pytestconfig.cache else tmp_path / "cache"
+    cache = pytestconfig.cache.mkdir("mypy") if getattr(pytestconfig, "cache", None) else tmp_path / "cache"
     wrong = tmp_path / "wrong.py"
     wrong.write_text("import beliefdrift as bd\n\nrun = bd.open_run('out')\nrow = run.scores()[0]\n"
                      "accuracy: str = row.metrics['ACC'].point\nbd.evalute(questions='demo')\n")

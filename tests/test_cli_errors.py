@@ -552,23 +552,28 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_sigint_in_a_real_process_exits_130_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
+def interrupted(argv: list[str], out: Path, sig: signal.Signals) -> tuple[int, str]:
+    """`python -m beliefdrift ARGV` sent `sig` once its store holds a result: (its exit status, its stderr)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    out = tmp_path / "run"
-    slow = ("-n", "30", "--methods", "ppr", "-N", "20")
-    command = [sys.executable, "-m", "beliefdrift", *evaluate(tiny_model_dir, out, *slow)]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=interruptible)
+    process = subprocess.Popen([sys.executable, "-m", "beliefdrift", *argv], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + HANG_S
     try:
         while not _stored(out / "run.sqlite"):
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(sig)
         _, err = process.communicate(timeout=HANG_S)
     finally:
         process.kill()
-    assert process.returncode == 130, err[-2000:]
+    return process.returncode, err
+
+
+def test_sigint_in_a_real_process_exits_130_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    slow = ("-n", "30", "--methods", "ppr", "-N", "20")
+    code, err = interrupted(evaluate(tiny_model_dir, out, *slow), out, signal.SIGINT)
+    assert code == 130, err[-2000:]
     assert "Traceback" not in err and "run the same command again to resume" in err.splitlines()[-1]
     assert main(evaluate(tiny_model_dir, out, *slow)) == 0
     with RunStore.open(out / "run.sqlite", read_only=True) as store:
@@ -577,20 +582,9 @@ def test_sigint_in_a_real_process_exits_130_and_resumes(tiny_model_dir: Path, tm
 
 def test_sigterm_in_a_real_process_says_what_is_stored(tiny_model_dir: Path, tmp_path: Path) -> None:
     """A scheduler ending the job (SIGTERM) gets the line Ctrl-C gets, and exit status 128 + 15."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "beliefdrift", *evaluate(tiny_model_dir, out, "-n", "30", "--methods", "ppr")]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + HANG_S
-    try:
-        while not _stored(out / "run.sqlite"):
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=HANG_S)
-    finally:
-        process.kill()
-    assert process.returncode == 128 + signal.SIGTERM, err[-2000:]
+    code, err = interrupted(evaluate(tiny_model_dir, out, "-n", "30", "--methods", "ppr"), out, signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM, err[-2000:]
     last = err.rstrip().splitlines()[-1]
     assert "Traceback" not in err and re.fullmatch(rf"beliefdrift evaluate: interrupted; \d+ question × method results "
                                                    rf"stored in {re.escape(str(out / 'run.sqlite'))}; run the same "

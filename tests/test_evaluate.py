@@ -308,7 +308,8 @@ def test_two_ranks_equal_one_process(tiny_model_dir: Path, tmp_path: Path, refer
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                *evaluate_command(tiny_model_dir, tmp_path)]
     result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    messages = [line for line in result.stderr.splitlines() if line.startswith(("beliefdrift", "[rank0]"))]
+    assert result.returncode == 0, "\n".join(messages) + result.stderr[-2000:]
     merged = stored_keys(tmp_path)
     assert len(merged) == RUN_ROWS
     assert merged == stored_keys(reference_run)

@@ -205,7 +205,22 @@ def reference(server: str, history_template: str, tmp_path_factory: pytest.TempP
 Fault = Callable[[str, str, int], "int | Callable[[int, bytes], tuple[int, bytes]] | None"]
 
 
-class Proxy:
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 (`self.http`, made by the subclass) run in a thread while in a `with` block, which
+    gives its OpenAI API root."""
+
+    http: ThreadingHTTPServer
+
+    def __enter__(self) -> str:
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.http.server_address[1]}/v1"
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+class Proxy(LoopbackServer):
     """A loopback HTTP proxy in front of a server's root. `fault(method, path, count)` (count: the requests to that
     path so far, this one included) says what to do: None forwards, a status answers with it (an OpenAI error body),
     a function of the server's (status, body) gives what to send instead."""
@@ -250,13 +265,6 @@ class Proxy:
         request.end_headers()
         request.wfile.write(data)
 
-    def __enter__(self) -> str:
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.http.server_address[1]}/v1"
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.shutdown()
-        self.http.server_close()
 
 
 def completions(path: str) -> bool:
@@ -430,7 +438,7 @@ def test_a_server_without_log_probabilities(history_template, tmp_path, capsys):
     assert nothing_stored(tmp_path / "out")
 
 
-class TokenIdServer:
+class TokenIdServer(LoopbackServer):
     """What vLLM's completions endpoint does for beliefdrift, over llama.cpp in process (one request at a time):
     token-id prompts, `logprob_token_ids`, keys "token_id:N" (`return_tokens_as_token_ids`), the log-softmax in
     float32 as llama-cpp-python computes it. (llama-cpp-python's server cannot serve sampled thoughts exactly: it names
@@ -482,13 +490,6 @@ class TokenIdServer:
         return {"model": "llama-ids", "usage": {"prompt_tokens": len(ids)},
                 "choices": [{"text": "", "finish_reason": "length", "logprobs": {"top_logprobs": [top]}}]}
 
-    def __enter__(self) -> str:
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.http.server_address[1]}/v1"
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.shutdown()
-        self.http.server_close()
 
 
 @needs_server

@@ -57,8 +57,6 @@ SERVED_PREFIX = "openai:"
 #: Server facts kept in the run identity: fields of the served model's /v1/models entry, /version, llama.cpp's /props.
 MODEL_FACTS = ("id", "root", "parent", "owned_by", "max_model_len")
 PROPS_FACTS = ("model_path", "build_info")
-#: The request fields of vLLM that give exact token ids; a server that refuses them gets plain OpenAI requests.
-EXTENSIONS = ("logprob_token_ids", "return_tokens_as_token_ids")
 TOKEN_ID_KEY = "token_id:"
 #: Settings of a local model that a served run's identity leaves out (`runs.identity`): they change no number there.
 SERVED_SETTINGS = ("dtype", "device", "attn_implementation", "model_args")

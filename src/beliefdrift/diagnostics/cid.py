@@ -60,11 +60,6 @@ class CIDCheck:
         """No evidence against c.i.d. at this level: p > 1 − level."""
         return self.p > 1 - self.level
 
-    @property
-    def testable(self) -> bool:
-        """Whether any last answers could reject at this level: `smallest_p` ≤ 1 − level."""
-        return self.smallest_p <= 1 - self.level
-
 
 def half_differences(answers: torch.Tensor, num_labels: int) -> torch.Tensor:
     """D^{(j)}: first-half minus second-half answer frequencies of each path, answers [J, N] → [J, |𝒜|]."""

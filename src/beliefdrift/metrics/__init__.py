@@ -47,6 +47,8 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.metrics.functional import reliability_bins as reliability_bins
     from beliefdrift.metrics.functional import resample_indices as resample_indices
     from beliefdrift.metrics.functional import sign_flip_p as sign_flip_p
+    from beliefdrift.metrics.functional import sign_test_p as sign_test_p
+    from beliefdrift.metrics.functional import studentized_p as studentized_p
     from beliefdrift.metrics.functional import summarize as summarize
     from beliefdrift.metrics.functional import valid_only as valid_only
     from beliefdrift.metrics.stats import mean_std as mean_std

@@ -97,28 +97,30 @@ def run_loop(
     ranks = ranks or Ranks.from_env()
     path = Path(out) / STORE_FILE
     stored_units, save = TABLES[table]
-    with process_group(ranks), open_run_store(path, identity, ranks) as store:
-        mine = [(i, q) for i, q in enumerate(questions) if ranks.owns(i)]
-        stored = stored_units(store)
-        done = sum((q.id, name) in stored for _, q in mine for name in names)
-        todo = [(i, q) for i, q in mine if any((q.id, name) not in stored for name in names)]
-        rank = f"rank {ranks.rank}: " if ranks.world_size > 1 else ""
-        units = len(mine) * len(names)
-        log.info("%s%d questions × %d %ss = %d units to compute%s", rank, len(mine), len(names), kind, units - done,
-                 f" ({done} of {units} stored already: resuming)" if done else "")
-        with tqdm(total=len(mine) * len(names), initial=done, desc=desc, unit=f"question×{kind}", dynamic_ncols=True,
-                  disable=not progress or ranks.rank != 0) as bar:
-            for start in range(0, len(todo), batch):
-                stored = stored_units(store)  # another process on this directory may have stored some meanwhile
-                pending: dict[tuple[str, ...], list[Positioned]] = {}
-                for i, question in todo[start : start + batch]:
-                    missing = tuple(name for name in names if (question.id, name) not in stored)
-                    if missing:  # the questions missing the same units share a call
-                        pending.setdefault(missing, []).append((i, question))
-                for missing, group in pending.items():
-                    for question_id, units in compute(group, missing).items():
-                        save(store, question_id, units)
-                        bar.update(len(missing))
+    with process_group(ranks):
+        with open_run_store(path, identity, ranks) as store:
+            mine = [(i, q) for i, q in enumerate(questions) if ranks.owns(i)]
+            stored = stored_units(store)
+            done = sum((q.id, name) in stored for _, q in mine for name in names)
+            todo = [(i, q) for i, q in mine if any((q.id, name) not in stored for name in names)]
+            rank = f"rank {ranks.rank}: " if ranks.world_size > 1 else ""
+            units = len(mine) * len(names)
+            log.info("%s%d questions × %d %ss = %d units to compute%s", rank, len(mine), len(names), kind,
+                     units - done, f" ({done} of {units} stored already: resuming)" if done else "")
+            with tqdm(total=len(mine) * len(names), initial=done, desc=desc, unit=f"question×{kind}",
+                      dynamic_ncols=True, disable=not progress or ranks.rank != 0) as bar:
+                for start in range(0, len(todo), batch):
+                    stored = stored_units(store)  # another process on this directory may have stored some since
+                    pending: dict[tuple[str, ...], list[Positioned]] = {}
+                    for i, question in todo[start : start + batch]:
+                        missing = tuple(name for name in names if (question.id, name) not in stored)
+                        if missing:  # the questions missing the same units share a call
+                            pending.setdefault(missing, []).append((i, question))
+                    for missing, group in pending.items():
+                        for question_id, units in compute(group, missing).items():
+                            save(store, question_id, units)
+                            bar.update(len(missing))
+        # every rank has closed the store (the last to close leaves it one file) before rank 0 reads it
         ranks.barrier()
     return path
 
