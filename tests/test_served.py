@@ -97,6 +97,8 @@ def test_server_options_are_checked():
         ServerOptions.from_args({"concurrency": 0})
     with pytest.raises(UserError, match="retries=x"):
         ServerOptions.from_args({"retries": "x"})
+    with pytest.raises(UserError, match="api=chats: expected one of completions, chat"):
+        ServerOptions.from_args({"api": "chats"})
 
 
 def test_train_refuses_a_served_model(capsys):
@@ -206,10 +208,33 @@ Fault = Callable[[str, str, int], "int | Callable[[int, bytes], tuple[int, bytes
 
 
 class LoopbackServer:
-    """An HTTP server on 127.0.0.1 (`self.http`, made by the subclass) run in a thread while in a `with` block, which
-    gives its OpenAI API root."""
+    """An HTTP server on 127.0.0.1 run in a thread while in a `with` block, which gives its OpenAI API root; the
+    subclass answers every request (`handle`)."""
 
-    http: ThreadingHTTPServer
+    def __init__(self) -> None:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                owner.handle(self)
+
+            do_POST = do_GET
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def reply(request: BaseHTTPRequestHandler, status: int, data: bytes) -> None:
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
 
     def __enter__(self) -> str:
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
@@ -226,21 +251,10 @@ class Proxy(LoopbackServer):
     a function of the server's (status, body) gives what to send instead."""
 
     def __init__(self, upstream: str, fault: Fault):
+        super().__init__()
         self.upstream = upstream.removesuffix("/v1")
         self.fault = fault
         self.counts: dict[str, int] = {}
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                proxy.handle(self)
-
-            do_POST = do_GET
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
@@ -250,20 +264,20 @@ class Proxy(LoopbackServer):
         if isinstance(action, int):
             status, data = action, json.dumps({"error": {"message": f"injected {action}"}}).encode()
         else:
-            forward = urllib.request.Request(self.upstream + request.path, data=body or None, method=request.command,
-                                             headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(forward, timeout=60) as response:
-                    status, data = response.status, response.read()
-            except urllib.error.HTTPError as err:
-                status, data = err.code, err.read()
+            status, data = forward(self.upstream + request.path, request.command, body)
             if action is not None:
                 status, data = action(status, data)
-        request.send_response(status)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
+        self.reply(request, status, data)
+
+
+def forward(url: str, method: str, body: bytes) -> tuple[int, bytes]:
+    """(status, body) of one request to `url`."""
+    sent = urllib.request.Request(url, data=body or None, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(sent, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
 
 
 
@@ -447,31 +461,17 @@ class TokenIdServer(LoopbackServer):
     def __init__(self) -> None:
         from llama_cpp import Llama
 
+        super().__init__()
         self.llama = Llama(model_path=str(default_gguf()), logits_all=True, n_ctx=512, n_threads=1,
                            n_threads_batch=1, verbose=False)
         self.lock = threading.Lock()
-        owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self.reply({"object": "list", "data": [{"id": "llama-ids", "object": "model"}]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self.reply(owner.complete(body))
-
-            def reply(self, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        if request.command == "GET":
+            answer = {"object": "list", "data": [{"id": "llama-ids", "object": "model"}]}
+        else:
+            answer = self.complete(json.loads(request.rfile.read(int(request.headers["Content-Length"]))))
+        self.reply(request, 200, json.dumps(answer).encode())
 
     def complete(self, body: dict) -> dict:
         from llama_cpp import Llama
@@ -505,6 +505,80 @@ def test_token_id_prompts_give_the_text_servers_theta(server, reference, history
     for key, row in mine.items():
         assert row[2:4] == theirs[key][2:4]  # answers and seeds
         np.testing.assert_allclose(np.array(row[0]), np.array(theirs[key][0]), atol=1e-6)
+
+
+class ChatServer(LoopbackServer):
+    """What vLLM's chat completions endpoint does for beliefdrift, over the session's llama.cpp server: the
+    conversation rendered with the model's chat template as vLLM renders it (transformers' `continue_final_message`;
+    `system` adds a system turn: a server whose template is not ours), completed there, its top log-probabilities
+    returned in the chat format; /tokenize takes messages."""
+
+    def __init__(self, upstream: str, system: str | None = None):
+        from beliefdrift.backend.served import _load_tokenizer
+
+        super().__init__()
+        self.upstream = upstream.removesuffix("/v1")
+        self.system = system
+        self.tokenizer = _load_tokenizer(str(default_gguf()), None, False)
+
+    def render(self, body: dict) -> str:
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return self.tokenizer.apply_chat_template(system + body["messages"], tokenize=False,
+                                                  add_generation_prompt=body.get("add_generation_prompt", True),
+                                                  continue_final_message=body.get("continue_final_message", False))
+
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
+        if request.command == "GET":
+            return self.reply(request, *forward(self.upstream + request.path, "GET", b""))
+        if request.path not in ("/v1/tokenize", "/v1/chat/completions"):
+            return self.reply(request, 404, b'{"error": {"message": "not found"}}')
+        asked = json.loads(body)
+        if request.path == "/v1/tokenize":
+            status, data = forward(self.upstream + "/extras/tokenize", "POST",
+                                   json.dumps({"input": self.render(asked)}).encode())
+            return self.reply(request, status, data)
+        sent = {"model": asked["model"], "prompt": self.render(asked), "max_tokens": asked["max_tokens"],
+                "temperature": asked["temperature"], "logprobs": asked["top_logprobs"]}
+        if "logit_bias" in asked:
+            sent["logit_bias"] = asked["logit_bias"]
+        status, data = forward(self.upstream + "/v1/completions", "POST", json.dumps(sent).encode())
+        if status != 200:
+            return self.reply(request, status, data)
+        completion = json.loads(data)
+        choice = completion["choices"][0]
+        top = (choice.get("logprobs") or {}).get("top_logprobs") or []
+        content = [{"token": choice["text"], "top_logprobs": [{"token": token, "logprob": value}
+                                                              for token, value in top[0].items()]}] if top else []
+        answer = {"object": "chat.completion", "model": completion["model"], "usage": completion["usage"],
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": choice["text"]},
+                               "finish_reason": choice["finish_reason"], "logprobs": {"content": content}}]}
+        self.reply(request, 200, json.dumps(answer).encode())
+
+
+@needs_server
+def test_chat_requests_give_the_completions_theta(server, reference, history_template, tmp_path):
+    """Through a chat endpoint that renders the conversation with the model's own chat template (`api=chat`), an
+    evaluation stores the numbers of the one through the completions endpoint; the run's identity says so."""
+    with ChatServer(server) as url:
+        out = tmp_path / "chat"
+        assert main(evaluate_args(url, out, history_template, f"{QUICK},api=chat")) == 0
+    assert stored_identity(out)["api"] == "chat" and "api" not in stored_identity(reference)
+    mine, theirs = stored_results(out), stored_results(reference)
+    assert mine.keys() == theirs.keys()
+    for key, row in mine.items():
+        assert row[2:4] == theirs[key][2:4]  # answers and seeds
+        np.testing.assert_allclose(np.array(row[0]), np.array(theirs[key][0]), atol=1e-6)
+
+
+@needs_server
+def test_a_chat_server_with_another_template_is_refused(server, history_template, tmp_path, capsys):
+    """A chat server that renders the conversation otherwise (here with a system turn) reads other tokens than we
+    meant: one line naming the chat template, nothing stored."""
+    with ChatServer(server, system="Answer briefly.") as url:
+        assert main(evaluate_args(url, tmp_path / "out", history_template, f"{QUICK},api=chat")) == 2
+    one_line_error(capsys, "chat template")
+    assert nothing_stored(tmp_path / "out")
 
 
 @needs_server

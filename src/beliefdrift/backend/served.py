@@ -14,6 +14,8 @@ served run is stored, resumed and reproduced like a local one.
 The prompt is sent as our token ids where the server accepts token-id prompts (vLLM, llama.cpp's llama-server);
 otherwise as text, and then the server's tokenization of every prompt (with a list of every answer after it) must
 equal our ids (its tokenize endpoint), and every response's prompt-token count the count of ids we meant.
+With `api=chat` the context is sent as the conversation it renders (the user's turn, then the assistant's turn so far,
+continued by the server with its chat template), and the same checks hold the server's rendering to our ids.
 
 Chain-of-thought rollouts (`ServedRollouts`) draw every token here too: the top log-probabilities, as many as it takes,
 are turned into logits on which `cot.generation.nucleus_sampler` keeps the tokens, with the weights, it keeps on the
@@ -47,6 +49,7 @@ from beliefdrift.backend.loading import LanguageModel, gguf_cache_path, locate_r
 from beliefdrift.backend.paths import AnswerDist
 from beliefdrift.config.options import parse_model_args
 from beliefdrift.errors import UserError, first_line
+from beliefdrift.prompts.render import chat_context
 from beliefdrift.registry import REGISTRY
 
 if TYPE_CHECKING:
@@ -58,6 +61,8 @@ SERVED_PREFIX = "openai:"
 MODEL_FACTS = ("id", "root", "parent", "owned_by", "max_model_len")
 PROPS_FACTS = ("model_path", "build_info")
 TOKEN_ID_KEY = "token_id:"
+#: `--model-args api=…`: the endpoint below the API root that answers each step's one-token request.
+APIS = {"completions": "/completions", "chat": "/chat/completions"}
 #: Settings of a local model that a served run's identity leaves out (`runs.identity`): they change no number there.
 SERVED_SETTINGS = ("dtype", "device", "attn_implementation", "model_args")
 T = TypeVar("T")
@@ -83,9 +88,10 @@ def base_url(spec: str) -> str:
 @dataclass(frozen=True)
 class ServerOptions:
     """`--model-args` of a served model (lm-eval's `local-completions` names where they fit: `tokenizer`,
-    `timeout`). Only `served_model` and `tokenizer` change a number; the rest is how requests are made."""
+    `timeout`). Only `served_model`, `tokenizer` and `api` change a number; the rest is how requests are made."""
 
     served_model: str | None = None  # the name the server serves it under (unset: the one /v1/models lists)
+    api: str = "completions"  # or "chat": /v1/chat/completions, the server applying the model's chat template
     tokenizer: str | None = None  # registry name, hub id, directory or .gguf (unset: the served model's name)
     api_key_env: str | None = None  # the environment variable holding the API key (never stored)
     concurrency: int = 8  # requests in flight at once
@@ -107,6 +113,8 @@ class ServerOptions:
         values: dict[str, Any] = {}
         for key, value in args.items():
             kind = known[key].type.split(" | ")[0]
+            if key == "api" and value not in APIS:
+                raise UserError(f"--model-args api={value}: expected one of {', '.join(APIS)}")
             if kind == "str":
                 values[key] = str(value)
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "int" and value != int(
@@ -359,6 +367,8 @@ class Endpoint:
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}  # the options' ℓ after a context (bounded)
         self._checked: set[tuple[int, ...]] = set()  # prompts whose tokenization the server confirmed (text prompts)
         self._keys: dict[int, str] = {}  # how text-keyed responses name each option token
+        self.path = APIS[options.api]
+        self.turns = chat_turns(self.tokenizer) if options.api == "chat" else None
         self.ids, self.extensions, self.tokenize_path, self.id_keys = self.server.run(self._probe())
 
     # ------------------------------------------------------------------ what the server accepts, asked once
@@ -367,20 +377,23 @@ class Endpoint:
         """(token-id prompts accepted, vLLM's exact-id fields accepted, the tokenize endpoint where prompts go as
         text, responses keyed by token id): one-token completions of a short prompt, in the most exact form the
         server accepts (a refusal of a form, even as a 5xx, moves on to the next; the last is retried). A server that
-        takes neither token ids nor has a tokenize endpoint, or answers without log-probabilities, is a ServedError."""
-        ids = self.tokenizer("Hello", add_special_tokens=False)["input_ids"]
+        takes neither token ids nor has a tokenize endpoint, or answers without log-probabilities, is a ServedError.
+        Chat requests carry text; their tokenization is checked where /tokenize takes messages (vLLM)."""
+        ids = self.tokenizer(self._probe_text(), add_special_tokens=False)["input_ids"]
         refusal = ""
         tokenize_path = None
-        for as_ids, extensions in ((True, True), (True, False), (False, True), (False, False)):
+        forms = ((False, True), (False, False)) if self.turns else ((True, True), (True, False), (False, True),
+                                                                    (False, False))
+        for as_ids, extensions in forms:
             if not as_ids and tokenize_path is None:
                 tokenize_path = await self._tokenize_path()
-                if tokenize_path is None:
+                if tokenize_path is None and not self.turns:
                     raise ServedError(f"{self.server.url}: the server takes no token-id prompts ({refusal}) and has "
                                       "no tokenize endpoint, so nothing checks that it reads the prompts' tokens as we "
                                       "do; serve the model with vLLM, SGLang or llama.cpp's llama-server")
             last = not as_ids and not extensions
             body = self._body(ids if as_ids else self.tokenizer.decode(ids), 1, (), extensions)
-            response = await self.server.request("POST", "/completions", body, retry=last)
+            response = await self.server.request("POST", self.path, body, retry=last)
             if response.status_code != 200 and not last and response.status_code not in (401, 403, 404):
                 refusal = f"HTTP {response.status_code}: {_message(response)[:100]}"
                 continue
@@ -388,21 +401,33 @@ class Endpoint:
             return as_ids, extensions, tokenize_path, any(k.startswith(TOKEN_ID_KEY) for k in top)
         return False, False, None, False  # (the last form returns or raises above)
 
+    def _probe_text(self) -> str:
+        """A short prompt: "Hello", in a chat conversation's assistant turn for chat requests."""
+        return chat_context(self.tokenizer, "Hi", "Hello") if self.turns else "Hello"
+
     async def _tokenize_path(self) -> str | None:
         """The endpoint that tokenizes text as the server's completions do: llama-cpp-python's /extras/tokenize, or
-        /tokenize (vLLM, llama.cpp, SGLang); None where there is neither."""
-        for path in (self.server.root + "/extras/tokenize", "/tokenize"):
+        /tokenize (vLLM, llama.cpp, SGLang); for chat requests /tokenize taking messages (vLLM); None where there is
+        none."""
+        paths = ("/tokenize",) if self.turns else (self.server.root + "/extras/tokenize", "/tokenize")
+        for path in paths:
             try:
-                await self._tokenize(path, "Hello")
+                await self._tokenize(path, self._probe_text())
                 return path
             except ServedError:
                 continue
         return None
 
     async def _tokenize(self, path: str, text: str) -> list[int]:
-        """The server's token ids of `text` (as its completions read a text prompt)."""
-        body = {"input": text} if path.endswith("/extras/tokenize") else {"model": self.name, "prompt": text,
-                                                                           "content": text}
+        """The server's token ids of `text` (as its completions read a text prompt; for chat requests, as it renders
+        the conversation `text` is)."""
+        if self.turns:
+            body = {"model": self.name, "messages": self._messages(text), "add_generation_prompt": False,
+                    "continue_final_message": True, "add_special_tokens": False}
+        elif path.endswith("/extras/tokenize"):
+            body = {"input": text}
+        else:
+            body = {"model": self.name, "prompt": text, "content": text}
         tokens = (await self.server.json("POST", path, body)).get("tokens")
         if not isinstance(tokens, list):
             raise ServedError(f"{path}: no token list in its answer")
@@ -410,9 +435,25 @@ class Endpoint:
 
     # ------------------------------------------------------------------ one completion: ℓ at the next position
 
+    def _messages(self, text: str) -> list[dict[str, str]]:
+        """The conversation whose chat rendering is `text`: its user turn, then the assistant's turn so far."""
+        assert self.turns is not None
+        before, between = self.turns
+        user, found, assistant = text.removeprefix(before).partition(between)
+        if not text.startswith(before) or not found:
+            raise ServedError("--model-args api=chat: this prompt is not one user turn and the assistant's answer in "
+                              "the model's chat template; use a chat --template, or the completions API")
+        return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
     def _body(self, prompt: list[int] | str, logprobs: int, label_ids: Sequence[int], extensions: bool) -> dict:
-        body = {"model": self.name, "prompt": prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": logprobs,
-                "echo": False, "stream": False}
+        if self.turns:
+            assert isinstance(prompt, str)
+            body: dict[str, Any] = {"model": self.name, "messages": self._messages(prompt), "max_tokens": 1,
+                                    "temperature": 0.0, "logprobs": True, "top_logprobs": logprobs, "stream": False,
+                                    "add_generation_prompt": False, "continue_final_message": True}
+        else:
+            body = {"model": self.name, "prompt": prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": logprobs,
+                    "echo": False, "stream": False}
         if extensions:
             body["return_tokens_as_token_ids"] = True
             if label_ids:
@@ -422,38 +463,39 @@ class Endpoint:
     async def _checked_json(self, response: httpx.Response) -> dict:
         """A completion response's JSON object; an error status or a body cut short is a ServedError."""
         if response.status_code >= 400:
-            self.server.raise_for(response, "/completions")
+            self.server.raise_for(response, self.path)
         try:
             data = response.json()
         except ValueError:
-            raise ServedError(f"{self.server.url}/completions: the response is not complete JSON (cut short?): "
+            raise ServedError(f"{self.server.url}{self.path}: the response is not complete JSON (cut short?): "
                               f"{response.text[-80:]!r}") from None
         if not isinstance(data, dict):
-            raise ServedError(f"{self.server.url}/completions: expected a completion object, got {str(data)[:80]}")
+            raise ServedError(f"{self.server.url}{self.path}: expected a completion object, got {str(data)[:80]}")
         return data
 
     def _top_logprobs(self, data: dict, prompt_tokens: int) -> dict[str, float]:
         """The next position's top log-probabilities in a completion response, checked: the model answering is ours,
         the server counted the prompt tokens we sent, the log-probabilities are there."""
-        where = f"{self.server.url}/completions"
+        where = f"{self.server.url}{self.path}"
         model = data.get("model")
         if model is not None and model != self.name:
             raise ServedError(f"{where} answered as model {model!r}, not {self.name!r}: the server's model changed "
                               "during the run; serve the run's model again and resume")
         counted = (data.get("usage") or {}).get("prompt_tokens")
         if counted is not None and counted != prompt_tokens:
+            how = ("renders the conversation with another chat template than our tokenizer's" if self.turns else
+                   "does not read the prompt as our tokenizer does")
             raise ServedError(f"{where} counted {counted} prompt tokens where we sent {prompt_tokens}: the server "
-                              "does not read the prompt as our tokenizer does (--model-args tokenizer=…)")
+                              f"{how} (--model-args tokenizer=…)")
         try:
             choice = data["choices"][0]
         except (KeyError, IndexError, TypeError):
             raise ServedError(f"{where}: the response has no completion (cut short?): {str(data)[:120]}") from None
-        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
-        top = logprobs.get("top_logprobs") if isinstance(logprobs, dict) else None
-        if not top or not isinstance(top[0], dict) or not top[0]:
+        top = _first_top_logprobs(choice)
+        if not top:
             raise ServedError(f"{where} returned no log-probabilities; start the server with them on (llama-cpp-"
                               "python: --logits_all true; vLLM and llama-server return them when asked)")
-        return top[0]
+        return top
 
     @cached_property
     def _shared_texts(self) -> dict[str, list[int]]:
@@ -500,10 +542,10 @@ class Endpoint:
         (`logit_bias`, which there changes the draw of the one generated token, not the log-probabilities)."""
         prompt: list[int] | str = list(ids) if self.ids else self.tokenizer.decode(list(ids))
         body = self._body(prompt, count, label_ids, self.extensions)
-        data = await self._checked_json(await self.server.request("POST", "/completions", body))
+        data = await self._checked_json(await self.server.request("POST", self.path, body))
         if _ended_at_once(data):
             body["logit_bias"] = {str(token): -100 for token in self.tokenizer.all_special_ids}
-            data = await self._checked_json(await self.server.request("POST", "/completions", body))
+            data = await self._checked_json(await self.server.request("POST", self.path, body))
         return self._top_logprobs(data, len(ids))
 
     async def _theta(self, ids: tuple[int, ...], label_ids: Sequence[int]) -> torch.Tensor:
@@ -533,13 +575,16 @@ class Endpoint:
                       min(len(ids), len(theirs)))
             raise ServedError(f"the server tokenizes the prompt differently from our tokenizer (first difference at "
                               f"token {at}: {theirs[at:at + 3]} vs {ids[at:at + 3]}); name the model's own tokenizer "
-                              "with --model-args tokenizer=…, or serve it where token-id prompts are accepted")
+                              "with --model-args tokenizer=…" + (", whose chat template the server must use" if
+                                                                 self.turns else ", or serve it where token-id "
+                                                                 "prompts are accepted"))
 
     async def _gather(self, prompts: Sequence[AnswerTokens], contexts: Sequence[tuple[int, ...]],
                       label_ids: Sequence[int]) -> list[torch.Tensor]:
         if not self.id_keys:
             await self._learn_keys(label_ids)
-        checks = {} if self.ids else {t.prompt_ids: t for t in prompts if t.prompt_ids not in self._checked}
+        checks = {} if self.ids or not self.tokenize_path else {t.prompt_ids: t for t in prompts
+                                                                 if t.prompt_ids not in self._checked}
         await asyncio.gather(*(self._check_prompt(t) for t in checks.values()))
         self._checked.update(checks)
         return await asyncio.gather(*(self._theta(ids, label_ids) for ids in contexts))
@@ -610,7 +655,7 @@ class Endpoint:
     def next_logits(self, contexts: Sequence[Sequence[int]], nucleus: tuple[float, float, Sequence[int]]
                     ) -> torch.Tensor:
         """`nucleus_logits` [B, vocab] after every context, all requested at once."""
-        if not self.ids:
+        if not self.ids and self.tokenize_path:
             self.server.run(self._check_text(contexts[0]))
         async def every() -> list[torch.Tensor]:
             return await asyncio.gather(*(self._next_logits(c, nucleus) for c in contexts))
@@ -640,14 +685,44 @@ class Endpoint:
         return ServedBatch(self, tokens, [tokens], [tokens.prompt_ids])
 
 
+def _first_top_logprobs(choice: Any) -> dict[str, float] | None:
+    """The first generated position's top log-probabilities in a choice, keyed by token: a completion's
+    `logprobs.top_logprobs[0]` ({token: ℓ}) or a chat completion's `logprobs.content[0].top_logprobs`
+    ([{token, logprob}]); None where the choice has none."""
+    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+    if not isinstance(logprobs, dict):
+        return None
+    top = logprobs.get("top_logprobs")
+    if top is not None:
+        return top[0] if isinstance(top, list) and top and isinstance(top[0], dict) and top[0] else None
+    content = logprobs.get("content")
+    try:
+        return {str(entry["token"]): float(entry["logprob"]) for entry in content[0]["top_logprobs"]} or None
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
 def _ended_at_once(data: dict) -> bool:
     """Whether a completion response generated nothing: its one token ended the sequence."""
     try:
         choice = data["choices"][0]
-        return choice.get("text") == "" and choice.get("finish_reason") == "stop" and not (
-            (choice.get("logprobs") or {}).get("top_logprobs"))
+        text = choice["message"].get("content") if "message" in choice else choice.get("text")
+        return not text and choice.get("finish_reason") == "stop" and not _first_top_logprobs(choice)
     except (KeyError, IndexError, TypeError, AttributeError):
         return False
+
+
+def chat_turns(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str]:
+    """(what the model's chat template writes before a user turn's text, what it writes between that text and the
+    assistant's): the frame `_messages` reads a rendered context by. A tokenizer without a chat template is a
+    ServedError."""
+    marker = "\x00user\x00"
+    rendered = chat_context(tokenizer, marker)
+    if not getattr(tokenizer, "chat_template", None) or rendered.count(marker) != 1:
+        raise ServedError("--model-args api=chat: the tokenizer has no chat template to read the prompts by; use the "
+                          "completions API")
+    before, _, between = rendered.partition(marker)
+    return before, between
 
 
 def dist_from_logprobs(logprobs: torch.Tensor) -> AnswerDist:
@@ -840,4 +915,5 @@ def served_identity(spec: str, model_args: Mapping[str, Any]) -> dict[str, Any]:
         name, facts = server.run(_facts(server, options.served_model))
     finally:
         server.close()
-    return {"model": spec, "served_model": name, "tokenizer": options.tokenizer or name, "server": facts}
+    api = {"api": options.api} if options.api != "completions" else {}
+    return {"model": spec, "served_model": name, "tokenizer": options.tokenizer or name, **api, "server": facts}
