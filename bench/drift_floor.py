@@ -28,9 +28,10 @@ import argparse
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from itertools import product
 
 import numpy as np
 import torch
@@ -190,6 +191,13 @@ def t_test_rates(simulated: Simulated) -> tuple[float, float]:
     return rate(simulated.bar.numpy()), max(rate(curve[:, :, b]) for b in range(curve.shape[-1]))
 
 
+def grid_cells(grid: Iterable[tuple[Iterable[Setting], Iterable[int], Iterable[int], Iterable[int]]]
+               ) -> Iterator[tuple[Setting, int, int, int]]:
+    """Every (setting, options, and two sizes) cell of a grid given as rows of (settings, options, sizes, sizes)."""
+    for settings, *sizes in grid:
+        yield from product(settings, *sizes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=300)
@@ -203,20 +211,15 @@ def main() -> None:
               "t-test before: EMD‾ / max b"]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     start = time.perf_counter()
-    for settings, option_counts, rollout_counts, question_counts in (QUICK if args.quick else GRID):
-        for setting in settings:
-            for options in option_counts:
-                for rollouts in rollout_counts:
-                    for questions in question_counts:
-                        simulated = simulate(setting, options, rollouts, questions, args.runs, args.seed)
-                        emd, per_b = flag_rates(simulated)
-                        largest = 100 * max(emd, *per_b)
-                        mark = " ✓" if setting not in DRIFTS and largest <= 100 * DRIFT_LEVEL + 2 * se else ""
-                        t_bar, t_b = t_test_rates(simulated)
-                        cells = [setting.name, str(options), str(rollouts), str(questions), f"{100 * emd:.1f}",
-                                 *(f"{100 * r:.1f}" for r in per_b), f"{largest:.1f}{mark}",
-                                 f"{100 * t_bar:.1f} / {100 * t_b:.1f}"]
-                        print("| " + " | ".join(cells) + " |", flush=True)
+    for setting, options, rollouts, questions in grid_cells(QUICK if args.quick else GRID):
+        simulated = simulate(setting, options, rollouts, questions, args.runs, args.seed)
+        emd, per_b = flag_rates(simulated)
+        largest = 100 * max(emd, *per_b)
+        mark = " ✓" if setting not in DRIFTS and largest <= 100 * DRIFT_LEVEL + 2 * se else ""
+        t_bar, t_b = t_test_rates(simulated)
+        cells = [setting.name, str(options), str(rollouts), str(questions), f"{100 * emd:.1f}",
+                 *(f"{100 * r:.1f}" for r in per_b), f"{largest:.1f}{mark}", f"{100 * t_bar:.1f} / {100 * t_b:.1f}"]
+        print("| " + " | ".join(cells) + " |", flush=True)
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 
