@@ -1,22 +1,21 @@
 """The engine under `--compile` (torch.compile of the model's forward passes) vs eager, in one run.
 
     python bench/compile.py [--shape tiny] [--device cpu] [--paths 8] [--steps 20]
-    python bench/compile.py --shape llama-3.1-8b --device cuda --paths 32 --steps 100 [--cuda-graphs]
+    python bench/compile.py --shape llama-3.1-8b --device cuda --paths 32 --steps 100 [--static-steps]
     python bench/compile.py --model smollm2-135m-instruct --paths 32   # a real model instead of random weights
-    python bench/compile.py --families [--cuda-graphs]
+    python bench/compile.py --families [--static-steps]
 
 Runs PPR, SEED_1 and SEED_5 (J paths each) on one demo question with `--model` or random weights of `--shape`
-(`bench/rollout.py`'s shapes), first eager, then compiled as `--compile` does (`compile_forward`; with `--cuda-graphs`
-as `--cuda-graphs` does: static steps, each pass replayed as a CUDA graph, against the static steps run eagerly, both
-drawing up front): compile time (the first compiled
+(`bench/rollout.py`'s shapes), first eager, then compiled as `--compile` does (`compile_forward`; with `--static-steps`
+both on static steps drawing up front, the passes a CUDA graph records): compile time (the first compiled
 run), ms/step of each (runs of 2N and N answers differenced, best of 3), how many answers agree and the
 largest θ difference while a path's answers agree (compiled kernels round differently). A failure to compile is
 reported with its first line.
 
 `--families` checks every architecture family of the test suite (its tiny random configs, CPU, float32) instead: the
 graphs compiled for a first question, those added by two more questions (other prompt lengths) and a batch of two, and
-the agreement with eager over all of them. With `--cuda-graphs` on a CPU, inductor compiles the passes of the static
-steps (it records CUDA graphs only on a GPU; prefills stay eager): a check that every family traces them.
+the agreement with eager over all of them. With `--static-steps`, inductor compiles the passes of the static steps
+(prefills stay eager): a check that every family traces them. `bench/cuda_graphs.py` times `--cuda-graphs` itself.
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def speed(args: argparse.Namespace) -> None:
     else:
         lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
     question = load_dataset("demo", n=1, seed=0)[0]
-    use_static_steps(lm.model, args.cuda_graphs)  # eager against compiled, both on static steps drawing up front
+    use_static_steps(lm.model, args.static_steps)  # eager against compiled, both on static steps drawing up front
 
     def ms_per_step() -> float:
         best = [min(timed(device, lambda n=n: trajectories(lm, [question], args.paths, n)) for _ in range(3))
@@ -74,7 +73,7 @@ def speed(args: argparse.Namespace) -> None:
     eager_paths = trajectories(lm, [question], args.paths, args.steps)
     eager = ms_per_step()
     print(f"{args.model or args.shape} on {device}, 3 methods × {args.paths} paths: eager {eager:.1f} ms/step")
-    compile_forward(lm.model, cuda_graphs=args.cuda_graphs)
+    compile_forward(lm.model)
     start = time.perf_counter()
     try:
         compiled_paths = trajectories(lm, [question], args.paths, args.steps)
@@ -84,11 +83,11 @@ def speed(args: argparse.Namespace) -> None:
         return
     print(f"first compiled run (compiles) {time.perf_counter() - start:.0f} s")
     compiled = ms_per_step()
-    print(f"compiled{' with CUDA graphs' * args.cuda_graphs} {compiled:.1f} ms/step ({eager / compiled:.2f}x eager); "
+    print(f"compiled{' on static steps' * args.static_steps} {compiled:.1f} ms/step ({eager / compiled:.2f}x eager); "
           f"{agreement([eager_paths], [compiled_paths])}")
 
 
-def families(cuda_graphs: bool, paths: int = 4, steps: int = 6) -> None:
+def families(static_steps: bool, paths: int = 4, steps: int = 6) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from tiny_model import FAMILIES, tiny_family_lm
 
@@ -96,11 +95,11 @@ def families(cuda_graphs: bool, paths: int = 4, steps: int = 6) -> None:
     batches = [[q] for q in questions] + [questions[:2]]
     for family in FAMILIES:
         lm = tiny_family_lm(family)
-        use_static_steps(lm.model, cuda_graphs)
+        use_static_steps(lm.model, static_steps)
         eager = [trajectories(lm, batch, paths, steps) for batch in batches]
         torch._dynamo.reset()
         counters.clear()
-        compile_forward(lm.model, cuda_graphs=cuda_graphs)
+        compile_forward(lm.model)
         start = time.perf_counter()
         compiled = [trajectories(lm, batches[0], paths, steps)]
         seconds, first = time.perf_counter() - start, counters["stats"]["unique_graphs"]
@@ -121,10 +120,11 @@ def main() -> None:
     parser.add_argument("--paths", type=int, default=8)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--families", action="store_true", help="every architecture family of the test suite")
-    parser.add_argument("--cuda-graphs", action="store_true", help="compile as --cuda-graphs does")
+    parser.add_argument("--static-steps", action="store_true", help="compile the passes of static steps (one graph "
+                        "for every step, what a CUDA graph records)")
     args = parser.parse_args()
     if args.families:
-        families(args.cuda_graphs)
+        families(args.static_steps)
     else:
         speed(args)
 

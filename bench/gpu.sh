@@ -10,7 +10,8 @@
 #   profile  where a batched step's time goes (matrix products, attention, other kernels, host), 1 and 16 questions
 #   graphs   the same sweep with the engine under --cuda-graphs
 #   static   the same sweep with the answer steps as static steps, uncaptured (the baseline of a CUDA-graph capture)
-#   compile  --compile and --cuda-graphs against eager, 3 methods × 32 paths, N=100
+#   compile  --compile against eager, 3 methods × 32 paths, N=100, on growing and on static steps
+#   capture  --cuda-graphs against eager and uncaptured static steps at 1 and 16 questions, and the capture time
 #   cot      chain-of-thought tokens/s against generate, and per-token cost early and late in a long rollout
 #   train    peak memory of SC training (LoRA) against paths per update, with and without checkpointing
 #   shapes   the eager sweep on OLMo-2-7B's and Qwen2.5-7B's shapes
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: bash bench/gpu.sh DIR [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(env tests draws sweep profile graphs static compile cot train shapes)
+[ ${#steps[@]} -gt 0 ] || steps=(env tests draws capture sweep profile graphs static compile cot train shapes)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}
@@ -45,13 +46,14 @@ torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'peft', 
     graphs) "$py" bench/rollout.py --shape "$shape" "${sweep[@]}" --cuda-graphs ;;
     static) "$py" bench/rollout.py --shape "$shape" "${sweep[@]}" --static-steps ;;
     compile) "$py" bench/compile.py --shape "$shape" --paths 32 "${sweep[@]}" &&
-      "$py" bench/compile.py --shape "$shape" --paths 32 "${sweep[@]}" --cuda-graphs ;;
+      "$py" bench/compile.py --shape "$shape" --paths 32 "${sweep[@]}" --static-steps ;;
+    capture) "$py" bench/cuda_graphs.py --shape "$shape" "${sweep[@]}" ;;
     cot) "$py" bench/reasoning.py --shape "$shape" --device "$device" --dtype bfloat16 --rollouts 1 8 32 \
       --tokens 128 --long-tokens 1024 "${extra[@]}" ;;
     train) "$py" bench/train.py --memory --shape "$shape" --device "$device" --checkpointing ;;
     shapes) "$py" bench/rollout.py --shape olmo-2-7b "${sweep[@]}" &&
       "$py" bench/rollout.py --shape qwen2.5-7b "${sweep[@]}" ;;
-    *) echo "unknown step $1 (env tests draws sweep profile graphs static compile cot train shapes)" >&2; return 2 ;;
+    *) echo "unknown step $1 (env tests draws capture sweep profile graphs static compile cot train shapes)" >&2; return 2 ;;
   esac
 }
 

@@ -2,7 +2,7 @@
 
     python bench/rollout.py [--model smollm2-135m-instruct] [--paths 32] [--steps 50] [--questions 2]
     python bench/rollout.py --shape llama-3.1-8b --device cuda [--steps 100]   # GPU: random weights, real shape
-    python bench/rollout.py --shape llama-3.1-8b --device cuda --steps 100 --cuda-graphs   # the engine compiled
+    python bench/rollout.py --shape llama-3.1-8b --device cuda --steps 100 --cuda-graphs   # CUDA graphs
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --paths 8   # operators per step, any CPU
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --as-gpu    # ... as a GPU runs the engine
     python bench/rollout.py --shape llama-3.1-8b-narrow --count-ops --static-steps   # ... of the static step
@@ -33,7 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Olmo2
 
 from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model, shared_prefix
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
-from beliefdrift.backend.path_cache import compile_forward, use_static_steps
+from beliefdrift.backend.path_cache import prepared, use_static_steps
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.engine import resampling
 from beliefdrift.engine.methods import MethodResult, parse_method, run_methods_many
@@ -391,9 +391,9 @@ def shape_sweep(args: argparse.Namespace) -> None:
     A step is one answer on every path; its time includes the run's prefills (prompt, direct query), which N
     steps amortize. The floor is the time to read every weight once at the copy bandwidth measured here; the
     roofline is the matmul peak measured here over the FLOPs of one path-answer. With `--compile` or `--cuda-graphs`
-    the engine runs compiled (as those flags of the CLI do), each configuration once untimed to compile (and record
-    its CUDA graphs) first; the timed run's new prompts still record the step's graph once, as every batch of a real
-    run does. Naive generate runs before, eagerly, and operators are not counted."""
+    the engine runs as those flags of the CLI make it, each configuration once untimed first (to compile, and to warm
+    up); every batch of the timed run records its step's CUDA graph once, as every batch of a real run does.
+    Naive generate runs before, eagerly, and operators are not counted."""
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     lm = shaped_model(args.shape, device, dtype, args.tokenizer, args.static_steps)
@@ -410,12 +410,11 @@ def shape_sweep(args: argparse.Namespace) -> None:
           f"engine {mode}")
     seconds = timed(device, lambda: naive_rollout(lm, questions[0], 3 * args.paths, args.steps, args.seed))
     naive = 3 * args.paths * args.steps / seconds
-    if args.compile or args.cuda_graphs:
-        compile_forward(lm.model, cuda_graphs=args.cuda_graphs)
+    prepared(lm, args.compile, args.cuda_graphs)
 
     def engine_seconds(work: Callable[[], object]) -> float:
         if args.compile or args.cuda_graphs:
-            work()  # compiles, and records the CUDA graphs
+            work()  # compiles, warms up
         return timed(device, work)
 
     print("\n| paths | ms/step | × floor | path-answers/s | of roofline |\n|---|---|---|---|---|")

@@ -70,22 +70,8 @@ def test_compiled_stacked_prompts_need_no_graphs_per_batch(history_template):
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
-def recorded_cuda_graphs() -> int:
-    """CUDA graphs that inductor's cudagraph trees recorded on this thread's first GPU (the nodes of its trees)."""
-    from torch._inductor.cudagraph_trees import get_manager
-
-    manager = get_manager(0, create_if_none_exists=False)
-
-    def count(nodes) -> int:
-        return sum(1 + count([child for children in node.children.values() for child in children]) for node in nodes)
-
-    return count([node for nodes in manager.roots.values() for node in nodes]) if manager is not None else 0
-
-
-@pytest.mark.parametrize(("device", "flag"), [("cpu", "--compile"),
-                                              pytest.param("cuda", "--compile", marks=pytest.mark.cuda),
-                                              pytest.param("cuda", "--cuda-graphs", marks=pytest.mark.cuda)])
-def test_evaluate_compiled_stores_the_eager_results_up_to_rounding(device, flag, tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_evaluate_compiled_stores_the_eager_results_up_to_rounding(device, tiny_model_dir, tmp_path):
     """End to end, two questions per batch (on a GPU their prompts attend stacked)."""
     from beliefdrift.cli.main import main
     from beliefdrift.runs.store import RunStore
@@ -101,10 +87,8 @@ def test_evaluate_compiled_stores_the_eager_results_up_to_rounding(device, flag,
 
     torch._dynamo.reset()
     counters.clear()
-    eager, compiled = stored(), stored(flag)
-    assert counters["stats"]["unique_graphs"] > 0, f"{flag} compiled nothing"
-    if flag == "--cuda-graphs":
-        assert recorded_cuda_graphs() > 0, f"no CUDA graph recorded ({counters['inductor']['cudagraph_skips']} skips)"
+    eager, compiled = stored(), stored("--compile")
+    assert counters["stats"]["unique_graphs"] > 0, "--compile compiled nothing"
     assert eager.keys() == compiled.keys() and len(eager) == 4
     for key, row in eager.items():
         assert (row.answers == compiled[key].answers).all(), key

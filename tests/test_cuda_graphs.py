@@ -1,6 +1,6 @@
 """`--cuda-graphs`: the answer steps run as static steps (`test_static_step.py`: every tensor they touch allocated once,
-the eager loop's numbers) and only their passes on the static suffix go to the graphed forward pass. `evaluate
---cuda-graphs` on a GPU is tested with `--compile` (test_compile.py)."""
+the eager loop's numbers), of which one per batch is recorded as a CUDA graph and replayed for the rest
+(`engine.resampling.run_static_steps`; on a GPU only)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from tiny_model import SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters, get_static_address_type
 
-from beliefdrift.backend import PathBatch
-from beliefdrift.backend.path_cache import compile_forward, use_static_steps
+from beliefdrift.backend import LanguageModel, PathBatch
+from beliefdrift.backend.path_cache import use_static_steps
 from beliefdrift.engine import resampling
 from beliefdrift.engine.methods import parse_method, run_methods
 from beliefdrift.engine.resampling import QuestionRunner, make_generator, sample_answers
@@ -45,30 +45,76 @@ def test_static_steps_replay_one_forward_graph_for_every_step(history_template):
     assert forward_graphs(False, 3, history_template) > 1, "the growing suffix is a new graph per step (can fail)"
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt-oss"])  # the shared prefix; a cache per path, which stays eager
-def test_only_the_passes_of_static_steps_are_graphed(family, monkeypatch, history_template):
-    """A CUDA graph's outputs live in a pool that its next replay reuses, so a prompt's keys and values made by a
-    graphed prefill would be overwritten by the first step: prefills and seed passes run eagerly, and each answer
-    step of the batch goes to the graphed forward (recorded here instead of compiled). The answers and θ are those of
-    the eager engine drawing up front, as a GPU does."""
-    graphed: list[tuple[int, ...]] = []
+def test_capture_on_a_cpu_runs_the_static_steps_eagerly(history_template):
+    """`capture` asks for CUDA graphs; on a CPU the same static steps run one by one, with the same numbers."""
+    results = []
+    for capture in (False, True):
+        lm = tiny_family_lm("llama")
+        use_static_steps(lm.model, capture=capture)
+        results.append(trajectories(lm, history_template))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
 
-    def record(fn, **options):
-        assert options["mode"] == "reduce-overhead"
 
-        def forward(*args, **kwargs):
-            graphed.append(tuple(kwargs["input_ids"].shape))
-            return fn(*args, **kwargs)
+@pytest.mark.cuda
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt-oss"])  # shared prefix ×2; a cache per path stays eager
+def test_graph_replay_equals_the_eager_static_steps(family, history_template):
+    """On a GPU, every step of a batch after the warm-up replays one recorded CUDA graph of the static step: the
+    answers equal those of the static steps run eagerly and θ agrees to 1e-5 (the same kernels, replayed)."""
+    results, replays = [], []
+    original = torch.cuda.CUDAGraph.replay
+    for capture in (False, True):
+        tiny = tiny_family_lm(family)
+        lm = LanguageModel(tiny.model.to("cuda"), tiny.tokenizer, tiny.name)
+        use_static_steps(lm.model, capture=capture)
+        count = [0]
 
-        return forward
+        def counted(graph, count=count):
+            count[0] += 1
+            return original(graph)
 
-    with monkeypatch.context() as patch:
-        patch.setattr(resampling, "answer_draws", resampling.up_front_draws)
-        eager = trajectories(tiny_family_lm(family), history_template)
-    lm = tiny_family_lm(family)
-    monkeypatch.setattr(torch, "compile", record)
-    compile_forward(lm.model, cuda_graphs=True)
-    answers, thetas = trajectories(lm, history_template)
-    # 3 methods × 3 paths, one answer (label, delimiter) per step
-    assert graphed == ([(9, 2)] * 6 if family == "llama" else []), graphed
-    assert torch.equal(answers, eager[0]) and torch.equal(thetas, eager[1])
+        torch.cuda.CUDAGraph.replay = counted
+        try:
+            results.append(trajectories(lm, history_template))
+        finally:
+            torch.cuda.CUDAGraph.replay = original
+        replays.append(count[0])
+    assert torch.equal(results[0][0], results[1][0])
+    torch.testing.assert_close(results[1][1], results[0][1], atol=1e-5, rtol=0)
+    # each batch of static steps replays its graph for all but the warm-up steps (a cache per path keeps the loop)
+    assert replays[0] == 0 and (replays[1] > 0) == (family != "gpt-oss"), replays
+    assert replays[1] % (6 - resampling.CAPTURE_WARM_UP) == 0, replays
+
+
+@pytest.mark.cuda
+def test_evaluate_on_a_gpu_replays_cuda_graphs_by_default(tiny_model_dir, tmp_path, monkeypatch):
+    """End to end on a GPU, two questions per batch: by default the steps replay CUDA graphs, and they store the
+    answers of the engine without them (`--no-cuda-graphs`) and θ within 1e-5."""
+    from beliefdrift.cli.main import main
+    from beliefdrift.runs.store import RunStore
+
+    replays = [0]
+    replay = torch.cuda.CUDAGraph.replay
+
+    def counted(graph):
+        replays[0] += 1
+        return replay(graph)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
+
+    def stored(*flags: str) -> dict:
+        out = tmp_path / ("without" if flags else "default")
+        argv = ["evaluate", "--model", str(tiny_model_dir), "--dataset", "demo", "-n", "2", "-J", "3", "-N", "6",
+                "--methods", "ppr", "ppr-seed2", "--dtype", "float32", "--device", "cuda", "--batch-questions", "2",
+                "--bootstrap", "10", "--out", str(out), *flags]
+        assert main(argv) == 0
+        with RunStore.open(out / "run.sqlite", read_only=True) as store:
+            return {(r.question_id, r.method): r for r in store.rows()}
+
+    eager = stored("--no-cuda-graphs")
+    assert replays[0] == 0
+    graphs = stored()
+    assert replays[0] > 0, "the default replayed no CUDA graph"
+    assert eager.keys() == graphs.keys() and len(eager) == 4
+    for key, row in eager.items():
+        assert (row.answers == graphs[key].answers).all(), key
+        assert abs(row.thetas - graphs[key].thetas).max() < 1e-5, key

@@ -59,12 +59,16 @@ def shares_prefix(model: torch.nn.Module) -> bool:
     return enable_shared_prefix(transformers_model(model))
 
 
-def use_static_steps(model: torch.nn.Module, static: bool = True) -> None:
+def use_static_steps(model: torch.nn.Module, static: bool = True, capture: bool = False) -> None:
     """Run `model`'s answer steps as static steps (`engine.resampling.StaticSteps` on `StaticPasses`: every tensor a
     step touches allocated once, as a CUDA graph needs) instead of the eager loop on growing caches. The stored numbers
     equal the eager loop's with the same draws up to rounding: attention also reads the static suffix's empty slots,
-    with weight zero. Set on the model inside any wrapper, so that an adapter on it gets them too."""
-    transformers_model(model)._beliefdrift_static_steps = static
+    with weight zero. `capture` (`--cuda-graphs`): on a CUDA device, record one step of each batch as a CUDA graph and
+    replay it for the others (`engine.resampling.run_static_steps`). Set on the model inside any wrapper, so that an
+    adapter on it gets them too."""
+    base = transformers_model(model)
+    base._beliefdrift_static_steps = static
+    base._beliefdrift_capture = static and capture
 
 
 def runs_static_steps(model: torch.nn.Module) -> bool:
@@ -72,33 +76,19 @@ def runs_static_steps(model: torch.nn.Module) -> bool:
     return getattr(transformers_model(model), "_beliefdrift_static_steps", False)
 
 
-def compile_forward(model: torch.nn.Module, cuda_graphs: bool = False) -> None:
+def captures_steps(model: torch.nn.Module) -> bool:
+    """Whether `model`'s static steps are recorded as a CUDA graph and replayed (`use_static_steps(capture=True)`)."""
+    return getattr(transformers_model(model), "_beliefdrift_capture", False)
+
+
+def compile_forward(model: torch.nn.Module) -> None:
     """Run every later forward pass of `model` through `torch.compile` (inductor, dynamic shapes), once the engine
     has chosen its cache (that choice's probe passes run eagerly). One set of graphs serves every prompt length,
     path count and step; a batch of another number of questions compiles its own. Within these calls only, a graph
     that fails to compile (at the first pass, or hours into a run when a new structure appears) runs eagerly, with
-    torch's warning, instead of ending the run (`compat.compiler_errors_suppressed`).
-
-    `cuda_graphs`: instead, run the answer steps as static steps (`use_static_steps`), compile their passes alone and
-    replay each as a CUDA graph (inductor's "reduce-overhead" mode; on a GPU a decoding step is bound by launching its
-    kernels). Every pass of a batch's static steps replays one recorded graph (a new batch of prompts records its
-    own). Prefills and passes on growing caches run eagerly: a CUDA graph's outputs live in a memory pool that its
-    next replay reuses, so a prompt's keys and values made by a graphed prefill would be overwritten by the first
-    step."""
+    torch's warning, instead of ending the run (`compat.compiler_errors_suppressed`)."""
     shares_prefix(model)
-    if not cuda_graphs:
-        model.forward = _errors_suppressed(torch.compile(model.forward, dynamic=True))
-        return
-    use_static_steps(model)
-    base = transformers_model(model)  # where every wrapper (peft, DDP) ends up, so an adapter's steps are graphed too
-    eager = base.forward
-    graphed = _errors_suppressed(torch.compile(eager, dynamic=True, mode="reduce-overhead"))
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        static = is_static(kwargs.get("cache", kwargs.get("past_key_values")))
-        return (graphed if static else eager)(*args, **kwargs)
-
-    base.forward = forward
+    model.forward = _errors_suppressed(torch.compile(model.forward, dynamic=True))
 
 
 def _errors_suppressed(compiled: Callable[..., Any]) -> Callable[..., Any]:
@@ -112,13 +102,19 @@ def _errors_suppressed(compiled: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def prepared(lm: Any, compile: bool = False, cuda_graphs: bool = False) -> Any:
-    """`lm` (a `LanguageModel`) with its forward pass compiled when `compile` or `cuda_graphs` is set
-    (`compile_forward`)."""
+def prepared(lm: Any, compile: bool = False, cuda_graphs: bool | None = None) -> Any:
+    """`lm` (a `LanguageModel`) with its forward pass compiled when `compile` is set (`compile_forward`) and its
+    answer steps static and replayed as CUDA graphs when `cuda_graphs` is (`use_static_steps`; no compiler). None:
+    where the model is on one CUDA device (measured faster there, docs/gpu.md)."""
     if cuda_graphs and lm.device.type != "cuda":
         raise UserError(f"--cuda-graphs: the model is on {lm.device}; CUDA graphs need --device cuda")
-    if compile or cuda_graphs:
-        compile_forward(lm.model, cuda_graphs=cuda_graphs)
+    if cuda_graphs is None:
+        devices = set((getattr(transformers_model(lm.model), "hf_device_map", None) or {}).values())
+        cuda_graphs = lm.device.type == "cuda" and len(devices) <= 1
+    if cuda_graphs:
+        use_static_steps(lm.model, capture=True)
+    if compile:
+        compile_forward(lm.model)
     return lm
 
 

@@ -294,9 +294,10 @@ class BatchingOptions(Settings):
     compile: bool = option(False, "run the model's forward passes through torch.compile: faster steps after compiling "
                                   "once (minutes on a small CPU); the results equal eager ones up to rounding",
                            operational=True)
-    cuda_graphs: bool = option(False, "compile the decoding steps and replay each one's kernels as one CUDA graph "
-                                      "(static caches; prefills stay eager; needs a CUDA device): for a GPU, where a "
-                                      "step is bound by launching kernels", operational=True)
+    cuda_graphs: bool | None = option(None, "run the answer steps as static steps and replay one recorded step of "
+                                             "each batch as a CUDA graph (no compiler; prefills stay eager): on a GPU "
+                                             "a step is bound by launching kernels. Default: on where the model is "
+                                             "on one CUDA device (--no-cuda-graphs: off)", operational=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -477,9 +478,10 @@ def add_field_argument(group: argparse._ArgumentGroup, field: dataclasses.Field,
     else:
         kwargs["type"] = hint
     group.add_argument(*names, *aliases, dest=field.name, default=default, **kwargs)
-    if hint is bool and default is True:
-        group.add_argument(f"--no-{field.name.replace('_', '-')}", f"--no_{field.name}", action="store_false",
-                           dest=field.name, help=kwargs.get("help"))
+    if hint is bool and default is not False:  # on by default, or chosen by the device (None)
+        flag = field.name.replace("_", "-")
+        group.add_argument(f"--no-{flag}", f"--no_{field.name}", action="store_false", dest=field.name,
+                           default=default, help=f"turn --{flag} off")
 
 
 def _config_path(args: Sequence[str]) -> Path | None:

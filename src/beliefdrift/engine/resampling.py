@@ -16,7 +16,7 @@ import torch
 
 from beliefdrift.backend import AnswerDist, AnswerTokens, LanguageModel, PathBatch
 from beliefdrift.backend.answer_tokens import resolve_answer_tokens, resolve_single_answer
-from beliefdrift.backend.path_cache import runs_static_steps
+from beliefdrift.backend.path_cache import captures_steps, runs_static_steps
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.prompts import (
     DEFAULT_PPR_TEMPLATE,
@@ -165,8 +165,7 @@ def sample_answers(
     advance = batch.static_steps(steps) if static and steps else None
     if advance is not None:
         bucket = StaticSteps(batch.dist, up_front_uniforms(streams, steps, device), advance)
-        for _ in range(steps):
-            bucket.step()
+        run_static_steps(bucket, steps, capture=captures_steps(batch.cache.model) and device.type == "cuda")
         batch.dist = AnswerDist(bucket.thetas[:, -1], bucket.masses[:, -1])
         return bucket.answers, bucket.thetas, bucket.masses
     batch.reserve(steps)
@@ -211,6 +210,32 @@ class StaticSteps:
         self.thetas.index_copy_(1, n + 1, dist.probs[:, None])
         self.masses.index_copy_(1, n + 1, dist.valid_mass[:, None])
         self.count += 1
+
+
+#: Steps run eagerly on a side stream before one is recorded as a CUDA graph (what capture asks for: the first passes
+#: settle lazily made state, such as cuBLAS workspaces and the attention kernel's choice).
+CAPTURE_WARM_UP = 2
+
+
+def run_static_steps(bucket: StaticSteps, steps: int, capture: bool = False) -> None:
+    """`steps` steps of `bucket`. With `capture` (a CUDA device): `CAPTURE_WARM_UP` of them eagerly on a side stream,
+    the next recorded as a CUDA graph (recording runs nothing) and that graph replayed for it and every later step,
+    one launch per step. The replays compute what the eager steps compute, kernel for kernel."""
+    if not capture or steps <= CAPTURE_WARM_UP:
+        for _ in range(steps):
+            bucket.step()
+        return
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(CAPTURE_WARM_UP):
+            bucket.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        bucket.step()
+    for _ in range(steps - CAPTURE_WARM_UP):
+        graph.replay()
 
 
 @dataclass(frozen=True)
