@@ -6,9 +6,9 @@ engine and against the same static steps run uncaptured, in one run, on random w
 
 For 1 and 16 questions × 3 methods (PPR, SEED_1, SEED_5) × `--paths` paths, N = `--steps` answers: ms per step
 (the run's prefills included, as `bench/rollout.py` counts them), × the weight-read floor, path-answers/s and the
-share of the bf16 roofline of each engine; the answers of each against eager and the largest θ difference while a
-path's answers agree; the time of the warm-up and capture of one batch (`engine.resampling.run_static_steps`, timed
-on the next batch of the 16-question run). Naive `generate` at one question gives the ratio the issue asks for.
+share of the bf16 roofline of each engine; the share of paths whose answers equal those of eager (and of the
+uncaptured static steps) and the largest θ difference on those paths; the time of the warm-up and capture of one batch (`engine.resampling.run_static_steps`, timed
+on the first batch of another 16-question run). Naive `generate` at one question gives the ratio to naive decoding.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 
 import torch
 from rollout import (
+    SHAPES,
     TOKENIZER_HELP,
     copy_bandwidth,
     device_matmul_peak,
@@ -52,9 +53,10 @@ def agreement(reference: list[tuple[torch.Tensor, torch.Tensor]], other: list[tu
     return f"{equal:.0%} of paths equal, θ within {float(gap.max()) if len(gap) else 0:.1e}"
 
 
-def capture_seconds(lm, questions: list, paths: int, steps: int) -> float:
-    """Seconds spent in `run_static_steps` before the first replay, for one batch (warm-up steps and recording)."""
-    spent: list[float] = []
+def capture_seconds(lm, questions: list, paths: int, steps: int) -> tuple[float, int]:
+    """(seconds spent in `run_static_steps` before the first replay, the paths of that batch): the warm-up steps and
+    the recording of the run's first batch (questions with another number of options go in batches of their own)."""
+    spent: list[tuple[float, int]] = []
     original = resampling.run_static_steps
     replay = torch.cuda.CUDAGraph.replay
 
@@ -64,7 +66,7 @@ def capture_seconds(lm, questions: list, paths: int, steps: int) -> float:
         def first(graph):
             if not spent:
                 torch.cuda.synchronize()
-                spent.append(time.perf_counter() - start)
+                spent.append((time.perf_counter() - start, bucket.answers.shape[0]))
             return replay(graph)
 
         torch.cuda.CUDAGraph.replay = first
@@ -78,12 +80,12 @@ def capture_seconds(lm, questions: list, paths: int, steps: int) -> float:
         three_methods(lm, questions, paths, steps)
     finally:
         resampling.run_static_steps = original
-    return spent[0] if spent else float("nan")
+    return spent[0] if spent else (float("nan"), 0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shape", default="llama-3.1-8b")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama-3.1-8b")
     parser.add_argument("--tokenizer", help=TOKENIZER_HELP)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16")
@@ -128,9 +130,9 @@ def main() -> None:
     if device.type == "cuda":
         use_static_steps(lm.model, True, True)
         count = max(args.questions)
-        seconds = capture_seconds(lm, questions[count : 2 * count], args.paths, args.steps)
-        print(f"\nwarm-up ({resampling.CAPTURE_WARM_UP} steps) and capture of one {count}-question batch: "
-              f"{seconds * 1e3:.0f} ms", flush=True)
+        seconds, batch = capture_seconds(lm, questions[count : 2 * count], args.paths, args.steps)
+        print(f"\nwarm-up ({resampling.CAPTURE_WARM_UP} steps) and capture of the first batch of a {count}-question "
+              f"run ({batch} paths): {seconds * 1e3:.0f} ms", flush=True)
 
 
 if __name__ == "__main__":

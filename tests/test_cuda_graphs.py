@@ -45,13 +45,19 @@ def test_static_steps_replay_one_forward_graph_for_every_step(history_template):
     assert forward_graphs(False, 3, history_template) > 1, "the growing suffix is a new graph per step (can fail)"
 
 
-def test_capture_on_a_cpu_runs_the_static_steps_eagerly(history_template):
-    """`capture` asks for CUDA graphs; on a CPU the same static steps run one by one, with the same numbers."""
+def test_capture_on_a_cpu_runs_the_static_steps_eagerly(history_template, monkeypatch):
+    """`capture` asks for CUDA graphs; on a CPU the static steps are run uncaptured (`run_static_steps` is told not to
+    capture, so no CUDA call is made), with the numbers of the static steps."""
+    asked: list[bool] = []
+    run = resampling.run_static_steps
+    monkeypatch.setattr(resampling, "run_static_steps",
+                        lambda bucket, steps, capture=False: asked.append(capture) or run(bucket, steps, capture))
     results = []
     for capture in (False, True):
         lm = tiny_family_lm("llama")
         use_static_steps(lm.model, capture=capture)
         results.append(trajectories(lm, history_template))
+    assert asked and not any(asked)
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
 
 

@@ -50,8 +50,8 @@ BET_TOLERANCE = 1e-12
 @dataclass(frozen=True)
 class DriftTest:
     """Mean over questions of the unbiased ‖p^(k) − p^(1)‖₂² (`estimate`) and its standard error (None with fewer than
-    2 questions); p = min(1, 1/E) of the betting e-value (None where the predictives were exact or the records hold no
-    betting increments)."""
+    2 questions, or exact predictives); p = min(1, 1/E) of the betting e-value (None where the predictives were exact
+    or the records hold no betting increments)."""
 
     estimate: float
     se: float | None

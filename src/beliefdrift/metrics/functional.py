@@ -828,7 +828,7 @@ def paired_summary(
     targets: Any,
     *,
     n_bins: int = 15,
-    eps: float = 1e-6,
+    eps: float = NLL_EPS,
     n_resamples: int = 1000,
     seed: int = 0,
     level: float = 0.95,

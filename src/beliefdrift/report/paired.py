@@ -5,9 +5,9 @@ Which pairs (`comparisons`): every method against PPR + NoSEED, and every AM-PPR
 for both methods, with `metrics.paired_summary`: one bootstrap index matrix over those questions scores both
 methods on the same resamples; the interval is the percentile interval of the resampled Δ*. The two-sided p-value
 follows one rule at every n (`metrics.paired_bootstrap`): for ACC the exact sign test of the per-question differences,
-for NLL and BS the larger of that and the studentized bootstrap p, for AUC the larger of a within-question
-swap permutation test and the percentile bootstrap p (docs/statistics.md). Δ ECE has no interval or p (NaN in
-`paired_summary` and paired.csv, † in the table, as Table 2 prints ECE; the metric registry says so,
+for NLL and BS the larger of the sign-flip test's p and the studentized bootstrap p, for AUC the larger of a
+within-question swap permutation test and the percentile bootstrap p (docs/statistics.md). Δ ECE has no interval
+or p (NaN in `paired_summary` and paired.csv, † in the table, as Table 2 prints ECE; the metric registry says so,
 `metrics.valid_only`): the binned plug-in's upward bias depends on how a method's confidences spread over the
 bins, so Δ ECE is biased even between two calibrated methods. EMD‾ is compared the same way over the per-question
 EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).

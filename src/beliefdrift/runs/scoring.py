@@ -116,9 +116,10 @@ class ScoreRow:
       and `theta_1`, or the direct query's `theta`); `title`: the tables' row title (`PPR + SEED_5 (RB)`);
     - `n` questions scored of the method's `total`, after quality control `excluded` the others;
     - `metrics`: ACC, AUC, ECE, NLL, BS and CE2 (fractions, `SCORE_METRICS`) → `Interval(point, low, high)`, the
-      95% percentile bootstrap over questions (`metrics.summarize`); the bounds are NaN where the metric has no valid
-      interval (`metrics.valid_only`: ECE always, CE2 below `metrics.functional.CE2_MIN_N` questions), the point NaN
-      where the metric is undefined (AUC when one class is present); empty when quality control kept no question;
+      95% bootstrap interval over questions (`metrics.summarize`: percentile; CE2's bias-centred); the bounds are NaN
+      where the metric has no valid interval (`metrics.valid_only`: ECE always, CE2 below
+      `metrics.functional.CE2_MIN_N` questions), the point NaN where the metric is undefined (AUC when one class is
+      present); empty when quality control kept no question;
     - `nll_clipped`: kept questions whose true-label probability NLL clips (None when none was kept);
     - `label_mass`: the mean valid mass over all the method's questions; `confidence`: the mean max probability over
       the kept ones; `predicted`: how often each option is the argmax there (`C:2 E:98`).

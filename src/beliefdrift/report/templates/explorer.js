@@ -598,7 +598,7 @@ function driftText(test) {
   if (!test) return "—";
   const estimate = fmt(1e3 * test.estimate, 3);
   if (test.exact) return `exact ${estimate}`;
-  if (test.p === null) return `${estimate} (no p: ${test.questions} question${test.questions === 1 ? "" : "s"})`;
+  if (test.p === null) return `${estimate} (no p: the records hold no betting increments)`;
   return `${estimate} ± ${fmt(1e3 * (test.se || 0), 3)} (${fmt(test.p, 3)})${test.p < DATA.drift_level ? " *" : ""}`;
 }
 
@@ -623,7 +623,8 @@ function renderEmdRun(body, run) {
   const floored = methods.filter(m => run.summary[m][distances[0]] && run.summary[m][distances[0]].floor_replicates);
   const missing = methods.filter(m => !floored.includes(m));
   const lines = [`Û: the mean over questions of the unbiased ‖p^(k) − p^(1)‖₂², zero in expectation for every ` +
-                 `martingale; p: one-sided t-test over questions, * where p < ${DATA.drift_level}. This is the ` +
+                 `martingale; p: the betting test over the rollouts, min(1, 1/E) of its e-value, * where p < ` +
+                 `${DATA.drift_level}. This is the ` +
                  "test of drift."];
   if (floored.length) {
     lines.push(`Red: the Pólya-urn floor of ${floored.map(title).join(", ")} ` +
