@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_model import SKY_QUESTION, tiny_family_lm
-from torch._dynamo.utils import counters, get_static_address_type
+from torch._dynamo.utils import counters
 
 from beliefdrift.backend import LanguageModel, PathBatch
 from beliefdrift.backend.path_cache import use_static_steps
@@ -35,8 +35,6 @@ def forward_graphs(static: bool, steps: int, template: str) -> int:
     counters.clear()
     lm.model.forward = torch.compile(lm.model.forward, backend="eager", dynamic=False)
     sample_answers(batch, steps, make_generator(0))
-    if static:  # a CUDA graph reads the prompt's keys and values in place, not copied before every replay
-        assert all(get_static_address_type(t) for t in batch.cache.prompts[0].keys + batch.cache.prompts[0].values)
     return counters["stats"]["unique_graphs"]
 
 

@@ -45,12 +45,6 @@ def flash_attention_cpu(query: torch.Tensor, keys: torch.Tensor, values: torch.T
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, keys, values, attn_mask=bias, scale=1.0)
 
 
-def mark_static_address(tensor: torch.Tensor) -> None:
-    """Tell torch.compile's CUDA graphs that `tensor` stays at its address: a graph then reads it in place instead of
-    copying it into its inputs before every replay."""
-    torch._dynamo.mark_static_address(tensor)
-
-
 @contextlib.contextmanager
 def compiler_errors_suppressed(recompile_limit: int = 64) -> Iterator[None]:
     """Within the context only (torch's settings are restored after it): a graph that fails to compile runs eagerly,

@@ -260,6 +260,8 @@ class SharedPrefixCache:
 
     def _filled(self, layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys and values of a suffix cache layer's filled slots."""
+        if is_static(self.suffix):  # its fill count lives on the device, advanced by the static passes alone
+            raise ValueError("this cache belongs to its static passes (static_passes): its suffix cannot be read back")
         return layer.keys[..., : self.suffix_length, :], layer.values[..., : self.suffix_length, :]
 
 
@@ -267,9 +269,10 @@ class StaticPasses:
     """`passes` forward passes of `new` tokens per path on a `SharedPrefixCache`, with every tensor they read or write
     allocated once, here: the token ids `input_ids` [B, new] (the caller writes each pass's into it), their positions
     [B, new] (advanced in place after each pass), the suffix as a `static_cache` with room for every pass (its count of
-    filled slots kept on the device and advanced in place by its own update, `AttentionPass.suffix_end`), and the
-    prompts marked as staying in place. A pass reads no Python value that changes from one pass to the next, so one
-    recorded pass (a CUDA graph) replays them all. The cache is theirs from then on: it cannot be extended eagerly.
+    filled slots kept on the device and advanced in place by its own update, `AttentionPass.suffix_end`); the
+    prompts' keys and values are read where they are. A pass reads no Python value that changes from one pass to the
+    next, so one recorded pass (a CUDA graph) replays them all. The cache is theirs from then on: it cannot be extended
+    eagerly.
 
     θ equals the growing suffix's up to rounding: the attention also reads the empty slots, with weight zero."""
 
@@ -280,7 +283,6 @@ class StaticPasses:
         self.positions = cache._positions(new).contiguous()
         rows = [cache._filled(layer) for layer in cache.suffix.layers]
         cache.suffix = static_cache(rows, cache.suffix_length + new * passes)
-        cache.runs.mark_static()
         self._suffix_end = cache.suffix.layers[0].cumulative_length
 
     def __call__(self, **model_kwargs: Any) -> Any:

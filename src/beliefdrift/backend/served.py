@@ -399,7 +399,7 @@ class Endpoint:
                 continue
             top = self._top_logprobs(await self._checked_json(response), len(ids))
             return as_ids, extensions, tokenize_path, any(k.startswith(TOKEN_ID_KEY) for k in top)
-        return False, False, None, False  # (the last form returns or raises above)
+        raise AssertionError("unreachable: the last form returns or raises")
 
     def _probe_text(self) -> str:
         """A short prompt: "Hello", in a chat conversation's assistant turn for chat requests."""
@@ -567,7 +567,10 @@ class Endpoint:
         """Text prompts only: the server's tokenization of the prompt, followed by every answer (and the first again)
         where answers follow one another, must be our ids."""
         sequence = [*range(len(tokens.label_ids)), 0] if tokens.delimiter_ids else []
-        ids = list(tokens.prompt_ids) + [t for i in sequence for t in tokens.answer_ids(i)]
+        await self._check_ids(list(tokens.prompt_ids) + [t for i in sequence for t in tokens.answer_ids(i)])
+
+    async def _check_ids(self, ids: list[int]) -> None:
+        """Text prompts only: the server's tokenization of the text of `ids` must be `ids`."""
         assert self.tokenize_path is not None
         theirs = await self._tokenize(self.tokenize_path, self.tokenizer.decode(ids))
         if theirs != ids:
@@ -654,28 +657,20 @@ class Endpoint:
 
     def next_logits(self, contexts: Sequence[Sequence[int]], nucleus: tuple[float, float, Sequence[int]]
                     ) -> torch.Tensor:
-        """`nucleus_logits` [B, vocab] after every context, all requested at once."""
-        if not self.ids and self.tokenize_path:
-            self.server.run(self._check_text(contexts[0]))
+        """`nucleus_logits` [B, vocab] after every context, all requested at once (the generated tokens' text is held
+        to our ids by every response's prompt-token count)."""
         async def every() -> list[torch.Tensor]:
             return await asyncio.gather(*(self._next_logits(c, nucleus) for c in contexts))
 
         rows = self.server.run(every())
         return torch.stack(rows) if rows else torch.empty(0, len(self.tokenizer))
 
-    async def _check_text(self, ids: Sequence[int]) -> None:
-        """Text prompts only: the server reads the text of `ids` as `ids` (checked once per prompt)."""
-        key = tuple(ids)
-        if key not in self._checked:
-            theirs = await self._tokenize(str(self.tokenize_path), self.tokenizer.decode(list(ids)))
-            if theirs != list(ids):
-                raise ServedError("the server tokenizes the prompt differently from our tokenizer; name the model's "
-                                  "own tokenizer with --model-args tokenizer=…, or serve it where token-id prompts are "
-                                  "accepted")
-            self._checked.add(key)
-
     def rollouts(self, prompt_ids: Sequence[int]) -> ServedRollouts:
-        """One rollout holding the prompt (`cot.generation.PromptCache`)."""
+        """One rollout holding the prompt (`cot.generation.PromptCache`); a text prompt is checked against the
+        server's tokenization once."""
+        if not self.ids and self.tokenize_path and tuple(prompt_ids) not in self._checked:
+            self.server.run(self._check_ids(list(prompt_ids)))
+            self._checked.add(tuple(prompt_ids))
         return ServedRollouts(self, [tuple(prompt_ids)])
 
     # ------------------------------------------------------------------ the PathBatch interface

@@ -129,15 +129,6 @@ class PromptRuns:
         device in its keys' dtype; None where the fused kernel does not serve the layer."""
         return self._key_biases[layer] if self._key_biases else None
 
-    def mark_static(self) -> None:
-        """Tell CUDA graphs that the prompts' keys and values (and their stacked copies) stay where they are: a graph
-        then reads them in place instead of copying them into its inputs before every replay (for an 8B model, more
-        bytes per step than its weights)."""
-        prompts = [t for prefix, _ in self.runs for t in (*prefix.keys, *prefix.values)]
-        stacked = [t for layer in self._stacked for t in layer] + [b for b in self._key_biases if b is not None]
-        for tensor in prompts + stacked:
-            compat.mark_static_address(tensor)
-
     def stacked(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The runs' prompt keys and values of `layer` [R, H_kv, W, D] (zeros past each prompt) and every
         path's prompt length [B]."""

@@ -251,7 +251,7 @@ class PPRRequest:
 class QuestionRunner:
     """Everything sampled for one question, sharing work between methods: the direct-query θ and the PPR
     prompt are each computed once (one prefill) and forked for every method that needs them. Both prompts are
-    rendered with `template_ending` (`prompts.TEMPLATE_ENDINGS`; the old keyword `ending` warns)."""
+    rendered with `template_ending` (`prompts.TEMPLATE_ENDINGS`)."""
 
     def __init__(
         self,
