@@ -7,8 +7,9 @@ engine and against the same static steps run uncaptured, in one run, on random w
 For 1 and 16 questions × 3 methods (PPR, SEED_1, SEED_5) × `--paths` paths, N = `--steps` answers: ms per step
 (the run's prefills included, as `bench/rollout.py` counts them), × the weight-read floor, path-answers/s and the
 share of the bf16 roofline of each engine; the share of paths whose answers equal those of eager (and of the
-uncaptured static steps) and the largest θ difference on those paths; the time of the warm-up and capture of one batch (`engine.resampling.run_static_steps`, timed
-on the first batch of another 16-question run). Naive `generate` at one question gives the ratio to naive decoding.
+uncaptured static steps) and the largest θ difference on those paths; the time of the warm-up and capture of one
+batch (`engine.resampling.run_static_steps`, timed on the first batch of another 16-question run). Naive `generate`
+at one question gives the ratio to naive decoding.
 """
 
 from __future__ import annotations

@@ -8,13 +8,15 @@ Nulls (D datasets per cell, R = 1000 bootstrap resamples, the functions' default
 - skewed: d = −0.64 with probability 0.9, +5.8 with probability 0.1 (mean 0.004, all ten equal in 35% of samples
   at n = 10), through `paired_mean_bootstrap`;
 - exchangeable: two methods whose predictions are i.i.d. Dirichlet(0.3) over 4 options per question (uniform
-  target), through `paired_summary`: ACC, AUC, NLL, BS (NLL up to −log 10⁻⁶: heavy-tailed differences).
+  target), through `paired_summary`: ACC, AUC, NLL, BS (NLL up to −log 10⁻⁶: heavy-tailed differences);
+- near-certain: the same with predictions a real model gives many questions: θ_max = 1 − ε (ε log-uniform in
+  10⁻⁵ … 10⁻³, the rest spread evenly) on an option that is the target with probability 0.9.
 
 Power: d ~ N(0.5, 1) through `paired_mean_bootstrap`. Each cell gives the rate of p ≤ 0.05 in %, with ✓ where a
 null's rate is within nominal + 2 s.e. (s.e. √(0.05 · 0.95 / D)); "before": the former rule (a sign-flip test below
 30 questions, the percentile bootstrap p from 30; –: AUC's is not recomputed, it had none below 30).
 
-    python bench/paired.py [--datasets 2000] [--seed 0] [--quick]
+    python bench/paired.py [--datasets 2000] [--seed 0] [--quick] [--nulls mean dirichlet near-certain]
 """
 
 from __future__ import annotations
@@ -60,9 +62,29 @@ MEAN_CELLS: tuple[tuple[str, Callable[[np.random.Generator, int], np.ndarray], b
 METRICS = ("ACC", "AUC", "NLL", "BS")
 
 
-def exchangeable(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def dirichlet(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two methods' predictions, i.i.d. Dirichlet(0.3) over 4 options, and uniform targets."""
     return rng.dirichlet(np.full(4, 0.3), n), rng.dirichlet(np.full(4, 0.3), n), rng.integers(0, 4, n)
+
+
+def near_certain(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Uniform targets and two methods' predictions drawn alike given them: θ_max = 1 − ε (ε log-uniform in
+    [1e-5, 1e-3], the rest spread evenly) on the target with probability 0.9, else on another option."""
+    targets = rng.integers(0, 4, n)
+
+    def predict() -> np.ndarray:
+        eps = 10 ** rng.uniform(-5, -3, n)
+        top = np.where(rng.random(n) < 0.9, targets, (targets + rng.integers(1, 4, n)) % 4)
+        probs = np.repeat((eps / 3)[:, None], 4, axis=1)
+        probs[np.arange(n), top] = 1 - eps
+        return probs
+
+    return predict(), predict(), targets
+
+
+#: Exchangeable nulls (equal expected scores): their row label and (predictions a, b, targets) for n questions.
+EXCHANGEABLE: dict[str, tuple[str, Callable[[np.random.Generator, int], tuple[np.ndarray, ...]]]] = {
+    "dirichlet": ("exchangeable", dirichlet), "near-certain": ("near-certain", near_certain)}
 
 
 def per_question(probs: np.ndarray, targets: np.ndarray, metric: str) -> np.ndarray:
@@ -84,6 +106,7 @@ def main() -> None:
     parser.add_argument("--datasets", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="n = 10 and 30 only")
+    parser.add_argument("--nulls", nargs="+", choices=["mean", *EXCHANGEABLE], default=["mean", *EXCHANGEABLE])
     args = parser.parse_args()
     se = 100 * math.sqrt(ALPHA * (1 - ALPHA) / args.datasets)
     bound = 100 * ALPHA + 2 * se
@@ -96,7 +119,7 @@ def main() -> None:
     def cell(now: float, before: float, null: bool) -> str:
         return f"{now:.1f}{' ✓' if null and now <= bound else ''} / {before:.1f}"
 
-    for name, draw, null in MEAN_CELLS:
+    for name, draw, null in MEAN_CELLS if "mean" in args.nulls else ():
         cells = []
         for n in sizes:
             rng = np.random.default_rng([args.seed, n, len(name)])
@@ -104,23 +127,26 @@ def main() -> None:
             now = [paired_mean_bootstrap(d, np.zeros(n), seed=i).p for i, d in enumerate(diffs)]
             cells.append(cell(rate(now), rate([former_p(d, i) for i, d in enumerate(diffs)]), null))
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
-    rows: dict[str, list[str]] = {metric: [] for metric in METRICS}
-    for n in sizes:
-        rng = np.random.default_rng([args.seed, n])
-        now: dict[str, list[float]] = {metric: [] for metric in METRICS}
-        before: dict[str, list[float]] = {metric: [] for metric in METRICS}
-        for i in range(args.datasets):
-            a, b, targets = exchangeable(rng, n)
-            deltas = paired_summary(a, b, targets, seed=i)
+    for key in [key for key in EXCHANGEABLE if key in args.nulls]:
+        label, draw = EXCHANGEABLE[key]
+        rows: dict[str, list[str]] = {metric: [] for metric in METRICS}
+        for n in sizes:
+            rng = np.random.default_rng([args.seed, n] if key == "dirichlet" else [args.seed, n, len(key)])
+            now: dict[str, list[float]] = {metric: [] for metric in METRICS}
+            before: dict[str, list[float]] = {metric: [] for metric in METRICS}
+            for i in range(args.datasets):
+                a, b, targets = draw(rng, n)
+                deltas = paired_summary(a, b, targets, seed=i)
+                for metric in METRICS:
+                    now[metric].append(deltas[metric].p)
+                for metric in ("ACC", "NLL", "BS"):
+                    before[metric].append(former_p(per_question(a, targets, metric) - per_question(b, targets, metric),
+                                                   i))
             for metric in METRICS:
-                now[metric].append(deltas[metric].p)
-            for metric in ("ACC", "NLL", "BS"):
-                before[metric].append(former_p(per_question(a, targets, metric) - per_question(b, targets, metric), i))
+                shown = f"{rate(before[metric]):.1f}" if before[metric] else "–"  # AUC's former p is not recomputed
+                rows[metric].append(f"{rate(now[metric]):.1f}{' ✓' if rate(now[metric]) <= bound else ''} / {shown}")
         for metric in METRICS:
-            shown = f"{rate(before[metric]):.1f}" if before[metric] else "–"  # AUC's former p is not recomputed
-            rows[metric].append(f"{rate(now[metric]):.1f}{' ✓' if rate(now[metric]) <= bound else ''} / {shown}")
-    for metric in METRICS:
-        print(f"| exchangeable, {metric} | " + " | ".join(rows[metric]) + " |", flush=True)
+            print(f"| {label}, {metric} | " + " | ".join(rows[metric]) + " |", flush=True)
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 
