@@ -4,6 +4,7 @@ files a user gives, and the checks on a `--model` / `--device` pair that run bef
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,18 @@ def not_utf8(where: str, err: UnicodeDecodeError) -> str:
 YAML_MAX_VALUES = 100_000
 
 
-def _expanded_size(root: Any) -> int:
+def too_many_digits() -> str:
+    """An integer longer than Python converts from or to text (`sys.get_int_max_str_digits`), in an error line."""
+    return f"an integer of more than {sys.get_int_max_str_digits()} digits (the most Python reads)"
+
+
+class _Refused(Exception):
+    """A YAML document that parses but is refused (a key given twice, an integer too long to read)."""
+
+
+def _expanded_size(root: Any) -> tuple[int, int]:
     """How many nodes the YAML node graph `root` holds with every alias followed (each shared node counted as often
-    as it is reached), computed once per node; a cycle counts as too many."""
+    as it is reached; a cycle counts as too many), computed once per node, and how many distinct nodes it has."""
     import yaml
 
     sizes: dict[int, int] = {}
@@ -48,17 +58,25 @@ def _expanded_size(root: Any) -> int:
             stack.extend((child, False) for child in children if id(child) not in sizes)
             continue
         if any(sizes.get(id(child), -1) < 0 for child in children):
-            return YAML_MAX_VALUES + 1
+            return YAML_MAX_VALUES + 1, len(sizes)
         sizes[id(node)] = min(1 + sum(sizes[id(child)] for child in children), YAML_MAX_VALUES + 1)
-    return sizes[id(root)]
+    return sizes[id(root)], len(sizes)
 
 
 def _bounded_loader() -> type:
-    """A `yaml.SafeLoader` that refuses a mapping naming a key twice (YAML keeps the last silently); keys merged in
-    with `<<` may be overridden, as YAML allows."""
+    """A `yaml.SafeLoader` that refuses a mapping naming a key twice (YAML keeps the last silently; keys merged in
+    with `<<` may be overridden, as YAML allows) and an integer too long for Python to read or print."""
     import yaml
 
     class Loader(yaml.SafeLoader):
+        def construct_yaml_int(self, node: Any) -> int:
+            try:
+                value = super().construct_yaml_int(node)
+                str(value)  # a hexadecimal one reads, but could not be printed in an error naming it
+            except ValueError:
+                raise _Refused(f"line {node.start_mark.line + 1}: {too_many_digits()}") from None
+            return value
+
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: dict[Any, Any] = {}
             for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else []:
@@ -70,10 +88,11 @@ def _bounded_loader() -> type:
                 except TypeError:  # an unhashable key: SafeLoader's own error names it
                     continue
                 if first is not key_node:
-                    raise yaml.YAMLError(f"line {key_node.start_mark.line + 1}: the key {key!r} given again (first "
-                                         f"on line {first.start_mark.line + 1}); a mapping names a key once")
+                    raise _Refused(f"line {key_node.start_mark.line + 1}: the key {key!r} given again (first on "
+                                   f"line {first.start_mark.line + 1}); a mapping names a key once")
             return super().construct_mapping(node, deep)
 
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
     return Loader
 
 
@@ -91,9 +110,13 @@ def yaml_node(text: str, where: str, loader: type | None = None) -> Any:
         raise UserError(f"{where}: not valid YAML (nested too deeply)") from None
     finally:
         reader.dispose()
-    if node is not None and _expanded_size(node) > YAML_MAX_VALUES:
-        raise UserError(f"{where}: its aliases expand to more than {YAML_MAX_VALUES} values (an alias bomb?); "
-                        "expected a settings file")
+    expanded, distinct = _expanded_size(node) if node is not None else (0, 0)
+    if distinct > YAML_MAX_VALUES:
+        raise UserError(f"{where}: holds more than {YAML_MAX_VALUES} values, the most a YAML file may hold; expected a "
+                        "settings file")
+    if expanded > YAML_MAX_VALUES:
+        raise UserError(f"{where}: its aliases expand to more than {YAML_MAX_VALUES} values (an alias bomb?), the "
+                        "most a YAML file may hold; expected a settings file")
     return node
 
 
@@ -109,6 +132,8 @@ def load_yaml(text: str, where: str) -> Any:
     reader = loader("")
     try:
         return reader.construct_document(node)
+    except _Refused as err:
+        raise UserError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
         raise UserError(f"{where}: not valid YAML ({' '.join(str(err).split())})") from None
     finally:
