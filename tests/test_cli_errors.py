@@ -891,6 +891,22 @@ def test_a_key_in_the_model_url_is_never_printed_or_written(tmp_path: Path, caps
                         and secret.encode() in path.read_bytes()] == []
 
 
+def test_paper_keeps_no_key_in_its_stages_or_their_listing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`paper --model openai:http://u:KEY@host/v1`: the stage command lines it lists and records in stages.json (here
+    of a stage that fails) say `***`, and a run with another key finds the same command lines."""
+    out, argv = tmp_path / "paper", ["paper", "--preset", "cpu", "--stages", "train", "--out", str(tmp_path / "paper")]
+    assert main([*argv, "--model", "openai:http://u:sk-paper-1234@127.0.0.1:9/v1", "--list-stages"]) == 0
+    listing = capsys.readouterr().out
+    assert "openai:http://***@127.0.0.1:9/v1" in listing and "sk-paper" not in listing
+    for key in ("sk-paper-1234", "sk-paper-5678"):
+        assert main([*argv, "--model", f"openai:http://u:{key}@127.0.0.1:9/v1"]) == 2
+        captured = capsys.readouterr()
+        assert "sk-paper" not in captured.err + captured.out
+        stages = (out / "stages.json").read_text()
+        assert "sk-paper" not in stages and "openai:http://***@127.0.0.1:9/v1" in stages
+        assert json.loads(stages)["stages"]["train"]["status"] == "failed"
+
+
 def error_line_of(err: str) -> str:
     lines = [line for line in err.splitlines() if ": error: " in line]
     assert len(lines) == 1, err

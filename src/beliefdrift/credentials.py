@@ -5,8 +5,8 @@ API key read from the environment, `environment_secret`).
 
 Where it applies: the run identity (`runs.identity.run_identity`, so run.sqlite's config, every summary, table and
 page made from it, train's identity.json and rollouts/meta.json), train's config.yaml (`config.options.as_mapping`),
-the CLI's error line and `--debug` traceback, and every log message of the `beliefdrift` logger the CLI prints
-(`RedactingFilter`). The stored form is stable: a URL whose key changed names the same run.
+`paper`'s stages.json and stage listing, the CLI's error line and `--debug` traceback, a bug's messages, and every
+log message the CLI prints (`RedactingFilter`). The stored form is stable: a URL whose key changed names the same run.
 """
 
 from __future__ import annotations
