@@ -997,8 +997,8 @@ def test_redact_masks_every_credential_and_nothing_else() -> None:
 def test_figure_texts_from_ids_are_short_literal_and_quiet(tiny_model_dir: Path, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """drift's per-question figures title each question by its id: an id with `$…$` (which matplotlib would read as
-    math, and fail on), one of 10^5 characters (whose layout took minutes at 10^6) and one in a script the font lacks
-    give short, literal titles, and `-q` shows no warning of a missing glyph."""
+    math, and fail on), one of 10^5 characters (whose layout took minutes at 10^6), one in a script the font lacks and
+    one holding NUL give short, literal titles, and `-q` shows no warning of a missing glyph."""
     from beliefdrift.report import plots
 
     titles: list[str] = []
@@ -1009,13 +1009,14 @@ def test_figure_texts_from_ids_are_short_literal_and_quiet(tiny_model_dir: Path,
         return save_figure(fig, path, **kwargs)
 
     monkeypatch.setattr(plots, "save_figure", keep_title)
-    ids = (r"math $\frac{$ id", "L" * 10**5, "問題")
+    ids = (r"math $\frac{$ id", "L" * 10**5, "問題", "nul\x00in-id")
     data = write(tmp_path / "d.jsonl", "".join(csqa_line(qid) + "\n" for qid in ids))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert main(["-q", "drift", "--model", str(tiny_model_dir), "--dataset", data, *FAST, "--plot-questions",
-                     "3", "--out", str(tmp_path / "run")]) == 0
-    per_question = [title for title in titles if title.startswith(("math", "LLL", "問題"))]
-    assert len(per_question) == 3 and all(len(title) <= plots.TITLE_LENGTH + 1 for title in per_question)
+                     "4", "--out", str(tmp_path / "run")]) == 0
+    per_question = [title for title in titles if title.startswith(("math", "LLL", "問題", "nul"))]
+    assert len(per_question) == 4 and all(len(title) <= plots.TITLE_LENGTH + 1 for title in per_question)
     assert per_question[0].startswith(r"math \$\frac{\$ id: ") and per_question[1].endswith("…")
+    assert per_question[3].startswith("nul in-id: ")
     assert [str(w.message) for w in caught if "missing from" in str(w.message)] == []

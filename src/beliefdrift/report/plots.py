@@ -23,9 +23,10 @@ LABEL_LENGTH = 40
 
 
 def figure_text(text: str, limit: int = TITLE_LENGTH) -> str:
-    """`text` as a figure shows it: runs of whitespace as one space, at most `limit` characters (cut with "…"), dollar
-    signs literal (matplotlib reads text between two as math, and fails on what is not)."""
-    shown = " ".join(text[: 4 * limit].split())
+    """`text` as a figure shows it: runs of whitespace and unprintable characters (NUL, controls) as one space, at most
+    `limit` characters (cut with "…"), dollar signs literal (matplotlib reads text between two as math, and fails on
+    what is not)."""
+    shown = " ".join("".join(char if char.isprintable() else " " for char in text[: 4 * limit]).split())
     if len(shown) > limit or len(text) > 4 * limit:
         shown = shown[: limit - 1].rstrip() + "…"
     return shown.replace("$", r"\$")
