@@ -325,9 +325,6 @@ BAD_INPUTS = {
     "yaml hexadecimal integer too long to print": (
         lambda m, t: ["drift", "--config", write(t / "c.yaml", "seed: 0x" + "f" * 5000 + "\n"), "--out", str(t)],
         "c.yaml: line 1: an integer of more than 4300 digits"),
-    "yaml of 50,001 plain keys": (  # 100,003 values, no alias: not called an alias bomb
-        lambda m, t: ["emd", "--config", write(t / "c.yaml", "".join(f"k{i}: 1\n" for i in range(50_001))),
-                      "--out", str(t)], "c.yaml: holds more than 100000 values, the most a YAML file may hold"),
     "jsonl integer of 10^5 digits": (
         lambda m, t: evaluate(m, t, "--dataset", write(t / "d.jsonl", csqa_line("a") + "\n" + '{"id": '
                                                        + "9" * 10**5 + "}\n")),
@@ -824,6 +821,18 @@ def test_the_reliability_page_counts_the_cases(tmp_path: Path) -> None:
                 for command in command_parsers()}
     expected["all"] = [str(bad.total()), f"{options.total()} ({values.total()})"]
     assert rows == expected
+
+
+def test_a_yaml_file_of_too_many_plain_values_is_not_called_an_alias_bomb(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """10^5 plain keys (no alias) exceed the values a YAML file may hold: the line says so, not "an alias bomb?", and
+    the file is refused once that many are read (here, the limit lowered to 1000, long before its end)."""
+    monkeypatch.setattr("beliefdrift.errors.YAML_MAX_VALUES", 1000)
+    config = write(tmp_path / "c.yaml", "".join(f"k{i}: 1\n" for i in range(10**5)))
+    assert main(["emd", "--config", config, "--out", str(tmp_path / "o")]) == 2
+    line = error_line(capsys)
+    assert line.endswith("c.yaml: holds more than 1000 values, the most a YAML file may hold; expected a settings "
+                         "file") and "alias" not in line
 
 
 # ---------------------------------------------------------------------------------------- credentials

@@ -36,12 +36,29 @@ def too_many_digits() -> str:
 
 
 class _Refused(Exception):
-    """A YAML document that parses but is refused (a key given twice, an integer too long to read)."""
+    """A YAML document that parses but is refused (a key given twice, an integer too long to read, too many values)."""
 
 
-def _expanded_size(root: Any) -> tuple[int, int]:
+def _count_values(reader: Any) -> None:
+    """Make the YAML `reader` refuse (`_Refused`) a document once it has composed more than `YAML_MAX_VALUES` values
+    (nodes and alias references), before it composes the rest."""
+    compose = reader.compose_node
+    composed = 0
+
+    def counted(parent: Any, index: Any) -> Any:
+        nonlocal composed
+        composed += 1
+        if composed > YAML_MAX_VALUES:
+            raise _Refused(f"holds more than {YAML_MAX_VALUES} values, the most a YAML file may hold; expected a "
+                           "settings file")
+        return compose(parent, index)
+
+    reader.compose_node = counted
+
+
+def _expanded_size(root: Any) -> int:
     """How many nodes the YAML node graph `root` holds with every alias followed (each shared node counted as often
-    as it is reached; a cycle counts as too many), computed once per node, and how many distinct nodes it has."""
+    as it is reached), computed once per node; a cycle counts as too many."""
     import yaml
 
     sizes: dict[int, int] = {}
@@ -58,9 +75,9 @@ def _expanded_size(root: Any) -> tuple[int, int]:
             stack.extend((child, False) for child in children if id(child) not in sizes)
             continue
         if any(sizes.get(id(child), -1) < 0 for child in children):
-            return YAML_MAX_VALUES + 1, len(sizes)
+            return YAML_MAX_VALUES + 1
         sizes[id(node)] = min(1 + sum(sizes[id(child)] for child in children), YAML_MAX_VALUES + 1)
-    return sizes[id(root)], len(sizes)
+    return sizes[id(root)]
 
 
 def _bounded_loader() -> type:
@@ -98,23 +115,23 @@ def _bounded_loader() -> type:
 
 def yaml_node(text: str, where: str, loader: type | None = None) -> Any:
     """The YAML document `text` composed (its tags not yet applied), refused with a UserError starting with `where`
-    when it is not valid YAML or expands to more than `YAML_MAX_VALUES` values (an alias bomb)."""
+    when it is not valid YAML, holds more than `YAML_MAX_VALUES` values (refused once it has composed that many) or
+    expands to more with its aliases followed (an alias bomb)."""
     import yaml
 
     reader = (loader or yaml.SafeLoader)(text)
+    _count_values(reader)
     try:
         node = reader.get_single_node()
+    except _Refused as err:
+        raise UserError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
         raise UserError(f"{where}: not valid YAML ({' '.join(str(err).split())})") from None
     except RecursionError:
         raise UserError(f"{where}: not valid YAML (nested too deeply)") from None
     finally:
         reader.dispose()
-    expanded, distinct = _expanded_size(node) if node is not None else (0, 0)
-    if distinct > YAML_MAX_VALUES:
-        raise UserError(f"{where}: holds more than {YAML_MAX_VALUES} values, the most a YAML file may hold; expected a "
-                        "settings file")
-    if expanded > YAML_MAX_VALUES:
+    if node is not None and _expanded_size(node) > YAML_MAX_VALUES:
         raise UserError(f"{where}: its aliases expand to more than {YAML_MAX_VALUES} values (an alias bomb?), the "
                         "most a YAML file may hold; expected a settings file")
     return node
