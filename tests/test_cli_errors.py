@@ -900,6 +900,22 @@ def test_a_key_in_the_model_url_is_never_printed_or_written(tmp_path: Path, caps
                         and secret.encode() in path.read_bytes()] == []
 
 
+def test_a_bugs_traceback_shows_no_key(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug (an error no user can fix) keeps its traceback, and its message and the one it arose from lose their
+    credentials."""
+    def bug(*args: object, **kwargs: object) -> None:
+        try:
+            raise KeyError("while asking http://u:sk-bug-1234@host/v1")
+        except KeyError:
+            raise RuntimeError("unexpected answer from http://host/v1?api_key=sk-bug-5678") from None
+
+    monkeypatch.setattr("beliefdrift.runs.evaluate.question_rows", bug)
+    with pytest.raises(RuntimeError) as raised:
+        main(evaluate(tiny_model_dir, tmp_path))
+    assert str(raised.value) == "unexpected answer from http://host/v1?api_key=***"
+    assert str(raised.value.__context__) == "'while asking http://***@host/v1'"
+
+
 def test_paper_keeps_no_key_in_its_stages_or_their_listing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """`paper --model openai:http://u:KEY@host/v1`: the stage command lines it lists and records in stages.json (here
     of a stage that fails) say `***`, and a run with another key finds the same command lines."""
