@@ -14,8 +14,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import typing
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -317,6 +319,26 @@ BAD_INPUTS = {
                         "c.yaml: its aliases expand to more than 100000 values"),
     "yaml float for an integer": (lambda m, t: ["drift", "--config", write(t / "c.yaml", "paths: 1.0e+308\n"),
                                                 "--out", str(t)], "setting paths: expected an integer, got 1e+308"),
+    "yaml integer of 10^5 digits": (
+        lambda m, t: ["evaluate", "--config", write(t / "c.yaml", "n: 2\npaths: " + "9" * 10**5 + "\n"), "--out",
+                      str(t)], "c.yaml: line 2: an integer of more than 4300 digits"),
+    "yaml hexadecimal integer too long to print": (
+        lambda m, t: ["drift", "--config", write(t / "c.yaml", "seed: 0x" + "f" * 5000 + "\n"), "--out", str(t)],
+        "c.yaml: line 1: an integer of more than 4300 digits"),
+    "jsonl integer of 10^5 digits": (
+        lambda m, t: evaluate(m, t, "--dataset", write(t / "d.jsonl", csqa_line("a") + "\n" + '{"id": '
+                                                       + "9" * 10**5 + "}\n")),
+        "d.jsonl:2: bad JSON: an integer of more than 4300 digits"),
+    "math answer of 10^5 digits": (
+        lambda m, t: ["reasoning", "--model", str(m), "--dataset", write(t / "m.jsonl", json.dumps(
+            {"question": "How many?", "answer": "Many.\n#### " + "9" * 10**5}) + "\n"), "--out", str(t)],
+        "m.jsonl:1: final answer: an integer of more than 4300 digits"),
+    # one method in two spellings, or given twice: refused naming both (a run would merge them silently)
+    "one method in two spellings": (lambda m, t: evaluate(m, t, "--methods", "ppr-seed5", "ppr-seed05"),
+                                    "--methods: ppr-seed5 and ppr-seed05 name the same method (ppr-seed5); give each "
+                                    "method once"),
+    "one method given twice": (lambda m, t: ["drift", "--model", str(m), "--methods", "ppr", "ppr", "--out", str(t)],
+                               "--methods: ppr given twice; give each method once"),
     "split outside the data directory": (
         lambda m, t: evaluate(m, t, "--dataset", "mmlu", "--split", "../../x", "--data-dir", str(t)),
         "mmlu: --split '../../x' is not a split name"),
@@ -799,3 +821,227 @@ def test_the_reliability_page_counts_the_cases(tmp_path: Path) -> None:
                 for command in command_parsers()}
     expected["all"] = [str(bad.total()), f"{options.total()} ({values.total()})"]
     assert rows == expected
+
+
+def test_a_yaml_file_of_too_many_plain_values_is_not_called_an_alias_bomb(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """10^5 plain keys (no alias) exceed the values a YAML file may hold: the line says so, not "an alias bomb?", and
+    the file is refused once that many are read (here, the limit lowered to 1000, long before its end)."""
+    monkeypatch.setattr("beliefdrift.errors.YAML_MAX_VALUES", 1000)
+    config = write(tmp_path / "c.yaml", "".join(f"k{i}: 1\n" for i in range(10**5)))
+    assert main(["emd", "--config", config, "--out", str(tmp_path / "o")]) == 2
+    line = error_line(capsys)
+    assert line.endswith("c.yaml: holds more than 1000 values, the most a YAML file may hold; expected a settings "
+                         "file") and "alias" not in line
+
+
+# ---------------------------------------------------------------------------------------- credentials
+
+
+class RefusingServer:
+    """An OpenAI-style server on 127.0.0.1, run in a thread in a `with` block, that refuses every request (401) and
+    echoes in its message the Authorization header and the path it was sent, as a careless server does."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                body = json.dumps({"error": {"message": f"bad credentials {self.headers.get('Authorization')} for "
+                                                        f"{self.path}"}}).encode()
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def __enter__(self) -> str:
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        return f"127.0.0.1:{self.http.server_address[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def test_a_key_in_the_model_url_is_never_printed_or_written(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--model openai:http://u:KEY@host/v1` or `…/v1?api_key=KEY` to a server that refuses it, echoing what it was
+    sent: the error line, the `--debug` traceback and the progress notes say `***` where the key was, and no file
+    under --out holds it; a key registered at run time (from `api_key_env`) is masked in the server's echo too."""
+    pytest.importorskip("httpx")
+    from beliefdrift.credentials import environment_secret
+
+    key = "sk-url-" + os.urandom(8).hex()
+    monkeypatch.setenv("BELIEFDRIFT_TEST_KEY", "sk-env-" + os.urandom(8).hex())
+    registered = environment_secret("BELIEFDRIFT_TEST_KEY", "--model-args api_key_env=BELIEFDRIFT_TEST_KEY")
+    with RefusingServer() as host:
+        for spec, extra, debug in ((f"openai:http://u:{key}@{host}/v1", [], []),
+                                   (f"openai:http://{host}/v1?api_key={key}", [], ["--debug"]),
+                                   (f"openai:http://{host}/v1", ["--model-args",
+                                                                 "api_key_env=BELIEFDRIFT_TEST_KEY"], [])):
+            out = tmp_path / "run"
+            capsys.readouterr()
+            assert main([*debug, "evaluate", "--model", spec, *extra, "--dataset", "demo", "-n", "1",
+                         "--out", str(out)]) == 2
+            captured = capsys.readouterr()
+            assert "the server refused the request (HTTP 401" in error_line_of(captured.err)
+            assert "loading openai:http://" in captured.err and ("Traceback" in captured.err) == bool(debug)
+            for secret in (key, registered):
+                assert secret not in captured.err + captured.out
+                assert [path for path in tmp_path.rglob("*") if path.is_file()
+                        and secret.encode() in path.read_bytes()] == []
+
+
+def test_a_bugs_traceback_shows_no_key(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug (an error no user can fix) keeps its traceback, and its message and the one it arose from lose their
+    credentials."""
+    def bug(*args: object, **kwargs: object) -> None:
+        try:
+            raise KeyError("while asking http://u:sk-bug-1234@host/v1")
+        except KeyError:
+            raise RuntimeError("unexpected answer from http://host/v1?api_key=sk-bug-5678") from None
+
+    monkeypatch.setattr("beliefdrift.runs.evaluate.question_rows", bug)
+    with pytest.raises(RuntimeError) as raised:
+        main(evaluate(tiny_model_dir, tmp_path))
+    assert str(raised.value) == "unexpected answer from http://host/v1?api_key=***"
+    assert str(raised.value.__context__) == "'while asking http://***@host/v1'"
+
+
+def test_paper_keeps_no_key_in_its_stages_or_their_listing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`paper --model openai:http://u:KEY@host/v1`: the stage command lines it lists and records in stages.json (here
+    of a stage that fails) say `***`, and a run with another key finds the same command lines."""
+    out, argv = tmp_path / "paper", ["paper", "--preset", "cpu", "--stages", "train", "--out", str(tmp_path / "paper")]
+    assert main([*argv, "--model", "openai:http://u:sk-paper-1234@127.0.0.1:9/v1", "--list-stages"]) == 0
+    listing = capsys.readouterr().out
+    assert "openai:http://***@127.0.0.1:9/v1" in listing and "sk-paper" not in listing
+    for key in ("sk-paper-1234", "sk-paper-5678"):
+        assert main([*argv, "--model", f"openai:http://u:{key}@127.0.0.1:9/v1"]) == 2
+        captured = capsys.readouterr()
+        assert "sk-paper" not in captured.err + captured.out
+        stages = (out / "stages.json").read_text()
+        assert "sk-paper" not in stages and "openai:http://***@127.0.0.1:9/v1" in stages
+        assert json.loads(stages)["stages"]["train"]["status"] == "failed"
+
+
+def error_line_of(err: str) -> str:
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_a_key_in_the_model_url_is_not_stored_and_names_the_same_run(tmp_path: Path) -> None:
+    """The run identity (run.sqlite's config, and every summary, table and page copied from it) holds the model's
+    URL with `***` for its key, so a key changed between a run and its resume names the same run."""
+    pytest.importorskip("httpx")
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from beliefdrift.config.evaluate import EvalConfig
+    from beliefdrift.data.registry import load_dataset
+    from beliefdrift.runs.identity import run_identity
+
+    class Models(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = b'{"data": [{"id": "tiny"}]}' if self.path == "/v1/models" else b"{}"
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    questions = load_dataset("demo")[:2]
+    try:
+        identities = [run_identity("evaluate", EvalConfig(model=f"openai:http://u:{key}@{host}/v1",
+                                                          out=tmp_path / "run"), questions)
+                      for key in ("KEY-one-1234", "KEY-two-5678")]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert identities[0]["model"] == f"openai:http://***@{host}/v1" and identities[0]["served_model"] == "tiny"
+    assert identities[0] == identities[1] and "KEY-" not in json.dumps(identities)
+
+
+def test_an_api_key_that_cannot_be_a_header_is_refused_without_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An `api_key_env` value with a line break (which would inject a header), a space, a control or non-ASCII
+    character: one line naming the variable and the character's position, never the value."""
+    from beliefdrift.credentials import environment_secret
+    from beliefdrift.errors import UserError
+
+    setting = "--model-args api_key_env=BELIEFDRIFT_TEST_KEY"
+    for value, what in (("sk-abc\r\nX-Injected: 1", "a line break (character 7 of"), ("sk abc", "a space"),
+                        ("sk-\tabc", "a control character"), ("sk-ключ", "a non-ASCII character")):
+        monkeypatch.setenv("BELIEFDRIFT_TEST_KEY", value)
+        with pytest.raises(UserError) as refused:
+            environment_secret("BELIEFDRIFT_TEST_KEY", setting)
+        message = str(refused.value)
+        assert message.startswith(f"{setting}: BELIEFDRIFT_TEST_KEY holds {what}") and len(message.splitlines()) == 1
+        assert value not in message and "abc" not in message and "ключ" not in message
+    monkeypatch.setenv("BELIEFDRIFT_TEST_KEY", "")
+    with pytest.raises(UserError, match="BELIEFDRIFT_TEST_KEY is not set"):
+        environment_secret("BELIEFDRIFT_TEST_KEY", setting)
+
+
+def test_redact_masks_every_credential_and_nothing_else() -> None:
+    from beliefdrift.credentials import redact, register_secret, register_url_secrets
+
+    masked = {
+        "openai:http://u:KEY@host/v1": "openai:http://***@host/v1",
+        "https://TOKEN@host:8000/v1/models: HTTP 401": "https://***@host:8000/v1/models: HTTP 401",
+        "http://u:p@ss@host/v1": "http://***@host/v1",
+        "http://h/v1?api_key=KEY&x=2": "http://h/v1?api_key=***&x=2",
+        "http://h/v1?x=1&access_token=KEY#top": "http://h/v1?x=1&access_token=***#top",
+        "--model-args token=hf_KEY,revision=main": "--model-args token=***,revision=main",
+    }
+    kept = ["--model-args api_key_env=VAR: not set", "'oops' is not key=value", "max_new_tokens=5",
+            "http://host/v1/models: HTTP 404", "a@b.c", "/data/x@y.jsonl"]
+    assert {text: redact(text) for text in masked} == masked
+    assert [redact(text) for text in kept] == kept
+    assert all(redact(redact(text)) == redact(text) for text in masked)
+    register_secret("sk-registered-" + "7" * 8)
+    register_url_secrets("http://user:pass-word-1@host/v1?key=query-secret-2")
+    echoed = "the server said: Bearer sk-registered-77777777, Basic dXNlcjpwYXNzLXdvcmQtMQ==, query-secret-2"
+    assert redact(echoed) == "the server said: Bearer ***, Basic ***, ***"
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+
+def test_figure_texts_from_ids_are_short_literal_and_quiet(tiny_model_dir: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """drift's per-question figures title each question by its id: an id with `$…$` (which matplotlib would read as
+    math, and fail on), one of 10^5 characters (whose layout took minutes at 10^6), one in a script the font lacks and
+    one holding NUL give short, literal titles, and `-q` shows no warning of a missing glyph."""
+    from beliefdrift.report import plots
+
+    titles: list[str] = []
+    save_figure = plots.save_figure
+
+    def keep_title(fig: typing.Any, path: Path, **kwargs: typing.Any) -> list[Path]:
+        titles.append(fig.get_suptitle())
+        return save_figure(fig, path, **kwargs)
+
+    monkeypatch.setattr(plots, "save_figure", keep_title)
+    ids = (r"math $\frac{$ id", "L" * 10**5, "問題", "nul\x00in-id")
+    data = write(tmp_path / "d.jsonl", "".join(csqa_line(qid) + "\n" for qid in ids))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["-q", "drift", "--model", str(tiny_model_dir), "--dataset", data, *FAST, "--plot-questions",
+                     "4", "--out", str(tmp_path / "run")]) == 0
+    per_question = [title for title in titles if title.startswith(("math", "LLL", "問題", "nul"))]
+    assert len(per_question) == 4 and all(len(title) <= plots.TITLE_LENGTH + 1 for title in per_question)
+    assert per_question[0].startswith(r"math \$\frac{\$ id: ") and per_question[1].endswith("…")
+    assert per_question[3].startswith("nul in-id: ")
+    assert [str(w.message) for w in caught if "missing from" in str(w.message)] == []

@@ -184,15 +184,20 @@ def test_settings_added_later_enter_the_identity_only_when_set() -> None:
 
 def test_one_spelling_per_method() -> None:
     """`ppr-seed05` is `ppr-seed5` (and `ppr-seed0` is `ppr`): one row, one random stream, never two rows titled
-    "PPR + SEED_5" with different numbers."""
+    "PPR + SEED_5" with different numbers; one method named twice, in any spelling, is refused naming both."""
     from beliefdrift.config.evaluate import resolve_methods
     from beliefdrift.registry import parse_method
 
     assert parse_method("ppr-seed05").name == "ppr-seed5" and parse_method("AM-PPR-seed001").name == "am-ppr-seed1"
     assert parse_method("ppr-seed0").name == "ppr"
-    assert resolve_methods(EvalConfig(methods=["ppr-seed5", "ppr-seed05", "ppr-seed0", "ppr"])).methods == [
-        "ppr", "ppr-seed5"]
-    assert [m.name for m in DriftConfig(methods=["ppr-seed5", "ppr-seed05"]).method_list] == ["ppr-seed5"]
+    assert resolve_methods(EvalConfig(methods=["ppr-seed05", "ppr-seed0"])).methods == ["ppr", "ppr-seed5"]
+    assert [m.name for m in DriftConfig(methods=["ppr-seed05"]).method_list] == ["ppr-seed5"]
+    for settings in (EvalConfig, DriftConfig):
+        with pytest.raises(UserError, match=r"^--methods: ppr-seed5 and ppr-seed05 name the same method \(ppr-seed5\); "
+                                            "give each method once$"):
+            settings(methods=["ppr-seed5", "ppr-seed05"])
+        with pytest.raises(UserError, match="^--methods: ppr given twice; give each method once$"):
+            settings(methods=["ppr", "direct", "ppr"])
 
 
 def test_sizes_that_multiply_past_the_machine_are_refused_before_anything_loads() -> None:

@@ -7,6 +7,7 @@ cannot recover from is one error line and exit status 2."""
 from __future__ import annotations
 
 import csv
+import errno
 import fnmatch
 import json
 import math
@@ -419,6 +420,43 @@ def test_a_write_cut_short_leaves_every_output_whole(name: str, reference: Path,
     line = one_error_line(result.stderr, "report")
     assert "File too large" in line and re.search(rf"{re.escape(str(out))}/reliability-[\w-]+\.png", line), line
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_train_on_a_full_disk_is_one_line_and_resumes(name: str, argv: list[str], reference: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that refuses a checkpoint's file: one line naming the checkpoint and the one a resume starts from, no
+    temporary left behind, and the same command, once there is room, ends with the reference's results. Two
+    refusals: a real process whose files may not grow past 100 kB (EFBIG inside safetensors' writer, at the first
+    checkpoint's adapter), and ENOSPC at the third checkpoint's optimizer state, half written, in this process."""
+    if name != "train":
+        pytest.skip("train's checkpoints (a full disk under the run store: tests/test_store.py)")
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "beliefdrift", *argv, "--out", str(out)], env=ENV,
+                            capture_output=True, text=True, preexec_fn=limited_to(100_000), timeout=DEADLINE_S)
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = one_error_line(result.stderr, "train")
+    assert line.endswith(f"{out}/checkpoints/checkpoint-000001: cannot write it (File too large); nothing of it is "
+                         "kept; free some space and run the same command again to resume from the start"), line
+    write_bytes = Path.write_bytes
+
+    def disk_full_at_step_3(path: Path, data: bytes) -> int:
+        if path.name == "optimizer.rank0.pt" and path.parent.name == ".checkpoint-000003.tmp":
+            write_bytes(path, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write_bytes(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full_at_step_3)
+    capsys.readouterr()
+    assert run_here([*argv, "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert line.endswith(f"checkpoint-000003: cannot write it (No space left on device); nothing of it is kept; free "
+                         f"some space and run the same command again to resume from {out}/checkpoints/"
+                         "checkpoint-000002"), line
+    assert [path for path in out.rglob("*") if path.name.endswith(".tmp")] == [] and checkpoint_step(out) == 2
+    monkeypatch.undo()
+    assert run_here([*argv, "--out", str(out)]) == 0
+    assert COMMANDS[name].results(out) == COMMANDS[name].results(reference)
 
 
 def test_train_refuses_a_directory_another_process_holds(tiny_model_dir: Path, template: str, tmp_path: Path,

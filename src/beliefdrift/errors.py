@@ -4,6 +4,7 @@ files a user gives, and the checks on a `--model` / `--device` pair that run bef
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,32 @@ def not_utf8(where: str, err: UnicodeDecodeError) -> str:
 #: The most values a YAML document may hold once its aliases are followed: a settings file holds hundreds; a "billion
 #: laughs" document (aliases of aliases) expands to billions, which reading or printing it would take forever.
 YAML_MAX_VALUES = 100_000
+
+
+def too_many_digits() -> str:
+    """An integer longer than Python converts from or to text (`sys.get_int_max_str_digits`), in an error line."""
+    return f"an integer of more than {sys.get_int_max_str_digits()} digits (the most Python reads)"
+
+
+class _Refused(Exception):
+    """A YAML document that parses but is refused (a key given twice, an integer too long to read, too many values)."""
+
+
+def _count_values(reader: Any) -> None:
+    """Make the YAML `reader` refuse (`_Refused`) a document once it has composed more than `YAML_MAX_VALUES` values
+    (nodes and alias references), before it composes the rest."""
+    compose = reader.compose_node
+    composed = 0
+
+    def counted(parent: Any, index: Any) -> Any:
+        nonlocal composed
+        composed += 1
+        if composed > YAML_MAX_VALUES:
+            raise _Refused(f"holds more than {YAML_MAX_VALUES} values, the most a YAML file may hold; expected a "
+                           "settings file")
+        return compose(parent, index)
+
+    reader.compose_node = counted
 
 
 def _expanded_size(root: Any) -> int:
@@ -54,11 +81,19 @@ def _expanded_size(root: Any) -> int:
 
 
 def _bounded_loader() -> type:
-    """A `yaml.SafeLoader` that refuses a mapping naming a key twice (YAML keeps the last silently); keys merged in
-    with `<<` may be overridden, as YAML allows."""
+    """A `yaml.SafeLoader` that refuses a mapping naming a key twice (YAML keeps the last silently; keys merged in
+    with `<<` may be overridden, as YAML allows) and an integer too long for Python to read or print."""
     import yaml
 
     class Loader(yaml.SafeLoader):
+        def construct_yaml_int(self, node: Any) -> int:
+            try:
+                value = super().construct_yaml_int(node)
+                str(value)  # a hexadecimal one reads, but could not be printed in an error naming it
+            except ValueError:
+                raise _Refused(f"line {node.start_mark.line + 1}: {too_many_digits()}") from None
+            return value
+
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: dict[Any, Any] = {}
             for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else []:
@@ -70,21 +105,26 @@ def _bounded_loader() -> type:
                 except TypeError:  # an unhashable key: SafeLoader's own error names it
                     continue
                 if first is not key_node:
-                    raise yaml.YAMLError(f"line {key_node.start_mark.line + 1}: the key {key!r} given again (first "
-                                         f"on line {first.start_mark.line + 1}); a mapping names a key once")
+                    raise _Refused(f"line {key_node.start_mark.line + 1}: the key {key!r} given again (first on "
+                                   f"line {first.start_mark.line + 1}); a mapping names a key once")
             return super().construct_mapping(node, deep)
 
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
     return Loader
 
 
 def yaml_node(text: str, where: str, loader: type | None = None) -> Any:
     """The YAML document `text` composed (its tags not yet applied), refused with a UserError starting with `where`
-    when it is not valid YAML or expands to more than `YAML_MAX_VALUES` values (an alias bomb)."""
+    when it is not valid YAML, holds more than `YAML_MAX_VALUES` values (refused once it has composed that many) or
+    expands to more with its aliases followed (an alias bomb)."""
     import yaml
 
     reader = (loader or yaml.SafeLoader)(text)
+    _count_values(reader)
     try:
         node = reader.get_single_node()
+    except _Refused as err:
+        raise UserError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
         raise UserError(f"{where}: not valid YAML ({' '.join(str(err).split())})") from None
     except RecursionError:
@@ -92,8 +132,8 @@ def yaml_node(text: str, where: str, loader: type | None = None) -> Any:
     finally:
         reader.dispose()
     if node is not None and _expanded_size(node) > YAML_MAX_VALUES:
-        raise UserError(f"{where}: its aliases expand to more than {YAML_MAX_VALUES} values (an alias bomb?); "
-                        "expected a settings file")
+        raise UserError(f"{where}: its aliases expand to more than {YAML_MAX_VALUES} values (an alias bomb?), the "
+                        "most a YAML file may hold; expected a settings file")
     return node
 
 
@@ -109,6 +149,8 @@ def load_yaml(text: str, where: str) -> Any:
     reader = loader("")
     try:
         return reader.construct_document(node)
+    except _Refused as err:
+        raise UserError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
         raise UserError(f"{where}: not valid YAML ({' '.join(str(err).split())})") from None
     finally:

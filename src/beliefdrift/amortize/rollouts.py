@@ -122,10 +122,16 @@ def generate_groups(
     return groups
 
 
+def rollouts_temporary(directory: Path) -> Path:
+    """The temporary directory `save_rollouts` writes before renaming it onto `directory`."""
+    return directory.with_name(directory.name + ".tmp")
+
+
 def save_rollouts(groups: Sequence[RolloutGroup], directory: str | Path, settings: dict[str, Any]) -> Path:
-    """Write the dataset to `directory` atomically (a temporary directory renamed into place)."""
+    """Write the dataset to `directory` atomically (a temporary directory, `rollouts_temporary`, renamed into
+    place)."""
     directory = Path(directory)
-    temporary = directory.with_name(directory.name + ".tmp")
+    temporary = rollouts_temporary(directory)
     shutil.rmtree(temporary, ignore_errors=True)
     temporary.mkdir(parents=True)
     questions = {g.question.id: g.question for g in groups}

@@ -25,7 +25,8 @@ import pickle
 import random
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -41,6 +42,7 @@ from beliefdrift.amortize.rollouts import (
     RolloutGroup,
     generate_groups,
     load_rollouts,
+    rollouts_temporary,
     sample_rollouts,
     save_rollouts,
 )
@@ -93,6 +95,48 @@ def verify_checkpoint(directory: Path) -> None:
     named = CHECKPOINT.match(directory.name)
     if named and step != int(named[1]):
         raise ValueError(f"state.json says step {step!r}, the checkpoint's name {int(named[1])}")
+
+
+def save_plain(value: Any, path: Path) -> None:
+    """`value` (tensors and plain values) as a torch file at `path`, serialized in memory and written by Python, so
+    that a disk that refuses the bytes raises its OSError (torch's own writer says "unexpected pos")."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    path.write_bytes(buffer.getvalue())
+
+
+def disk_refusal(err: BaseException) -> str | None:
+    """What the system said when `err`, or an error it arose from, is a file operation it refused (a full disk, a
+    quota, a file too large): an OSError's text, or the I/O error inside safetensors' message; else None."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current.strerror or os.strerror(current.errno)
+        found = re.search(r"I/O error: (.+?)(?: \(os error \d+\))?$", str(current))
+        if found:
+            return found[1]
+        current = current.__cause__ or current.__context__
+    return None
+
+
+@contextmanager
+def writing_directory(temporary: Path, final: Path, checkpoints: Path, main_process: bool) -> Iterator[None]:
+    """Around the writing of the directory `temporary` that is renamed onto `final`: when the block fails,
+    `temporary` is removed at once (by the main process), and a write the system refused (`disk_refusal`) is one
+    UserError naming `final`, what the system said and the checkpoint (in `checkpoints`) a resume starts from."""
+    try:
+        yield
+    except BaseException as err:
+        if main_process:
+            shutil.rmtree(temporary, ignore_errors=True)
+        reason = disk_refusal(err)
+        if reason is None:
+            raise
+        last = latest_checkpoint(checkpoints)
+        raise UserError(f"{final}: cannot write it ({reason}); nothing of it is kept; free some space and run the "
+                        f"same command again to resume from {last or 'the start'}") from err
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
@@ -246,7 +290,8 @@ class SCTrainer:
                 groups = generate_groups(lm, questions, config.prefix_lengths, config.paths,
                                            config.horizon - 1, config.seed, config.template, config.prefix_mode,
                                            config.template_ending)
-                save_rollouts(groups, directory, self.rollout_settings())
+                with writing_directory(rollouts_temporary(directory), directory, self.out / "checkpoints", True):
+                    save_rollouts(groups, directory, self.rollout_settings())
             self.accelerator.wait_for_everyone()
         try:
             groups, _ = load_rollouts(directory)
@@ -447,25 +492,27 @@ class SCTrainer:
     def save_checkpoint(self, step: int) -> Path:
         """Adapter, optimizer (per process), scheduler, RNG states and step, with the sha256 of each (`CHECKSUMS_FILE`),
         written to a hidden temporary directory that is renamed into place, so a killed run never leaves a partial
-        checkpoint."""
+        checkpoint, and one that fails (a full disk) removes it at once (`writing_directory`)."""
         root = self.out / "checkpoints"
         final, temporary = root / f"checkpoint-{step:06d}", root / f".checkpoint-{step:06d}.tmp"
+        with writing_directory(temporary, final, root, self.is_main):
+            if self.is_main:
+                shutil.rmtree(temporary, ignore_errors=True)
+                temporary.mkdir(parents=True)
+            self.accelerator.wait_for_everyone()
+            rank = self.accelerator.process_index
+            self.save_adapter(temporary / "adapter")
+            save_plain(self.optimizer.state_dict(), temporary / f"optimizer.rank{rank}.pt")
+            save_plain({"torch": torch.get_rng_state(), "python": random.getstate()}, temporary / f"rng.rank{rank}.pt")
+            if self.is_main:
+                save_plain(self.scheduler.state_dict(), temporary / "scheduler.pt")
+                (temporary / "state.json").write_text(json.dumps({"step": step, "total_steps": len(self.updates)}))
+            self.accelerator.wait_for_everyone()
+            if self.is_main:  # every process's files are written: their manifest, then the checkpoint in place
+                (temporary / CHECKSUMS_FILE).write_text(json.dumps(file_digests(temporary), indent=1) + "\n")
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(temporary, final)
         if self.is_main:
-            shutil.rmtree(temporary, ignore_errors=True)
-            temporary.mkdir(parents=True)
-        self.accelerator.wait_for_everyone()
-        rank = self.accelerator.process_index
-        self.save_adapter(temporary / "adapter")
-        torch.save(self.optimizer.state_dict(), temporary / f"optimizer.rank{rank}.pt")
-        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, temporary / f"rng.rank{rank}.pt")
-        if self.is_main:
-            torch.save(self.scheduler.state_dict(), temporary / "scheduler.pt")
-            (temporary / "state.json").write_text(json.dumps({"step": step, "total_steps": len(self.updates)}))
-        self.accelerator.wait_for_everyone()
-        if self.is_main:  # every process's files are written: their manifest, then the checkpoint in place
-            (temporary / CHECKSUMS_FILE).write_text(json.dumps(file_digests(temporary), indent=1) + "\n")
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(temporary, final)
             kept = sorted((p for p in root.glob("checkpoint-*") if CHECKPOINT.match(p.name)), reverse=True)
             for old in kept[self.config.save_total_limit :]:
                 shutil.rmtree(old)
@@ -548,14 +595,15 @@ class SCTrainer:
             log.close()
         final = self.out / "adapter"
         temporary = self.out / ".adapter.tmp"
-        if self.is_main:
-            shutil.rmtree(temporary, ignore_errors=True)
-        self.accelerator.wait_for_everyone()
-        self.save_adapter(temporary)
-        self.accelerator.wait_for_everyone()
-        if self.is_main:
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(temporary, final)
+        with writing_directory(temporary, final, self.out / "checkpoints", self.is_main):
+            if self.is_main:
+                shutil.rmtree(temporary, ignore_errors=True)
+            self.accelerator.wait_for_everyone()
+            self.save_adapter(temporary)
+            self.accelerator.wait_for_everyone()
+            if self.is_main:
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(temporary, final)
         self.accelerator.wait_for_everyone()
         return final
 
@@ -595,6 +643,7 @@ class TrainLog:
         writer.writeheader()
         writer.writerows(rows)
         write_atomic(path, kept.getvalue())  # the rows up to the checkpoint, never half of them
+        self.path = path
         self.file = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 (closed in close())
         self.csv = csv.DictWriter(self.file, LOG_FIELDS)
         self.board = SummaryWriter(str(out / "tensorboard"), purge_step=resumed_step + 1 if resumed_step else None)
@@ -602,8 +651,11 @@ class TrainLog:
     def write(self, row: dict[str, Any]) -> None:
         if not self.active:
             return
-        self.csv.writerow(row)
-        self.file.flush()
+        try:
+            self.csv.writerow(row)
+            self.file.flush()
+        except OSError as err:  # a full disk: named by the file
+            raise OSError(err.errno, err.strerror, str(self.path)) from err
         for key in ("loss", "sc", "pg", "anchor", "format", "grad_norm", "lr", *VALIDATION_FIELDS):
             if key in row and not math.isnan(row[key]):
                 name = f"val/{key.removeprefix('val_')}" if key in VALIDATION_FIELDS else f"train/{key}"

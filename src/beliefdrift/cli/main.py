@@ -4,7 +4,8 @@ that `--help` answers at once; a command imports the library when it runs.
 A user error (a bad flag, config key, file or setting) is one line on stderr and exit status 2, with a traceback
 only under `--debug`; Ctrl-C is one line saying how much is stored and exit status 130. Progress and notes go
 through `logging` to stderr (`--quiet`: warnings only, `--verbose`: debug messages too); a command's data (tables,
-summaries) go to stdout.
+summaries) go to stdout. No credential is printed: the error line, the `--debug` traceback and every log message
+go through `credentials.redact`.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from beliefdrift import __version__, show_progress
 from beliefdrift.config.options import CommandParser
+from beliefdrift.credentials import RedactingFilter, redact
 from beliefdrift.errors import UserError
 from beliefdrift.registry import did_you_mean
 
@@ -32,6 +35,9 @@ DESCRIPTION = ("Measure and repair belief drift in language models answering mul
 
 COMMANDS = ["demo", "drift", "emd", "evaluate", "report", "export", "reasoning", "train", "paper"]
 RESUMABLE = {"demo", "drift", "emd", "evaluate", "reasoning", "train"}
+#: matplotlib's warning for a character its font cannot draw (a question id in a figure's title): not shown under
+#: --quiet, which shows the run's own warnings only.
+GLYPH_WARNING = r"Glyph \d+ .*missing from"
 #: What to lower when a command runs out of GPU memory.
 MEMORY_SETTINGS = {
     "evaluate": "--batch-questions or -J/--paths (paths run together)",
@@ -82,6 +88,7 @@ def configure_logging(verbosity: int) -> None:
     logger.handlers.clear()  # one handler, however often `main` runs in a process
     handler = StderrHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.addFilter(RedactingFilter())
     logger.addHandler(handler)
     logger.setLevel({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}[verbosity])
 
@@ -177,6 +184,17 @@ def last_checkpoint(out: Path) -> str:
         return f"the last checkpoint is {checkpoint}; "
 
 
+def redact_messages(err: BaseException) -> None:
+    """Remove credentials (`credentials.redact`) from the messages of `err` and of the exceptions it was raised from
+    or during, which a bug's traceback prints."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.args = tuple(redact(arg) if isinstance(arg, str) else arg for arg in current.args)
+        current = current.__cause__ or current.__context__
+
+
 def out_of_memory(command: str | None, gpu: bool = True) -> str:
     lower = MEMORY_SETTINGS.get(command or "", "-J/--paths (paths run together)")
     return f"out of {'GPU ' if gpu else ''}memory; lower {lower}, or use --dtype bfloat16 / a smaller model"
@@ -197,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                             f"{did_you_mean(command, COMMANDS)} (see beliefdrift --help)")
         args = parser.parse_args(argv)
         configure_logging(args.verbosity)
-        with stopped_by_sigterm():
+        with stopped_by_sigterm(), warnings.catch_warnings():
+            if args.verbosity < 0:
+                warnings.filterwarnings("ignore", GLYPH_WARNING, UserWarning)
             return args.func(args) or 0
     except KeyboardInterrupt as err:
         if args.debug:
@@ -206,13 +226,17 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGTERM if isinstance(err, Terminated) else 130
     except (OSError, ValueError, MemoryError, RuntimeError, *memory_errors()) as err:  # the user can fix these
         if isinstance(err, RuntimeError) and not out_of_host_memory(err) and not isinstance(err, memory_errors()):
+            redact_messages(err)
             raise  # a bug: its traceback
         if args.debug:
-            traceback.print_exc()
+            print(redact(traceback.format_exc()), end="", file=sys.stderr)
         message = error_message(err, args.command)
         one_line = "; ".join(line.strip() for line in message.splitlines() if line.strip())
-        print(f"beliefdrift{f' {args.command}' if args.command else ''}: error: {one_line}", file=sys.stderr)
+        print(redact(f"beliefdrift{f' {args.command}' if args.command else ''}: error: {one_line}"), file=sys.stderr)
         return 2
+    except Exception as err:  # a bug: its traceback, without credentials
+        redact_messages(err)
+        raise
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from beliefdrift.config.options import PAPER_PRESETS, ReportOptions, preset_file
+from beliefdrift.credentials import redacted
 from beliefdrift.data.registry import DATA_ENV
 from beliefdrift.errors import UserError, read_yaml
 from beliefdrift.files import safe_name, write_atomic
@@ -196,7 +197,7 @@ def list_stages(stages: Sequence[Stage], settings: dict[str, Any], out: Path, pr
     for stage in stages:
         status = record["stages"].get(stage.name, {}).get("status", "not run")
         lines.append(f"{stage.name} [{status}]: {stage.about}\n    beliefdrift "
-                     + shlex.join(stage_argv(stage, settings, out, preset.stages)))
+                     + shlex.join(redacted(stage_argv(stage, settings, out, preset.stages))))
     return "\n".join(lines)
 
 
@@ -210,16 +211,17 @@ def run_stages(
 
     record = load_record(out)
     out.mkdir(parents=True, exist_ok=True)
-    record.update(preset=str(preset.path), settings=settings, environment=environment())
+    record.update(preset=str(preset.path), settings=redacted(settings), environment=environment())
     ran = False  # a report is redone after any stage ran
     for stage in stages:
         argv = stage_argv(stage, settings, out, preset.stages)
+        stored = redacted(argv)  # the command line as stages.json keeps it: no key (`credentials.redact`)
         previous = record["stages"].get(stage.name, {})
-        if (previous.get("status") == "done" and previous.get("argv") == argv and (out / stage.name).is_dir()
+        if (previous.get("status") == "done" and previous.get("argv") == stored and (out / stage.name).is_dir()
                 and not (ran and stage.command == "report")):
             log.info("== %s: done earlier (%.0f s), skipped", stage.name, previous["seconds"])
             continue
-        entry: dict[str, Any] = {"command": stage.command, "about": stage.about, "argv": argv,
+        entry: dict[str, Any] = {"command": stage.command, "about": stage.about, "argv": stored,
                                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         why = missing_requirement(stage, settings, out, preset.stages)
         if why:
@@ -229,7 +231,7 @@ def run_stages(
             continue
         log.info("== %s: beliefdrift %s", stage.name, shlex.join(argv))
         # an interrupted or failed attempt with the same command line counts towards the stage's wall time
-        earlier = previous.get("seconds", 0.0) if previous.get("argv") == argv and previous.get("status") in (
+        earlier = previous.get("seconds", 0.0) if previous.get("argv") == stored and previous.get("status") in (
             "interrupted", "failed") else 0.0
         start, ran = time.perf_counter(), True
         code = run_command(argv)

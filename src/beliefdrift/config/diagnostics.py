@@ -16,6 +16,7 @@ from beliefdrift.config.options import (
     DataOptions,
     ModelOptions,
     SamplingOptions,
+    check_distinct_methods,
     memory_needed,
     option,
     out_option,
@@ -69,10 +70,14 @@ class DiagnosticsConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOpti
     skip_long_prompts: bool = option(False, "skip (and count) questions whose prompt and answers exceed the model's "
                                             "context")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_distinct_methods(self.methods or [])
+
     @property
     def method_list(self) -> list[Method]:
         names = self.methods or [*BASE_METHODS, *(ADAPTER_METHODS if self.adapter else ())]
-        methods = list({m.name: m for m in map(parse_method, names)}.values())  # ppr-seed05 is ppr-seed5: one unit
+        methods = [parse_method(name) for name in names]  # one name per method (`check_distinct_methods`)
         for method in methods:
             if not method.resamples:
                 raise UserError(f"{method.name}: drift diagnostics need a resampling method (ppr…, am-ppr…)")

@@ -16,6 +16,7 @@ from beliefdrift.config.options import (
     ModelOptions,
     ReportOptions,
     SamplingOptions,
+    check_distinct_methods,
     option,
     out_option,
 )
@@ -41,6 +42,10 @@ class EvalConfig(ModelOptions, DataOptions, SamplingOptions, BatchingOptions, Re
     skip_long_prompts: bool = option(False, "skip (and count) questions whose prompt, seeds and answers exceed the "
                                             "model's context instead of stopping at the first")
     out: Path = out_option("beliefdrift-out/evaluate")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_distinct_methods(self.methods)
 
     @property
     def method_list(self) -> list[Method]:

@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar
 
+from beliefdrift.credentials import redacted
 from beliefdrift.data.registry import DATASETS
 from beliefdrift.errors import UserError, load_yaml, read_yaml
 from beliefdrift.files import check_inputs_outside, check_output
 from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
-from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, did_you_mean
+from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, did_you_mean, parse_method
 
 Config = TypeVar("Config")
 #: YAML presets shipped with the package (`configs/` in a source checkout links here).
@@ -175,6 +176,20 @@ class Settings:
     def check_memory(self) -> None:
         """A command whose sizes multiply into the memory it needs checks their product here (`memory_needed`),
         before anything loads; the base has none."""
+
+
+def check_distinct_methods(names: Sequence[str]) -> None:
+    """Each method named once (a name may list several, `ppr,direct`): two spellings of one method (`ppr ppr`,
+    `ppr-seed5 ppr-seed05`, `ppr ppr-seed0`; `registry.parse_method` gives one name per method) are a UserError
+    naming both, where they would silently run as one."""
+    first: dict[str, str] = {}
+    for name in (part.strip() for given in names for part in given.split(",") if part.strip()):
+        method = parse_method(name).name
+        if method in first:
+            twice = (f"{name} given twice" if name == first[method]
+                     else f"{first[method]} and {name} name the same method ({method})")
+            raise UserError(f"--methods: {twice}; give each method once")
+        first[method] = name
 
 
 def _file_part(value: Any) -> Any:
@@ -629,5 +644,6 @@ def load_settings(cls: type[Config], path: str | Path | None = None,
 
 
 def as_mapping(settings: Any) -> Mapping[str, Any]:
-    """A settings dataclass as a plain mapping (paths as strings, lists as lists), for YAML and JSON."""
-    return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(settings).items()}
+    """A settings dataclass as a plain mapping (paths as strings, lists as lists, credentials replaced by `***`:
+    `credentials.redacted`), for YAML and JSON."""
+    return redacted({k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(settings).items()})

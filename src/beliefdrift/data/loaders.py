@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from beliefdrift.data.question import LETTERS, MCQuestion
-from beliefdrift.errors import first_line, not_utf8
+from beliefdrift.errors import first_line, not_utf8, too_many_digits
 
 PathLike = str | os.PathLike[str]
 Record = dict[str, Any]
@@ -68,6 +68,8 @@ def read_jsonl(path: PathLike) -> Iterator[tuple[int, Record]]:
                 raise DataError(f"{path}:{line_no}: bad JSON: not UTF-8 ({e.reason})") from None
             except RecursionError:
                 raise DataError(f"{path}:{line_no}: bad JSON: nested too deeply") from None
+            except ValueError:  # an integer longer than Python converts
+                raise DataError(f"{path}:{line_no}: bad JSON: {too_many_digits()}") from None
             if not isinstance(record, dict):
                 raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
             if _SURROGATE_ESCAPE.search(line):  # "\ud83d" without its pair is valid JSON but no Unicode character
@@ -249,7 +251,11 @@ def _gsm8k_record(record: Record, where: str, line: int) -> MathProblem:
     final = tail.strip()
     if not _FINAL_ANSWER.fullmatch(final):
         raise DataError(f"{where}: final answer {final!r} is not an integer")
-    return MathProblem(f"gsm8k-{line}", question.strip(), solution, int(final.replace(",", "")), where)
+    try:
+        answer = int(final.replace(",", ""))
+    except ValueError:
+        raise DataError(f"{where}: final answer: {too_many_digits()}") from None
+    return MathProblem(f"gsm8k-{line}", question.strip(), solution, answer, where)
 
 
 _RECORD_PARSERS: dict[str, Callable[[Record, str, int], Any]] = {

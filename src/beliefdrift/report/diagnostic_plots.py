@@ -1,5 +1,6 @@
 """Figures of the martingale diagnostics (paper Figure 3): EMD‾ bars and EMD_k(b) burn-in curves, each with its
-noise floor (`diagnostics.noise_floor`) when the rows carry one.
+noise floor (`diagnostics.noise_floor`) when the rows carry one. Titles and labels from data are shortened
+(`plots.figure_text`).
 
 The marginal-drift figure is `beliefdrift.report.plots.plot_marginal_drift`.
 """
@@ -13,7 +14,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from beliefdrift.diagnostics.emd import EMDRow
-from beliefdrift.report.plots import plt, save_figure
+from beliefdrift.report.plots import LABEL_LENGTH, figure_text, plt, save_figure
 
 DISTANCE_LABELS = {"l1": "L1", "kl": "KL", "tv": "TV"}
 
@@ -37,18 +38,18 @@ def plot_emd_bars(groups: Mapping[str, Sequence[EMDRow]], path: Path, title: str
                     # The mean of skewed replicates can lie just outside their 95% interval: bars never go negative.
                     floors.append((x[-1], row.floor, max(0.0, row.floor - row.floor_low),
                                    max(0.0, row.floor_high - row.floor)))
-        ax.bar(x, height, width, yerr=err, capsize=3, label=method)
+        ax.bar(x, height, width, yerr=err, capsize=3, label=figure_text(method, LABEL_LENGTH))
         if floors:
             fx, level, below, above = zip(*floors, strict=True)
             ax.errorbar(fx, level, yerr=[below, above], fmt="_", color="k", ms=12, mew=2, capsize=2,
                         label="noise floor" if i == 0 else None)
-    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_xticks(range(len(groups)), [figure_text(group, LABEL_LENGTH) for group in groups])
     ax.set_ylabel(rf"$\overline{{\mathrm{{EMD}}}}$ ({DISTANCE_LABELS.get(distance, distance)})")
     ax.set_ylim(bottom=0)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(figure_text(title), fontsize=10)
     return save_figure(fig, path)
 
 
@@ -67,11 +68,12 @@ def plot_curves(
     for i, (name, mean, std) in enumerate(curves):
         mean, std = np.asarray(mean), np.asarray(std)
         steps = np.arange(len(mean))
-        (line,) = ax.plot(steps, mean, marker="o", ms=3, lw=1.6, label=name)
+        (line,) = ax.plot(steps, mean, marker="o", ms=3, lw=1.6, label=figure_text(name, LABEL_LENGTH))
         ax.fill_between(steps, np.clip(mean - std, 0, None), mean + std, alpha=0.15)
         if i < len(floors) and floors[i] is not None:
             level, low, high = floors[i]
-            ax.plot(steps, level, ls="--", lw=1, color=line.get_color(), label=f"{name}: noise floor")
+            ax.plot(steps, level, ls="--", lw=1, color=line.get_color(),
+                    label=figure_text(f"{name}: noise floor", LABEL_LENGTH))
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.1, hatch="///", lw=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -80,7 +82,7 @@ def plot_curves(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(figure_text(title), fontsize=10)
     return save_figure(fig, path)
 
 

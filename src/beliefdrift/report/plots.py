@@ -15,6 +15,22 @@ from beliefdrift.config.options import FIGURE_FORMATS  # noqa: E402
 from beliefdrift.diagnostics.marginal import MarginalDrift  # noqa: E402
 from beliefdrift.files import replacing  # noqa: E402
 
+#: The most characters a figure's title (`TITLE_LENGTH`) or a panel title, legend entry or tick label
+#: (`LABEL_LENGTH`) shows of text from data or settings (a question id, a dataset's path): matplotlib lays text out
+#: in time that grows with its length (a title of 10^6 characters took minutes).
+TITLE_LENGTH = 120
+LABEL_LENGTH = 40
+
+
+def figure_text(text: str, limit: int = TITLE_LENGTH) -> str:
+    """`text` as a figure shows it: runs of whitespace and unprintable characters (NUL, controls) as one space, at most
+    `limit` characters (cut with "…"), dollar signs literal (matplotlib reads text between two as math, and fails on
+    what is not)."""
+    shown = " ".join("".join(char if char.isprintable() else " " for char in text[: 4 * limit]).split())
+    if len(shown) > limit or len(text) > 4 * limit:
+        shown = shown[: limit - 1].rstrip() + "…"
+    return shown.replace("$", r"\$")
+
 
 def save_figure(
     fig: plt.Figure, path: Path, close: bool = True, formats: Sequence[str] = FIGURE_FORMATS
@@ -40,15 +56,16 @@ def save_figure(
 def plot_marginal_drift(
     panels: Sequence[tuple[str, MarginalDrift]], labels: Sequence[str], path: Path, title: str = ""
 ) -> list[Path]:
-    """One panel per prompt variant: mean θ_n per option against n, shaded ±1 std across paths."""
+    """One panel per prompt variant: mean θ_n per option against n, shaded ±1 std across paths (texts shortened:
+    `figure_text`)."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=True, squeeze=False)
     for ax, (name, drift) in zip(axes[0], panels, strict=True):
         steps = range(drift.mean.shape[0])
         for k, label in enumerate(labels):
             mean, std = drift.mean[:, k].numpy(), drift.std[:, k].numpy()
-            ax.plot(steps, mean, label=label, lw=1.6)
+            ax.plot(steps, mean, label=figure_text(label, LABEL_LENGTH), lw=1.6)
             ax.fill_between(steps, (mean - std).clip(0, 1), (mean + std).clip(0, 1), alpha=0.15)
-        ax.set_title(name)
+        ax.set_title(figure_text(name, LABEL_LENGTH))
         ax.set_xlabel("n (answers generated)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(0, 1)
@@ -56,6 +73,6 @@ def plot_marginal_drift(
     axes[0][0].set_ylabel(r"$\mathbb{E}[\theta_n]$")
     axes[0][-1].legend(title="option", fontsize=8, loc="upper right")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(figure_text(title), fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.96 if title else 1))  # the suptitle above the panels' titles, never over them
     return save_figure(fig, path)

@@ -13,7 +13,7 @@ from matplotlib.collections import PolyCollection
 
 from beliefdrift.files import safe_name
 from beliefdrift.metrics.functional import ece, reliability_bins
-from beliefdrift.report.plots import plt, save_figure
+from beliefdrift.report.plots import figure_text, plt, save_figure
 from beliefdrift.report.tables import RunScores
 from beliefdrift.runs.scoring import MethodScore
 
@@ -66,7 +66,7 @@ class ReliabilityFigure:
         ]
         self.counts.relim()
         self.counts.autoscale_view()
-        self.ax.set_title(title or score.title, fontsize=10)
+        self.ax.set_title(figure_text(title or score.title), fontsize=10)
         error = ece(score.probs, score.targets, n_bins=n_bins)
         drawn.append(self.ax.legend(loc="upper left", fontsize=8, title=f"ECE {error:.4f}, n = {bins.n}",
                                     title_fontsize=8))

@@ -16,6 +16,7 @@ from beliefdrift.backend import REGISTRY
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.backend.served import SERVED_SETTINGS, is_served, served_identity
 from beliefdrift.config.options import is_operational, parse_model_args
+from beliefdrift.credentials import redacted
 from beliefdrift.data.hf import HF_PREFIX
 from beliefdrift.data.registry import DATASETS, fingerprint
 from beliefdrift.files import write_atomic
@@ -37,9 +38,10 @@ def run_identity(
     """The settings dataclass's fields that change a number (all but the operational ones, or `only` these; a
     `when_set` one only where it differs from its default), with dtype and device resolved, local paths absolute,
     the rendered prompt `template` and the `questions` used fingerprinted, the ids of the questions `skipped`, the
-    command and the package version; `sha256` hashes it. A model behind an inference server is pinned by its endpoint,
-    served name, tokenizer and what the server reports about itself (`backend.served.served_identity`) instead of the
-    local-model settings."""
+    command and the package version; `sha256` hashes it. A model behind an inference server is pinned by its
+    endpoint, served name, tokenizer and what the server reports about itself (`backend.served.served_identity`)
+    instead of the local-model settings. Credentials in the settings (a key in the model's URL) are replaced by `***`
+    (`credentials.redacted`) before anything is hashed or stored: a run resumes whatever key it is given."""
     values: dict[str, Any] = {"command": command}
     for field in dataclasses.fields(settings):
         value = getattr(settings, field.name)
@@ -60,6 +62,7 @@ def run_identity(
     for key in PATH_SETTINGS:
         if values.get(key) and values[key] not in REGISTRY and values[key] not in DATASETS:
             values[key] = _local_path_or_name(values[key])
+    values = redacted(values)  # no key is stored, and a changed key names the same run
     if template is not None:
         values["template_sha256"] = hashlib.sha256(template.encode()).hexdigest()[:16]
     values["questions"] = len(questions)
