@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser import chromium, console_errors, wait_for
+from browser import console_errors, wait_for
 
 from beliefdrift.cli.main import main
 from beliefdrift.report.explorer import (
@@ -108,6 +108,12 @@ def explorer(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> 
                  "--bootstrap", "20", "--qc-path-mass", "0", "--out", str(root / "report")]) == 0
     nulled_bounds(root / "report" / "explorer.html", "ECE")
     write_explorer([root / "evaluate"], root / "report-qc", QualityControl(), n_resamples=20)
+    # issue 48 §1: the same questions and methods again in bfloat16, reported beside the float32 run
+    bf16 = [value if value != "float32" else "bfloat16" for value in common]
+    assert main(["evaluate", *bf16, "-J", "3", "-N", "4", "--methods", *METHODS, "--adapter", str(root / "adapter"),
+                 "--qc-path-mass", "0", "--bootstrap", "20", "--out", str(root / "evaluate-bf16")]) == 0
+    assert main(["report", str(root / "evaluate"), str(root / "evaluate-bf16"), "--html", "--bootstrap", "20",
+                 "--qc-path-mass", "0", "--out", str(root / "compare")]) == 0
     return root
 
 
@@ -159,7 +165,7 @@ def test_the_page_holds_the_runs_and_the_stores_paths(explorer: Path) -> None:
 
 def test_script_json_cannot_close_a_script() -> None:
     text = script_json({"a": "</script><!--", "b": float("nan"), "c": np.float32(0.1234567)})
-    assert "<" not in text and json.loads(text) == {"a": "</script><!--", "b": None, "c": 0.12346}
+    assert "<" not in text and json.loads(text) == {"a": "</script><!--", "b": None, "c": float(np.float32(0.1234567))}
 
 
 def test_the_script_is_package_data() -> None:
@@ -186,19 +192,28 @@ def test_the_script_passes_eslint() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.fixture(scope="module")
-def browser():  # noqa: ANN201 (selenium's WebDriver, imported only where installed)
-    yield from chromium()
-
-
-@pytest.fixture(scope="module")
-def page(explorer: Path, browser):  # noqa: ANN001, ANN201
-    """The page over every run, loaded once for the tests below (each leaves its filters as it found them)."""
-    browser.get((explorer / "report" / "explorer.html").as_uri())
-    wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
-    wait_for(browser, FITTED)
-    assert console_errors(browser) == []
+def opened(browser, page: Path):  # noqa: ANN001, ANN201
+    """The session's browser showing `page`, loaded (no console error, its question table and plots drawn) unless it
+    shows it already: the tests below share one browser, each leaving the filters of a page as it found them."""
+    if browser.current_url != page.as_uri():
+        console_errors(browser)  # a page before this one is not this page's fault
+        browser.get(page.as_uri())
+        wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
+        wait_for(browser, FITTED)
+        assert console_errors(browser) == []
     return browser
+
+
+@pytest.fixture
+def page(explorer: Path, browser):  # noqa: ANN001, ANN201
+    """The page over every run."""
+    return opened(browser, explorer / "report" / "explorer.html")
+
+
+@pytest.fixture
+def compared(explorer: Path, browser):  # noqa: ANN001, ANN201
+    """The page over the float32 and the bfloat16 evaluate runs of the same questions and methods."""
+    return opened(browser, explorer / "compare" / "explorer.html")
 
 
 #: Every plot laid out at its box's width (a plot a grid narrows is laid out again after a short delay).
@@ -218,7 +233,7 @@ def set_filter(driver, element: str, value: str) -> None:  # noqa: ANN001
 
 def all_rows(driver) -> list[list[str]]:  # noqa: ANN001
     """The question table with every filter cleared."""
-    for element in ("f-search", "f-dataset", "f-method", "f-correct", "f-qc", "f-drift"):
+    for element in ("f-search", "f-run", "f-dataset", "f-method", "f-correct", "f-qc", "f-drift"):
         set_filter(driver, element, "")
     return visible_rows(driver)
 
@@ -245,18 +260,20 @@ def test_the_page_in_chromium(explorer: Path, page, tmp_path: Path) -> None:  # 
     drawn = "return document.querySelectorAll('#{} .js-plotly-plot').length"
     assert [page.execute_script(drawn.format(section)) for section in ("methods", "training", "reasoning")] == [
         5 + 4, 5, 1]  # a forest plot per metric with a Δ, a reliability diagram per method; loss, sc, anchor, …
-    rows = visible_rows(page)  # question × method; the drift and emd runs' question joins its evaluate rows
-    assert len(rows) == 2 * 4 and {row[0] for row in rows} == {"hostile"}
+    rows = visible_rows(page)  # run × question × method: the drift and emd runs' rows are their own
+    assert len(rows) == 2 * 4 + 3 and {row[1] for row in rows} == {"hostile"}
+    assert sorted(row[0] for row in rows) == ["drift", "emd", "emd-exact"] + ["evaluate"] * 8
     assert [row[-1] != "–" for row in rows].count(True) == 1
 
-    # filters: search narrows to one question, then to one method
+    # filters: search narrows to one question, then to one run and method
     search = page.find_element(By.ID, "f-search")
     search.send_keys("pwned")
-    assert {row[1] for row in visible_rows(page)} == {"x-001"}
+    assert {row[2] for row in visible_rows(page)} == {"x-001"}
     set_filter(page, "f-method", "ppr")
+    set_filter(page, "f-run", "evaluate")
     rows = visible_rows(page)
-    assert [(row[1], row[3]) for row in rows] == [("x-001", "PPR + NoSEED")]
-    assert rows[0][2] == HOSTILE_STEM  # the stem column shows the markup as text
+    assert [(row[0], row[2], row[4]) for row in rows] == [("evaluate", "x-001", "PPR + NoSEED")]
+    assert rows[0][3] == HOSTILE_STEM  # the stem column shows the markup as text
 
     # click the question: its paths are drawn, one plot per method with paths, equal to the store's θ
     row = page.find_element(By.CSS_SELECTOR, "#question-table tr.pick")
@@ -287,6 +304,7 @@ def test_the_page_in_chromium(explorer: Path, page, tmp_path: Path) -> None:  # 
     page.execute_script("document.getElementById('question-detail').scrollIntoView()")
     shot = tmp_path / "explorer.png"
     assert page.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    all_rows(page)
 
 
 def test_single_point_paths_are_points(page) -> None:  # noqa: ANN001
@@ -321,7 +339,7 @@ def test_one_display_name_per_method(page) -> None:  # noqa: ANN001
       return [...document.querySelectorAll('.legendtext, .gtitle, .ytick text, .xtick text, main th, main td, '
                                            + 'select option, h3, h4, .note')].map(e => e.textContent);""")
     assert [text for text in texts if RAW_NAME.search(text)] == []
-    shown = {row[3] for row in all_rows(page)}
+    shown = {row[4] for row in all_rows(page)}
     assert shown == set(TITLES.values())
     menu = page.execute_script("return [...document.querySelectorAll('#f-method option')].map(o => o.textContent)")
     assert set(menu) == {"all", *TITLES.values()}
@@ -408,11 +426,10 @@ def test_excluded_questions_are_marked(explorer: Path, browser) -> None:  # noqa
     with RunStore.open(explorer / "evaluate" / STORE_FILE, read_only=True) as store:
         excluded = {(row.question_id, TITLES[row.method]) for row in store.rows() if QualityControl().excludes(row)}
     assert len(excluded) == 2 * 4
-    browser.get((explorer / "report-qc" / "explorer.html").as_uri())
-    wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
+    opened(browser, explorer / "report-qc" / "explorer.html")
     rows = browser.execute_script("return [...document.querySelectorAll('#question-table tr.pick')].map(tr => ["
-                                  "tr.children[1].textContent, tr.children[3].textContent, tr.children[4].textContent,"
-                                  "tr.children[4].title, tr.classList.contains('excluded')])")
+                                  "tr.children[2].textContent, tr.children[4].textContent, tr.children[5].textContent,"
+                                  "tr.children[5].title, tr.classList.contains('excluded')])")
     assert {(qid, method) for qid, method, status, _, _ in rows if status == "excluded"} == excluded
     assert all(marked and "label mass below 0.5" in why for *_, why, marked in rows)
     set_filter(browser, "f-qc", "kept")
@@ -425,3 +442,4 @@ def test_excluded_questions_are_marked(explorer: Path, browser) -> None:  # noqa
     assert browser.execute_script("return document.querySelectorAll('#methods .js-plotly-plot').length") == 0
     assert "No diagram for" in browser.execute_script("return document.getElementById('methods').textContent")
     assert console_errors(browser) == []
+    set_filter(browser, "f-qc", "")
