@@ -436,7 +436,7 @@ function renderQuestionTable() {
   const rows = filteredRows();
   document.getElementById("f-count").textContent = `${rows.length} of ${ROWS.length} run × question × method rows`;
   const table = sortableTable([
-    {label: "run", value: r => r.run}, {label: "dataset", value: r => r.question.dataset},
+    {label: "run", value: r => r.run, cls: "run", title: r => r.run}, {label: "dataset", value: r => r.question.dataset},
     {label: "question", value: r => r.question.id}, {label: "stem", value: r => r.question.stem, cls: "stem"},
     {label: "method", value: r => title(r.method)},
     {label: "quality control", value: qcText, title: r => (r.excluded ? `excluded: ${exclusionRule()}` : null)},
