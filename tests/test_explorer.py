@@ -8,27 +8,36 @@ captions that say what is drawn, quality control's exclusions marked, a layout t
 from __future__ import annotations
 
 import base64
+import csv
 import fnmatch
 import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from browser import console_errors, wait_for
 
 from beliefdrift.cli.main import main
+from beliefdrift.data.question import QUESTIONS_FILE
+from beliefdrift.metrics.functional import REPORT_METRICS, PairedDelta
+from beliefdrift.report.compare import compare_runs
 from beliefdrift.report.explorer import (
     QUANT,
     SIDECAR_DIR,
+    explorer_data,
     explorer_script,
     plotly_js,
     script_json,
     write_explorer,
 )
-from beliefdrift.runs.scoring import QualityControl
+from beliefdrift.report.paired import delta_cell, p_cell
+from beliefdrift.report.tables import format_cell, format_value
+from beliefdrift.report.text import fixed
+from beliefdrift.runs.scoring import SCORE_METRICS, QualityControl
 from beliefdrift.runs.store import STORE_FILE, RunStore
 
 pytest.importorskip("plotly", reason="the explorer embeds plotly.js from the plotly package")
@@ -443,3 +452,152 @@ def test_excluded_questions_are_marked(explorer: Path, browser) -> None:  # noqa
     assert "No diagram for" in browser.execute_script("return document.getElementById('methods').textContent")
     assert console_errors(browser) == []
     set_filter(browser, "f-qc", "")
+
+
+# ------------------------------------------------------------------------------------------------ issue 48
+
+
+def stored_rows(explorer: Path, run: str) -> list:
+    with RunStore.open(explorer / run / STORE_FILE, read_only=True) as store:
+        return store.rows()
+
+
+def table_cells(driver, selector: str) -> list[list[str]]:  # noqa: ANN001
+    """The header and rows of a table as text."""
+    return driver.execute_script("return [...document.querySelectorAll(arguments[0] + ' tr')].map("
+                                 "tr => [...tr.children].map(c => c.textContent))", selector)
+
+
+def test_two_runs_of_the_same_methods_stay_apart(explorer: Path, compared) -> None:  # noqa: ANN001
+    """Issue 48 §1: two runs of the same questions and methods (float32, bfloat16) give one row per run × question ×
+    method, each with its own run's numbers; the run filter keeps one run; a question shows every run's estimates
+    and paths, each named with its run."""
+    stored = {run: {(row.question_id, row.method): row for row in stored_rows(explorer, run)}
+              for run in ("evaluate", "evaluate-bf16")}
+    method_of = {title: name for name, title in TITLES.items()}
+    rows = all_rows(compared)
+    header = table_cells(compared, "#question-table")[0]
+    run, qid, method, mass = (header.index(name) for name in ("run", "question", "method", "label mass"))
+    assert len(rows) == len({(row[run], row[qid], row[method]) for row in rows}) == 2 * 2 * 4
+    for row in rows:
+        assert row[mass] == fixed(stored[row[run]][row[qid], method_of[row[method]]].valid_mass_mean, 3)
+    set_filter(compared, "f-run", "evaluate-bf16")
+    assert [row[run] for row in visible_rows(compared)] == ["evaluate-bf16"] * 8
+    set_filter(compared, "f-search", "x-002")
+    compared.execute_script("document.querySelector('#question-table tr.pick').click()")
+    wait_for(compared, "return document.querySelectorAll('.paths-plot').length === 6")
+    drawn = compared.execute_script("return [...document.querySelectorAll('.paths-plot')].map(d => d.dataset.method)")
+    assert sorted(drawn) == sorted(f"{name}: {m}" for name in stored for m in ("ppr", "ppr-seed1", "am-ppr"))
+    header, *estimates = table_cells(compared, "#estimate-table")
+    assert header[:2] == ["run", "estimate"] and header[2 + stored["evaluate"]["x-002", "ppr"].target].endswith("✓")
+    own = [row for row in estimates if row[1] in method_of]
+    assert len(own) == 2 * 4
+    for row in own:
+        assert row[2:] == [fixed(p, 3) for p in stored[row[0]]["x-002", method_of[row[1]]].probs]
+    all_rows(compared)
+
+
+def test_the_compare_view(explorer: Path, compared) -> None:  # noqa: ANN001
+    """Issue 48 §1: the compare view's Δ = second − first per metric and its p are `report.compare.compare_runs`'
+    (written as paired.md writes a Δ), reversed when the runs are swapped; each method's plot holds q* of the key
+    under one run against the other, per question."""
+    first, second = stored_rows(explorer, "evaluate"), stored_rows(explorer, "evaluate-bf16")
+    qc = QualityControl(path_mass=0.0)
+    header, *rows = table_cells(compared, "#compare-table")
+    expected = compare_runs(first, second, qc, n_resamples=20)
+    assert [row[0] for row in rows] == [TITLES[m.method] for m in expected] and rows[0][1] == "2"
+    for m, row in zip(expected, rows, strict=True):
+        for metric, delta in m.deltas.items():
+            column = next(i for i, label in enumerate(header) if label.split(" (")[0] == f"Δ {metric}")
+            assert (row[column], row[column + 1]) == (delta_cell(metric, delta), p_cell(delta))
+    targets = {row.question_id: row.target for row in first}
+    for plot in plots(compared, ".compare-plot"):
+        method = method_of_title(plot["title"].split(":")[0])
+        pairs = {(a.probs[targets[a.question_id]], b.probs[targets[b.question_id]]) for a in first for b in second
+                 if a.method == b.method == method and a.question_id == b.question_id}
+        (kept,) = [trace for trace in plot["traces"] if trace["kind"] == "kept"]
+        assert set(zip(kept["x"], kept["y"], strict=True)) == pairs
+    set_filter(compared, "compare-a", "evaluate-bf16")
+    set_filter(compared, "compare-b", "evaluate")
+    header, *rows = table_cells(compared, "#compare-table")
+    assert compared.execute_script("return document.querySelector('#compare-body h3').textContent") == (
+        "evaluate − evaluate-bf16")
+    for m, row in zip(expected, rows, strict=True):
+        delta = m.deltas["NLL"]
+        flipped = PairedDelta(-delta.delta, -delta.high, -delta.low, delta.p)
+        assert row[header.index("Δ NLL")] == delta_cell("NLL", flipped)
+    set_filter(compared, "compare-a", "evaluate")
+    set_filter(compared, "compare-b", "evaluate-bf16")
+
+
+def method_of_title(title: str) -> str:
+    return {value: name for name, value in TITLES.items()}[title]
+
+
+def test_the_page_rounds_once_as_the_tables_do(explorer: Path, compared) -> None:  # noqa: ANN001
+    """Issue 48 §4: every number on the page is the CSV's full-precision number rounded once by the tables' rule
+    (`report.text.fixed`: to even, never -0), so its method tables read as metrics.csv rounded by tables.md's cells;
+    the page's own `fixed` agrees with Python's on exact ties (where toFixed rounds away from zero) and near them."""
+    ties = [[0.125, 2], [0.375, 2], [-0.125, 2], [2.5, 0], [-0.5, 0], [6.25, 1], [100 * 0.0625, 1], [0.930045, 4],
+            [264.9705, 3], [-1e-9, 4], [0.00005, 4], [1e3 * 0.2649705, 3]]
+    rng = np.random.default_rng(0)
+    values = ties + [[float(v), int(d)] for v, d in zip(rng.normal(0, 10, 300), rng.integers(0, 5, 300), strict=True)]
+    assert compared.execute_script("return arguments[0].map(([v, d]) => fixed(v, d))", values) == [
+        fixed(v, d) for v, d in values]
+    cell = compared.execute_script("return intervalText([0.0625, 0.0125, 0.1125], {name: 'ACC', percent: true})")
+    assert cell == f"{format_value('ACC', 0.0625)} [{format_value('ACC', 0.0125)}, {format_value('ACC', 0.1125)}]"
+    with open(explorer / "compare" / "metrics.csv", newline="") as handle:
+        scored = list(csv.DictReader(handle))
+    for run in ("evaluate", "evaluate-bf16"):
+        header, *rows = table_cells(compared, f"#methods-{run}")
+        assert len(rows) == 8  # 4 methods, and (RB) and (θ̂_1) of PPR + NoSEED and PPR + SEED_1
+        for row in rows:
+            (line,) = [line for line in scored if line["dataset"] == f"hostile ({run})" and line["title"] == row[0]]
+            summary = {m: tuple(float(line[f"{m}{s}"]) for s in ("", "_low", "_high")) for m in SCORE_METRICS}
+            score = SimpleNamespace(summary={**summary, "nll_clipped": int(line["nll_clipped"] or 0)})
+            for metric in SCORE_METRICS:
+                column = header.index(f"{metric} (%)" if REPORT_METRICS.get(metric, None) and
+                                      REPORT_METRICS[metric].percent else metric)
+                assert row[column] == format_cell(score, metric), (run, row[0], metric)
+
+
+def test_the_page_holds_the_csvs_full_precision(explorer: Path) -> None:
+    """Issue 48 §4: the page's data hold the numbers of metrics.csv exactly (no rounding before the page's own)."""
+    data = page_data(explorer / "compare" / "explorer.html")
+    with open(explorer / "compare" / "metrics.csv", newline="") as handle:
+        lines = {(row["dataset"], row["title"]): row for row in csv.DictReader(handle)}
+    compared = 0
+    for run in data["runs"]:
+        for row in run["table"]:
+            line = lines[f"hostile ({run['name']})", row["method"]]
+            for metric in SCORE_METRICS:
+                expected = [float(line[f"{metric}{s}"]) for s in ("", "_low", "_high")]
+                assert row[metric] == [None if np.isnan(v) else v for v in expected]
+                compared += 1
+    assert compared == 2 * 8 * len(SCORE_METRICS)  # 2 runs × (4 methods + 4 alternative estimates)
+
+
+def test_question_texts_come_from_what_the_run_stored(explorer: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 48 §2: a run keeps its questions beside its store (questions.jsonl), and the page shows them even where
+    its data set cannot be loaded; a run from before that file, whose data set is gone, shows its ids and its
+    options' letters."""
+    def unloadable(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("the data set is gone")
+
+    monkeypatch.setattr("beliefdrift.report.explorer.load_dataset", unloadable)
+    qc = QualityControl(path_mass=0.0)
+    (run,) = explorer_data([explorer / "evaluate"], tmp_path / "page", qc, n_resamples=5)["runs"]
+    assert {q["id"]: q["stem"] for q in run["questions"]} == {"x-001": HOSTILE_STEM,
+                                                             "x-002": HOSTILE[1]["question"]["stem"]}
+    older = tmp_path / "older"
+    shutil.copytree(explorer / "evaluate", older)
+    (older / QUESTIONS_FILE).unlink()
+    (run,) = explorer_data([older], tmp_path / "older-page", qc, n_resamples=5)["runs"]
+    assert {(q["stem"], tuple(q["labels"])) for q in run["questions"]} == {("", ("A", "B", "C"))}
+
+
+def test_a_page_of_one_run_says_there_is_nothing_to_compare(page) -> None:  # noqa: ANN001
+    assert "No two evaluate runs here share a question" in page.execute_script(
+        "return document.getElementById('compare').textContent")
+    assert page.execute_script("return document.getElementById('compare-controls').hidden")
