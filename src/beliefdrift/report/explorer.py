@@ -251,9 +251,8 @@ def stored_seconds(directory: Path, command: str, rows: Sequence[ResultRow] = ()
             units = store.record_units()
             times = {qid: store.records(qid, condition).get("seconds", 0.0) for qid, condition in units}
         return sum(times.values()) if times else None
-    if command == "train":
-        return sum(v for v in train_log(directory).get("seconds", []) if v is not None)
-    return None
+    times = train_log(directory).get("seconds") if command == "train" else None
+    return sum(v for v in times if v is not None) if times else None
 
 
 def run_entry(tag: str, name: str, directory: Path, qc: QualityControl, n_resamples: int, sidecar: Path,
