@@ -218,9 +218,10 @@ BAD_INPUTS = {
     "missing adapter": (lambda m, t: ["drift", "--model", str(m), "--methods", "am-ppr", "--out", str(t)],
                         "am-ppr needs --adapter"),
     "corrupt store": (lambda m, t: evaluate(m, garbage_store(t)), "not a readable beliefdrift run store"),
-    "report without a store": (lambda m, t: ["report", str(t / "nothing")], "no run store at"),
+    "report without a store": (lambda m, t: ["report", run_files(t / "nothing", {})], "no run store at"),
     "export to a directory": (lambda m, t: ["export", str(t), "--out", str(t)],
-                              ": is a directory; expected a file (in an existing directory, or in one to create)"),
+                              ": is a directory; expected a regular file or a new one (in an existing directory, or in "
+                              "one to create)"),
     "report of a drift run": (lambda m, t: ["report", drift_run(t / "drift")],
                               "/drift: a drift run; report's tables are made of evaluate runs"),
     "reasoning past the context": (lambda m, t: ["reasoning", "--model", str(m), "--dataset", "demo", "-n", "1",
