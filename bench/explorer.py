@@ -105,10 +105,15 @@ def question_screenshot(out: Path, png: Path) -> None:
     assert main(["evaluate", "--dataset", "demo", "-n", "4", "-J", "4", "-N", "6", "--methods", "direct", "ppr",
                  "ppr-seed1", "--bootstrap", "200", "--out", str(run)]) == 0
     assert main(["report", str(run), "--html", "--bootstrap", "200", "--out", str(out / "demo-report")]) == 0
+    save_view(out / "demo-report" / "explorer.html", 2, "question-detail", png)
+
+
+def save_view(page: Path, paths_plots: int, element: str, png: Path) -> None:
+    """`page` at 1366 × 1000 with its first question open (`paths_plots` plots), scrolled to `element`, as `png`."""
     driver = chromium(height=1000)
     try:
-        open_first_question(driver, out / "demo-report" / "explorer.html", 2)
-        driver.execute_script("document.getElementById('question-detail').scrollIntoView(); scrollBy(0, -48)")
+        open_first_question(driver, page, paths_plots)
+        driver.execute_script(f"document.getElementById('{element}').scrollIntoView(); scrollBy(0, -48)")
         time.sleep(1)  # plotly's layout settles
         png.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(png))
@@ -126,16 +131,7 @@ def compare_screenshot(out: Path, png: Path) -> None:
                      "0", "--out", str(run)]) == 0
     assert main(["report", *map(str, runs), "--html", "--bootstrap", "200", "--qc-path-mass", "0",
                  "--out", str(out / "compare-report")]) == 0
-    driver = chromium(height=1000)
-    try:
-        open_first_question(driver, out / "compare-report" / "explorer.html", 4)
-        driver.execute_script("document.getElementById('compare').scrollIntoView(); scrollBy(0, -48)")
-        time.sleep(1)  # plotly's layout settles
-        png.parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(png))
-    finally:
-        driver.quit()
-    print(f"wrote {png}")
+    save_view(out / "compare-report" / "explorer.html", 4, "compare", png)
 
 
 def main_bench() -> None:
