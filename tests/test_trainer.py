@@ -29,6 +29,7 @@ from beliefdrift.amortize.rollouts import (
     RolloutGroup,
     generate_groups,
     group_id,
+    group_title,
     load_rollouts,
     sample_prefix,
     sample_rollouts,
@@ -591,3 +592,9 @@ def _two_process_worker(out: Path, model_dir: Path, template: str) -> None:
 
 if __name__ == "__main__":
     _two_process_worker(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
+
+
+def test_the_log_names_a_group_by_its_question_and_prefix() -> None:
+    """Issue 48 §7: the training log named groups by their ids, a CSQA question's 32-digit hash and label indices."""
+    assert group_title(group_id("075e483d21c29a511267ef62bedc0461", (1, 0))) == "question 075e483d21c2… after B A"
+    assert group_title(group_id("demo-025", ())) == "question demo-025 after no answer"

@@ -239,6 +239,10 @@ def check_model(spec: str) -> None:
     try:
         if huggingface_hub.try_to_load_from_cache(spec, "config.json") is not None:
             return
+        if "/" not in spec:  # not cached and not OWNER/NAME: a misspelt name, refused without asking the hub
+            from beliefdrift.registry import did_you_mean
+
+            raise UserError(f"{what} hub id (OWNER/NAME){did_you_mean(spec, REGISTRY)}")
         if _hub_offline():
             raise UserError(f"{what} hub id in the local cache (HF_HUB_OFFLINE is set)")
         found = huggingface_hub.file_exists(spec, "config.json")

@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -92,7 +93,10 @@ def write_atomic(path: Path, text: str) -> None:
 
 #: What an output path of each kind must be (`check_output`).
 OUTPUTS = {"directory": "a directory (an existing one, or one to create)",
-           "file": "a file (in an existing directory, or in one to create)"}
+           "file": "a regular file or a new one (in an existing directory, or in one to create)"}
+#: What a path that is not a regular file is, by its `os.lstat` mode (`stat.S_IFMT`).
+SPECIAL_FILES = {stat.S_IFLNK: "a symbolic link", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+                 stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket"}
 
 
 def check_output(path: Path, flag: str, kind: str) -> None:
@@ -103,6 +107,10 @@ def check_output(path: Path, flag: str, kind: str) -> None:
         raise UserError(f"{flag}: empty; expected {OUTPUTS[kind]}")
     if kind == "file" and path.is_dir():
         raise UserError(f"{flag} {path}: is a directory; expected {OUTPUTS[kind]}")
+    if kind == "file" and os.path.lexists(path) and not stat.S_ISREG(mode := os.lstat(path).st_mode):
+        # written by renaming a new file onto it, a link or a device would be replaced, and a pipe never opened
+        raise UserError(f"{flag} {path}: is {SPECIAL_FILES.get(stat.S_IFMT(mode), 'not a regular file')}; expected "
+                        f"{OUTPUTS[kind]}")
     for part in (path, *path.parents) if kind == "directory" else path.parents:
         if part.is_symlink() and not part.exists():
             where = "is" if part == path else f"lies inside {part}, which is"
@@ -115,15 +123,25 @@ def check_output(path: Path, flag: str, kind: str) -> None:
             return
 
 
+def check_directory(directory: Path, what: str) -> None:
+    """A UserError naming `what` (e.g. RUN_DIR) where `directory` is not an existing directory."""
+    if not Path(directory).is_dir():
+        problem = "is a file, not a directory" if Path(directory).exists() else "no such directory"
+        raise UserError(f"{what} {directory}: {problem}")
+
+
 def is_run_directory(directory: Path) -> bool:
     """Whether `directory` holds a run store (the output of evaluate, drift, emd or reasoning)."""
     return (directory / STORE_FILE).is_file()
 
 
 def is_database(path: Path) -> bool:
-    """Whether `path` is a run store or one of its sidecars by name, or an SQLite database by content."""
+    """Whether `path` is a run store or one of its sidecars by name, or an SQLite database by content (read only
+    from a regular file: a pipe or a device is never opened)."""
     if path.name in {STORE_FILE, *(STORE_FILE + suffix for suffix in STORE_SIDECARS)}:
         return True
+    if not path.is_file():
+        return False
     try:
         with open(path, "rb") as handle:
             return handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC

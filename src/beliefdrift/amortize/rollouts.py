@@ -33,7 +33,7 @@ import torch
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.config.train import PREFIX_MODES
-from beliefdrift.data.question import MCQuestion
+from beliefdrift.data.question import LETTERS, MCQuestion
 from beliefdrift.diagnostics.prefixes import pick_prefix, top_prefixes
 from beliefdrift.engine.resampling import QuestionRunner, draw_seeds, make_generator, sample_answers
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
@@ -46,6 +46,14 @@ ROWS_DIGEST = "rollouts_sha256"  # the key of meta.json holding the sha256 of ro
 def group_id(question_id: str, prefix: Sequence[int]) -> str:
     """`<question id>:<prefix label indices, comma-separated>` (nothing after the colon for n = 0)."""
     return f"{question_id}:{','.join(str(a) for a in prefix)}"
+
+
+def group_title(group: str) -> str:
+    """A `group_id` as the training log's lines name it: the question id (its first 12 characters: a dataset's ids
+    may be 32-digit hashes) and the prefix as labels, e.g. `question 075e483d21c2… after B A`."""
+    question, _, prefix = group.rpartition(":")
+    labels = " ".join(LETTERS[int(a)] if int(a) < len(LETTERS) else a for a in prefix.split(",") if a)
+    return f"question {question if len(question) <= 12 else question[:12] + '…'} after {labels or 'no answer'}"
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from beliefdrift.amortize.loss import SCLossOutput, SelfConsistencyLoss, draw_ho
 from beliefdrift.amortize.rollouts import (
     RolloutGroup,
     generate_groups,
+    group_title,
     load_rollouts,
     rollouts_temporary,
     sample_rollouts,
@@ -663,8 +664,8 @@ class TrainLog:
         validation = (f"val EMD‾ {row['val_emd_l1']:.4f}, confidence {row['val_confidence']:.3f}"
                       if "val_emd_l1" in row else "")
         if "loss" in row:
-            logger.info(f"step {row['step']}: group {row['group']} k=({row['k1']},{row['k2']}) loss {row['loss']:.4f} "
-                     f"(sc {row['sc']:.4f}, pg {row['pg']:+.4f}, anchor KL {row['anchor']:.4f}, "
+            logger.info(f"step {row['step']}: {group_title(row['group'])}, k=({row['k1']},{row['k2']}) "
+                     f"loss {row['loss']:.4f} (sc {row['sc']:.4f}, pg {row['pg']:+.4f}, anchor KL {row['anchor']:.4f}, "
                      f"format {row['format']:.4f}) {row['seconds']:.1f}s" + (f"; {validation}" if validation else ""))
         else:
             logger.info("step %s: %s", row["step"], validation)

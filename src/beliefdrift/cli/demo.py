@@ -3,9 +3,10 @@
 Runs Direct-Query, PPR, PPR+SEED_1 and PPR+SEED_5, prints a summary table (every question, quality control's
 exclusions counted) and the paper's metric tables (the questions quality control keeps),
 draws the marginal drift of θ_n (the paper's Figure 1 (a)/(b)) for one question, and measures the expected
-martingale drift (EMD) with and without seeding on a few questions, and the drift of chain-of-thought
-trajectories in embedding space on a few more. Each question's results are stored in `out/run.sqlite` as it
-finishes, so an interrupted demo resumes where it stopped (with the same settings).
+martingale drift (EMD) with and without seeding on a few questions (an emd run in `out/emd`), and the drift of
+chain-of-thought trajectories in embedding space on a few more (`out/reasoning`). Each question's results are stored
+in `out/run.sqlite` as it finishes, so an interrupted demo resumes where it stopped (with the same settings). Last,
+it writes the run explorer over all three (`out/explorer.html`, `report --html`) and says where it is.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from beliefdrift.config.diagnostics import EMDConfig
+from beliefdrift.config.diagnostics import EMDCommandConfig
 from beliefdrift.config.options import (
     MAX_QUESTIONS,
     DataOptions,
@@ -46,8 +47,10 @@ DEMO_METHODS = ("direct", "ppr", "ppr-seed1", "ppr-seed5")
 #: The settings that change the stored results (a resumed demo must match them).
 IDENTITY_SETTINGS = ("model", "dtype", "template", "template_ending", "paths", "steps", "seed", "n")
 EMD_METHODS = ("ppr", "ppr-seed5")
-# Small enough for a laptop CPU: K = 4 (exact enumeration of 5^3 continuations), two prefix lengths.
-DEMO_EMD = EMDConfig(horizon=4, prefix_lengths=(0, 2), top_k=3, num_rollouts=8, burn_in=4, k=4)
+#: The EMD section's settings, small enough for a laptop CPU: K = 4 (exact enumeration of 5^3 continuations), two
+#: prefix lengths, J = 8, L1 only, no urn floor (model, template, seed and N are the demo's).
+DEMO_EMD = {"horizon": 4, "prefix_lengths": [0, 2], "top_k": 3, "paths": 8, "burn_in": 4, "lookahead": 4,
+            "distance": ["l1"], "noise_floor_replicates": 0}
 
 
 @dataclass(frozen=True)
@@ -126,14 +129,17 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
     """Every method's result on every question, and the stored rows; each question's stored in `out/run.sqlite` as
     it finishes: an interrupted demo resumes with the questions it had finished."""
     from beliefdrift import progress_bar
+    from beliefdrift.data.question import write_questions
     from beliefdrift.engine.methods import run_methods
-    from beliefdrift.runs.identity import run_identity
+    from beliefdrift.runs.identity import identity_hash, run_identity
     from beliefdrift.runs.scoring import result_row
     from beliefdrift.runs.store import STORE_FILE, RunStore
 
-    identity = run_identity("demo", config, questions, only=IDENTITY_SETTINGS)
+    identity = run_identity("demo", config, questions, only=IDENTITY_SETTINGS) | {"dataset": "demo"}
+    identity["sha256"] = identity_hash(identity)
     with RunStore.open(config.out / STORE_FILE) as store:
         store.ensure_config(identity)
+        write_questions(config.out, questions)  # what the explorer shows of them
         done = {qid for qid, _ in store.done()}
         for position, question in enumerate(progress_bar(questions, desc="demo", unit="question")):
             if question.id in done:
@@ -153,7 +159,10 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
 
 def run(args: argparse.Namespace) -> int:
     from beliefdrift.backend.loading import model_from
+    from beliefdrift.data.lm_eval import no_task_code
     from beliefdrift.diagnostics.marginal import marginal_drift
+    from beliefdrift.report.explorer import EXPLORER_FILE, write_explorer
+    from beliefdrift.report.html import environment
     from beliefdrift.report.plots import plot_marginal_drift
     from beliefdrift.report.tables import metric_table
     from beliefdrift.report.text import wrote
@@ -181,38 +190,51 @@ def run(args: argparse.Namespace) -> int:
               for name in ("ppr", "ppr-seed5")]
     written = plot_marginal_drift(panels, question.labels, Path(config.out) / "marginal_drift",
                                   title=f"{question.id}: {question.stem[:70]}")
+    runs = [config.out]
     if config.emd_questions:
         sections.append(emd_section(lm, questions[: config.emd_questions], config))
+        runs.append(config.out / "emd")
         print(sections[-1])
     if config.reasoning_questions:
         log.info("chain-of-thought drift on %d questions ...", config.reasoning_questions)
         sections.append(reasoning_section(lm, config.out / "reasoning", config.seed, config.reasoning_questions))
+        runs.append(config.out / "reasoning")
         print(sections[-1])
     write_atomic(config.out / "summary.md", "\n\n".join(sections) + "\n")
+    with no_task_code():
+        page = write_explorer(runs, config.out, environment=environment(), title="beliefdrift demo: run explorer")
     log.info(wrote(config.out, [f"{STORE_FILE} (the results)", "summary.md (the tables above)",
                                 f"{written[0].stem}.{'/'.join(p.suffix[1:] for p in written)} (the drift of "
                                 f"{question.id})",
+                                *(["emd/ (its run store, summary and figures)"] if config.emd_questions else []),
                                 *(["reasoning/ (its run store, summary.json and figure)"]
-                                  if config.reasoning_questions else [])]))
+                                  if config.reasoning_questions else []),
+                                f"{EXPLORER_FILE} (the run explorer)"]))
+    log.info("explore every question, path and figure: open %s in a browser (one file, no server)", page)
     return 0
 
 
 def emd_section(lm: Any, questions: list[Any], config: DemoConfig) -> str:
     """EMD‾ (L1, k = 2 … K) and EMD_k(b) of PPR with and without seeds on a few questions (`lm`: a
-    `LanguageModel`)."""
-    from beliefdrift.diagnostics.emd import emd_summary
+    `LanguageModel`), stored as an emd run in `out/emd` (`DEMO_EMD`; its summary and figures beside it)."""
+    from beliefdrift.report.diagnostics import write_emd_report
+    from beliefdrift.runs.diagnostics import run_emd
 
-    log.info("EMD on %d questions (K=%d, prefixes n ∈ %s) ...", len(questions), DEMO_EMD.horizon,
-             DEMO_EMD.prefix_lengths)
-    rows = emd_summary(lm, questions, [parse_method(m) for m in EMD_METHODS], config=DEMO_EMD, seed=config.seed,
-                       template=config.template, template_ending=config.template_ending)
+    settings = EMDCommandConfig(**{f.name: getattr(config, f.name) for f in fields(ModelOptions)},
+                                **DEMO_EMD, steps=config.steps, seed=config.seed, dataset="demo",
+                                n=len(questions), methods=list(EMD_METHODS), out=config.out / "emd")
+    log.info("EMD on %d questions (K=%d, prefixes n ∈ %s) ...", len(questions), settings.horizon,
+             settings.prefix_lengths)
+    run = run_emd(settings, questions=questions, lm=lm, progress=False)
+    summary = write_emd_report(settings, run).summary  # what the emd command writes
+    rows = [(m.title, summary[m.name]["l1"]) for m in run.methods]
     caption = (f"**Expected martingale drift (L1)** on {len(questions)} questions. EMD‾: the L1 distance between the "
-               f"k-step and the one-step predictive, averaged over k = 2 … {DEMO_EMD.horizon} and prefixes of "
-               f"{' and '.join(map(str, DEMO_EMD.prefix_lengths))} answers, mean ± std over questions (0 for a "
-               f"martingale); EMD_{DEMO_EMD.k}(b): the same at k = {DEMO_EMD.k} after a prefix of b answers sampled "
-               f"from the process, for b = 0 … {DEMO_EMD.burn_in} (the curve of the paper's Figure 3).")
+               f"k-step and the one-step predictive, averaged over k = 2 … {settings.horizon} and prefixes of "
+               f"{' and '.join(map(str, settings.prefix_lengths))} answers, mean ± std over questions (0 for a "
+               f"martingale); EMD_{settings.lookahead}(b): the same at k = {settings.lookahead} after a prefix of b "
+               f"answers sampled from the process, for b = 0 … {settings.burn_in} (the curve of the paper's Figure 3).")
     return caption + "\n\n" + markdown_table(
-        ["method", "EMD‾ mean ± std", f"EMD_{DEMO_EMD.k}(b), b = 0 … {DEMO_EMD.burn_in}"],
-        [[row.method, plus_minus(row.emd_bar, row.emd_bar_std), " ".join(f"{v:.3f}" for v in row.burn_in)]
-         for row in rows],
+        ["method", "EMD‾ mean ± std", f"EMD_{settings.lookahead}(b), b = 0 … {settings.burn_in}"],
+        [[title, plus_minus(row["emd_bar"], row["emd_bar_std"]), " ".join(f"{v:.3f}" for v in row["burn_in"])]
+         for title, row in rows],
     )

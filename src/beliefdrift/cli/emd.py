@@ -13,12 +13,10 @@ method's paired Δ EMD‾ against PPR over the same questions.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 
 from beliefdrift.config.diagnostics import EMDCommandConfig
 from beliefdrift.config.options import add_command, settings_from
-from beliefdrift.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -30,31 +28,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from beliefdrift.diagnostics.noise_floor import method_floors, missing_fields
-    from beliefdrift.report.diagnostics import emd_report
+    from beliefdrift.report.diagnostics import write_emd_report
     from beliefdrift.report.text import wrote
     from beliefdrift.runs.diagnostics import run_emd
     from beliefdrift.runs.distributed import Ranks
     from beliefdrift.runs.store import STORE_FILE
 
     settings = settings_from(args, EMDCommandConfig)
-    config = settings.emd
     run = run_emd(settings)
     if Ranks.from_env().rank != 0:  # under torchrun rank 0 reports, once every rank has stored its questions
         return 0
-    questions, methods, records = run.questions, run.methods, run.method_records()
-    missing = missing_fields([r for m in methods for r in records[m.name]])
-    if settings.noise_floor_replicates and missing:
-        log.warning("no noise floor: records stored before it existed lack %s (new --out for one)",
-                    ", ".join(missing))
-    floors = method_floors(questions, methods, records, seed=settings.seed, config=config,
-                           replicates=settings.noise_floor_replicates, distances=settings.distance,
-                           ) if settings.noise_floor_replicates and not missing else {}
-    report = emd_report(questions, methods, records, floors, settings.distance, settings.horizon,
-                        settings.lookahead, settings.burn_in, settings.out, settings.dataset)
-    print(report.table)
-    write_atomic(settings.out / "summary.md", report.table + "\n")
-    write_atomic(settings.out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
+    print(write_emd_report(settings, run).table)
     log.info(wrote(settings.out, [f"{STORE_FILE} (the records)", "records.csv", "summary.md", "summary.json",
                                   "emd_bar_*.png/pdf", "emd_k_b_*.png/pdf"]))
     return 0

@@ -28,7 +28,7 @@ from beliefdrift.config.options import (
     settings_from,
 )
 from beliefdrift.errors import UserError, first_line
-from beliefdrift.files import is_run_directory, same_path
+from beliefdrift.files import check_directory, is_run_directory, same_path
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from beliefdrift.report.runs import REPORT_FILES, write_report
 
     config = settings_from(args, ReportConfig)
+    for run_dir in args.runs:
+        check_directory(run_dir, "RUN_DIR")
     out = config.out or (args.runs[0] if len(args.runs) == 1 else Path("beliefdrift-out/report"))
     check_output_directory(out, args.runs)
     if not config.html:

@@ -139,7 +139,7 @@ class Settings:
         for field in dataclasses.fields(self):
             value, meta = getattr(self, field.name), field.metadata
             values = value if isinstance(value, list) else [value]
-            if meta.get("choices") is not None and any(v not in meta["choices"] for v in values):
+            if meta.get("choices") is not None and value is not None and any(v not in meta["choices"] for v in values):
                 raise UserError(f"{flag_name(field)}: expected {' or '.join(map(str, meta['choices']))}, got "
                                 f"{value!r}")
             numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -360,7 +360,7 @@ class ReportOptions(Settings):
 
 #: What every run-store command writes into its output directory (see `Settings.outputs`): the store and its
 #: SQLite sidecars, records.csv and figures.
-RUN_OUTPUTS = ("run.sqlite", "run.sqlite-*", "records.csv", "*.png", "*.pdf")
+RUN_OUTPUTS = ("run.sqlite", "run.sqlite-*", "questions.jsonl", "records.csv", "*.png", "*.pdf")
 
 
 def out_option(default: str) -> Any:
@@ -377,7 +377,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         if action.default is None or action.default is False or action.default == argparse.SUPPRESS or (
-                "default" in text or not action.option_strings):
+                "default" in text or not action.option_strings or action.nargs == 0):  # a flag takes no value
             return text
         return f"{text} (default: %(default)s)"
 

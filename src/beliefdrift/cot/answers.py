@@ -8,6 +8,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 INVALID = "invalid"
+#: A condition whose answers parse in fewer than this share of its pairs: its c_n and majority accuracy rest on few
+#: answers, and every surface (the summary table, summary.json, the explorer) marks them.
+MIN_PARSED = 0.5
 
 
 def majority(answers: Sequence[str | None]) -> str | None:
@@ -46,7 +49,14 @@ def majority_accuracy(views: Sequence[dict]) -> dict:
 
 
 def answer_totals(view: dict) -> dict[str, int]:
-    """Over every generated pair of an `answer_view`: the answers that parse, and those equal to gold."""
+    """Over every generated pair of an `answer_view`: the answers that parse, those that do not, and those equal to
+    gold."""
     counts = [position["counts"] for position in view["positions"]]
     return {"valid_answers": sum(n for c in counts for answer, n in c.items() if answer != INVALID),
+            "unparsed_answers": sum(c.get(INVALID, 0) for c in counts),
             "correct_answers": sum(c.get(view["gold"], 0) for c in counts)}
+
+
+def few_parsed(valid_answers: int, pairs: int) -> bool:
+    """Whether fewer than `MIN_PARSED` of `pairs` answers parse (no pair at all counts as few)."""
+    return valid_answers < MIN_PARSED * pairs or pairs == 0

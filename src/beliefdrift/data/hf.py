@@ -84,6 +84,8 @@ def _rows(source: str, split: str | None) -> tuple[Any, str]:
     import datasets
 
     path = Path(source).expanduser()
+    if source.startswith(("/", ".", "~")) and not path.exists():  # a local path, never a hub id: said at once
+        raise DataError(f"hf:{source}: no such file or directory")
     try:
         if path.is_dir():
             loaded = datasets.load_from_disk(str(path))

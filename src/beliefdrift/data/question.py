@@ -1,11 +1,19 @@
-"""The multiple-choice question every loader produces and every other module consumes."""
+"""The multiple-choice question every loader produces and every other module consumes, and the file a run keeps
+its questions in (`QUESTIONS_FILE`, beside its run store: what the explorer shows, whatever the dataset)."""
 
 from __future__ import annotations
 
+import json
 import string
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from beliefdrift.files import write_atomic
 
 LETTERS = tuple(string.ascii_uppercase)
+#: A run's questions as it ran them, one JSON object per line (`MCQuestion`'s fields), beside its run store.
+QUESTIONS_FILE = "questions.jsonl"
 
 
 @dataclass(frozen=True)
@@ -41,3 +49,25 @@ class MCQuestion:
     @property
     def num_choices(self) -> int:
         return len(self.choices)
+
+
+def write_questions(directory: Path, questions: Sequence[MCQuestion]) -> Path:
+    """Write `questions` as `directory/QUESTIONS_FILE` (unless it is there already: a run resumed with the same
+    identity ran the same questions, and a file of that name that is not the run's is left alone)."""
+    path = Path(directory) / QUESTIONS_FILE
+    if not path.exists():
+        write_atomic(path, "".join(json.dumps(asdict(q), ensure_ascii=False) + "\n" for q in questions))
+    return path
+
+
+def read_questions(directory: Path) -> list[MCQuestion]:
+    """The questions of `directory/QUESTIONS_FILE` (OSError, ValueError, TypeError or KeyError where it is missing or
+    not such a file)."""
+    lines = (Path(directory) / QUESTIONS_FILE).read_text(encoding="utf-8").splitlines()
+    questions = []
+    for line in filter(str.strip, lines):
+        record = json.loads(line)
+        questions.append(MCQuestion(id=record["id"], stem=record["stem"], choices=tuple(record["choices"]),
+                                    labels=tuple(record["labels"]), answer=record["answer"],
+                                    source=record.get("source", "")))
+    return questions

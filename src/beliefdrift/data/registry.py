@@ -142,11 +142,27 @@ def load_dataset(
         items = load_lm_eval(name, split)
     elif Path(name).expanduser().is_file():  # "~/…" from a YAML file, where no shell expanded it
         items = load_file(os.path.expanduser(name), fmt=fmt, seed=seed)
+    elif looks_like_a_path(name):  # a file that is not there: said at once, never looked up anywhere else
+        if Path(name).expanduser().is_dir():
+            raise DataError(f"dataset {name}: a directory, not a data file (hf:{name} reads a folder written by "
+                            "the datasets package's save_to_disk)")
+        raise DataError(f"dataset {name}: no such file")
     else:
         known = ", ".join(DATASETS)
         raise DataError(f"unknown dataset {name!r}: expected one of {known}, an existing file, lm-eval:TASK, a task "
                         "file (.yaml) or hf:OWNER/NAME[:CONFIG]" + did_you_mean(name, DATASETS))
     return subsample(items, n, seed)
+
+
+#: The suffixes of the data files `load_file` reads (besides a task file's .yaml).
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+def looks_like_a_path(name: str) -> bool:
+    """Whether a dataset name can only mean a local file or folder: it starts with `/`, `.` or `~`, holds a path
+    separator, or ends in a data file's suffix (no registered name or hub id does)."""
+    return (name.startswith(("/", ".", "~")) or os.sep in name or "/" in name
+            or Path(name).suffix.lower() in DATA_SUFFIXES)
 
 
 #: What each kind of item is, in the errors that say what a command needs.

@@ -7,6 +7,7 @@ Markdown table and the figure files it wrote; the commands write the text files.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -14,20 +15,22 @@ from pathlib import Path
 from textwrap import shorten
 from typing import Any
 
+from beliefdrift.config.diagnostics import EMDCommandConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.cid import CID_ALPHA
 from beliefdrift.diagnostics.drift_test import DRIFT_LEVEL, DriftTest
 from beliefdrift.diagnostics.emd import EMDRow, aggregate_emd
-from beliefdrift.diagnostics.noise_floor import with_floor
+from beliefdrift.diagnostics.noise_floor import method_floors, missing_fields, with_floor
 from beliefdrift.diagnostics.trajectory import cid_summary
 from beliefdrift.engine.methods import Method
-from beliefdrift.files import safe_name
+from beliefdrift.files import safe_name, write_atomic
 from beliefdrift.metrics.stats import mean_std
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS, plot_curves, plot_emd_bars, plot_emd_burn_in
 from beliefdrift.report.marginal import plot_average_drift, record_drift
 from beliefdrift.report.paired import emd_comparisons, emd_markdown
 from beliefdrift.report.plots import plot_marginal_drift
 from beliefdrift.report.text import fixed, markdown_table, plus_minus
+from beliefdrift.runs.diagnostics import Diagnosed
 
 Records = Mapping[str, Sequence[Mapping[str, Any]]]
 log = logging.getLogger(__name__)
@@ -159,6 +162,24 @@ def emd_report(
     paired = emd_markdown(emd_comparisons(records, distances))
     table = "\n\n".join(blocks + ([paired] if paired else []))
     return DiagnosticsReport(summary, table, figures)
+
+
+def write_emd_report(settings: EMDCommandConfig, run: Diagnosed) -> DiagnosticsReport:
+    """`emd_report` of a stored emd run (with the noise floors of `settings.noise_floor_replicates`, none where the
+    records predate them), its summary.md and summary.json written into `settings.out` (rank 0's part of `emd`)."""
+    questions, methods, records = run.questions, run.methods, run.method_records()
+    missing = missing_fields([r for m in methods for r in records[m.name]])
+    if settings.noise_floor_replicates and missing:
+        log.warning("no noise floor: records stored before it existed lack %s (new --out for one)",
+                    ", ".join(missing))
+    floors = method_floors(questions, methods, records, seed=settings.seed, config=settings.emd,
+                           replicates=settings.noise_floor_replicates, distances=settings.distance,
+                           ) if settings.noise_floor_replicates and not missing else {}
+    report = emd_report(questions, methods, records, floors, settings.distance, settings.horizon,
+                        settings.lookahead, settings.burn_in, settings.out, settings.dataset)
+    write_atomic(settings.out / "summary.md", report.table + "\n")
+    write_atomic(settings.out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
+    return report
 
 
 def _emd_legend(horizon: int, lookahead: int, burn_in: int, replicates: int) -> str:

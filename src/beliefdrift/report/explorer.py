@@ -7,6 +7,12 @@ MB. The page is rendered from templates/explorer.html.j2 with its script, templa
 stays one file; `.ci/eslint` lints the script, tests/test_explorer.py runs it); every value it shows reaches it as
 JSON and is written into the page as text, never as markup.
 
+Every number reaches the page at full precision and is rounded once, where it is shown, by the rule the tables
+use (`report.text.fixed`: to even, never `-0`), so the page shows the digits of tables.md and paired.md and the
+CSVs hold the numbers behind them. Every row, estimate and plot is keyed by its run: two runs of the same methods
+(two models, dtypes or seeds) stay apart, and `compare` holds Δ = second − first of each pair of evaluate runs on
+the questions they share (`report.compare`), which the page's compare view shows.
+
 The page reads every fact from the data rather than knowing it: a method's display name (`titles`: the registry's
 `Method.title`), the metric columns (`metrics`: the tables' `TABLES`), whether a figure has a valid interval (its
 bounds are null where the metrics layer left them NaN), which question × method quality control excluded (`qc` and
@@ -15,7 +21,9 @@ each row's `excluded`: `runs.scoring.excluded_units`, the rule the scores apply)
 What each run directory contributes depends on the command that wrote it: evaluate (run.sqlite results: method
 tables, paired comparisons, reliability bins, the question browser and its trajectories), drift and emd
 (run.sqlite records and summary.json: marginal drift and EMD per question, EMD_k(b) with its noise floor),
-reasoning (summary.json: the CoT drift curves) and train (log.csv: the training curves).
+reasoning (summary.json: the CoT drift curves) and train (log.csv: the training curves). A run's question texts are
+those it kept beside its store (`data.question.QUESTIONS_FILE`), whatever its dataset; a run from before that file
+has them loaded from its dataset as it loaded them.
 """
 
 from __future__ import annotations
@@ -34,13 +42,14 @@ import numpy as np
 import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from beliefdrift.data.question import MCQuestion
+from beliefdrift.data.question import LETTERS, MCQuestion, read_questions
 from beliefdrift.data.registry import fingerprint, load_dataset
 from beliefdrift.diagnostics.drift_test import DRIFT_LEVEL
 from beliefdrift.errors import UserError
 from beliefdrift.files import write_atomic
 from beliefdrift.metrics.functional import METRICS, reliability_bins
 from beliefdrift.registry import parse_method
+from beliefdrift.report.compare import compare_runs
 from beliefdrift.report.paired import paired_scores
 from beliefdrift.report.tables import TABLES, dataset_title
 from beliefdrift.runs.scoring import ESTIMATOR_TITLES, QualityControl, excluded_units, score_rows
@@ -51,8 +60,6 @@ SCRIPT_FILE = "explorer.js"
 SIDECAR_DIR = "explorer-data"
 #: θ in the sidecar files: round(θ · QUANT) as little-endian uint16.
 QUANT = 65535
-#: Significant digits of the numbers embedded in the page.
-DIGITS = 5
 
 
 def plotly_js() -> str:
@@ -87,8 +94,8 @@ def table_metrics() -> list[dict[str, Any]]:
 
 
 def plain(value: Any) -> Any:
-    """`value` as JSON-ready data: numpy arrays and numbers as lists and floats (rounded to DIGITS significant
-    digits), NaN and infinities as None."""
+    """`value` as JSON-ready data: numpy arrays and numbers as lists and floats (at full precision: the page rounds
+    once, where it shows a number), NaN and infinities as None."""
     if isinstance(value, np.ndarray):
         return plain(value.tolist())
     if isinstance(value, Mapping):
@@ -100,7 +107,7 @@ def plain(value: Any) -> Any:
     if isinstance(value, (int, np.integer)):
         return int(value)
     if isinstance(value, (float, np.floating)):
-        return float(f"{value:.{DIGITS}g}") if math.isfinite(value) else None
+        return float(value) if math.isfinite(value) else None
     return value
 
 
@@ -116,23 +123,27 @@ def quantised(thetas: np.ndarray) -> str:
     return base64.b64encode(levels.tobytes()).decode()
 
 
-def run_questions(config: Mapping[str, Any]) -> dict[str, MCQuestion]:
-    """The run's questions by id, loaded as the run loaded them (dataset, split, n, seed; data from
-    $BELIEFDRIFT_DATA), or {} when they cannot be loaded or are not the ones the run fingerprinted."""
+def run_questions(directory: Path, config: Mapping[str, Any]) -> dict[str, MCQuestion]:
+    """The run's questions by id: those it kept beside its store (`QUESTIONS_FILE`), else (a run from before that
+    file) loaded as the run loaded them (dataset, split, n, seed; data from $BELIEFDRIFT_DATA); {} when neither is
+    there or they are not the ones the run fingerprinted."""
     try:
-        questions = load_dataset(str(config["dataset"]), split=config.get("split"), n=config.get("n"),
-                                 seed=config.get("seed", 0))
-    except Exception:  # noqa: BLE001 (a page without question texts beats no page)
-        return {}
+        questions: Sequence[Any] = read_questions(directory)
+    except (OSError, ValueError, TypeError, KeyError):
+        try:
+            questions = load_dataset(str(config["dataset"]), split=config.get("split"), n=config.get("n"),
+                                     seed=config.get("seed", 0))
+        except Exception:  # noqa: BLE001 (a page without question texts beats no page)
+            return {}
     if config.get("questions_sha256") and fingerprint(questions) != config["questions_sha256"]:
         return {}
     return {q.id: q for q in questions if isinstance(q, MCQuestion)}
 
 
-def question_entry(question: MCQuestion | None, qid: str, dataset: str) -> dict[str, Any]:
-    """A question's text for the browser (its id alone when the texts could not be loaded)."""
+def question_entry(question: MCQuestion | None, qid: str, dataset: str, num_labels: int = 0) -> dict[str, Any]:
+    """A question's text for the browser (its id and `num_labels` letters when the texts are not known)."""
     if question is None:
-        return {"id": qid, "dataset": dataset, "stem": "", "options": [], "labels": []}
+        return {"id": qid, "dataset": dataset, "stem": "", "options": [], "labels": list(LETTERS[:num_labels])}
     return {"id": qid, "dataset": dataset, "stem": question.stem, "options": list(question.choices),
             "labels": list(question.labels), "answer": question.answer}
 
@@ -156,7 +167,7 @@ def evaluate_run(tag: str, directory: Path, config: Mapping[str, Any], qc: Quali
         rows = store.rows()
     scores = score_rows(rows, qc, n_resamples)
     table = [{"method": s.title, "name": s.method.name, "estimator": s.estimator_name, "own": s.estimator is None,
-              "n": s.n, "excluded": s.excluded,
+              "n": s.n, "excluded": s.excluded, "nll_clipped": s.summary["nll_clipped"] if s.summary else 0,
               **{m["name"]: list(s.summary[m["name"]]) if s.summary else None for m in table_metrics()}}
              for s in scores]
     reliability = []
@@ -169,12 +180,12 @@ def evaluate_run(tag: str, directory: Path, config: Mapping[str, Any], qc: Quali
                "deltas": {metric: list(d) for metric, d in p.deltas.items()}} for p in paired_scores(rows, qc,
                                                                                                   n_resamples)]
     excluded = excluded_units(rows, qc)
-    texts, dataset = run_questions(config), dataset_title(str(config.get("dataset", "")))
+    texts, dataset = run_questions(directory, config), dataset_title(str(config.get("dataset", "")))
     questions: dict[str, dict[str, Any]] = {}
     paths: dict[str, dict[str, Any]] = {}
     for row in rows:
-        entry = questions.setdefault(row.question_id, {**question_entry(texts.get(row.question_id),
-                                                                        row.question_id, dataset),
+        entry = questions.setdefault(row.question_id, {**question_entry(texts.get(row.question_id), row.question_id,
+                                                                        dataset, row.num_labels),
                                                        "position": row.position, "target": row.target,
                                                        "methods": {}})
         predicted = int(np.argmax(row.probs))
@@ -190,7 +201,8 @@ def evaluate_run(tag: str, directory: Path, config: Mapping[str, Any], qc: Quali
         questions[qid]["paths"] = f"{sidecar.name}/{tag}-{i}.js"
         write_atomic(sidecar / f"{tag}-{i}.js", f"explorerPaths({script_json(questions[qid]['paths'])},"
                                                  f"{script_json(methods)});\n")
-    return {"table": table, "paired": paired, "reliability": reliability, "questions": list(questions.values())}
+    return {"table": table, "paired": paired, "reliability": reliability, "questions": list(questions.values()),
+            "compute_seconds": stored_seconds(directory, "evaluate", rows)}
 
 
 def records_run(directory: Path, config: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
@@ -198,7 +210,7 @@ def records_run(directory: Path, config: Mapping[str, Any], keys: Sequence[str])
     with RunStore.open(directory / STORE_FILE, read_only=True) as store:
         units = store.record_units()
         records = {unit: store.records(*unit) for unit in units}
-    texts, dataset = run_questions(config), dataset_title(str(config.get("dataset", "")))
+    texts, dataset = run_questions(directory, config), dataset_title(str(config.get("dataset", "")))
     questions: dict[str, dict[str, Any]] = {}
     for (qid, method), values in records.items():
         entry = questions.setdefault(qid, {**question_entry(texts.get(qid), qid, dataset), "methods": {}})
@@ -222,35 +234,86 @@ def train_log(directory: Path) -> dict[str, list[float | None]]:
     return columns
 
 
-def run_entry(tag: str, directory: Path, qc: QualityControl, n_resamples: int, sidecar: Path,
+def run_names(run_dirs: Sequence[Path]) -> list[str]:
+    """Each run's name on the page: its directory's name, or the path as given where two share a name."""
+    names = [Path(d).name or Path(d).resolve().name for d in run_dirs]
+    return [name if names.count(name) == 1 else str(d) for name, d in zip(names, run_dirs, strict=True)]
+
+
+def stored_seconds(directory: Path, command: str, rows: Sequence[ResultRow] = ()) -> float | None:
+    """The compute time a run stored (None where it stores none: drift, emd): evaluate's per-question times (each
+    model pass of a question counted once; its methods' rows share it), reasoning's per-question times, train's
+    per-update times."""
+    if rows:
+        return sum(seconds for _, seconds in {(row.question_id, row.seconds) for row in rows})
+    if command == "reasoning" and (directory / STORE_FILE).is_file():
+        with RunStore.open(directory / STORE_FILE, read_only=True) as store:
+            units = store.record_units()
+            times = {qid: store.records(qid, condition).get("seconds", 0.0) for qid, condition in units}
+        return sum(times.values()) if times else None
+    times = train_log(directory).get("seconds") if command == "train" else None
+    return sum(v for v in times if v is not None) if times else None
+
+
+def run_entry(tag: str, name: str, directory: Path, qc: QualityControl, n_resamples: int, sidecar: Path,
               wall: Mapping[str, float]) -> dict[str, Any] | None:
-    """What the page shows of one run directory (None when it holds no run output the explorer reads); `tag`
-    names its sidecar files."""
+    """What the page shows of one run directory, as `name` (None when it holds no run output the explorer reads);
+    `tag` names its sidecar files. Its time: the wall time `paper` recorded (`wall`, by directory name), else the
+    compute time it stored (`stored_seconds`)."""
     directory = Path(directory)
-    name = directory.name or directory.resolve().name
-    entry: dict[str, Any] = {"name": name, "directory": str(directory), "seconds": wall.get(name)}
+    entry: dict[str, Any] = {"name": name, "directory": str(directory)}
+    recorded = wall.get(directory.name or directory.resolve().name)
+    run: dict[str, Any] | None = None
     if (directory / STORE_FILE).is_file():
         with RunStore.open(directory / STORE_FILE, read_only=True) as store:
             config, results = store.config(), store.count()
         command = str(config.get("command", "evaluate"))
         entry.update(command=command, settings=config)
         if results:
-            return {**entry, **evaluate_run(tag, directory, config, qc, n_resamples, sidecar)}
-        if command == "drift":
-            return {**entry, **records_run(directory, config, ("marginal_mean", "marginal_shift", "cid_l1"))}
-        if command == "emd":
+            run = {**entry, **evaluate_run(tag, directory, config, qc, n_resamples, sidecar)}
+        elif command == "drift":
+            run = {**entry, **records_run(directory, config, ("marginal_mean", "marginal_shift", "cid_l1"))}
+        elif command == "emd":
             distances = config.get("distance", ["l1"])
             keys = [f"{prefix}_{d}" for d in distances for prefix in ("emd_bar", "emd_k_b")]
-            return {**entry, **records_run(directory, config, keys)}
+            run = {**entry, **records_run(directory, config, keys)}
     summary = directory / "summary.json"
-    if summary.is_file() and "conditions" in (content := json.loads(summary.read_text())):
-        return {**entry, "command": "reasoning", "settings": {k: v for k, v in content.items() if k != "conditions"},
-                "conditions": content["conditions"]}
-    if (directory / "log.csv").is_file():
-        config = directory / "config.yaml"
-        return {**entry, "command": "train", "log": train_log(directory),
-                "settings": yaml.safe_load(config.read_text()) if config.is_file() else {}}
-    return None
+    if run is None and summary.is_file() and "conditions" in (content := json.loads(summary.read_text())):
+        run = {**entry, "command": "reasoning", "conditions": content["conditions"],
+               "settings": {k: v for k, v in content.items() if k != "conditions"}}
+    elif run is None and (directory / "log.csv").is_file():
+        config_file = directory / "config.yaml"
+        run = {**entry, "command": "train", "log": train_log(directory),
+               "settings": yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}}
+    if run is None:
+        return None
+    stored = run.pop("compute_seconds", None)
+    if recorded is None and stored is None:
+        stored = stored_seconds(directory, run["command"])
+    run["seconds"], run["timed"] = (recorded, "wall") if recorded is not None else (stored, "stored")
+    return run
+
+
+def run_comparisons(runs: Sequence[Mapping[str, Any]], qc: QualityControl, n_resamples: int) -> list[dict[str, Any]]:
+    """Δ = second − first (`report.compare.compare_runs`) of every pair of evaluate runs, in page order, that stored
+    a question of the same id (runs of other benchmarks are not compared)."""
+    evaluated = [run for run in runs if run.get("table")]
+    rows = {}
+    for run in evaluated:
+        with RunStore.open(Path(run["directory"]) / STORE_FILE, read_only=True) as store:
+            rows[run["name"]] = store.rows(trajectories=False)
+    out = []
+    for i, first in enumerate(evaluated):
+        for second in evaluated[i + 1:]:
+            a, b = rows[first["name"]], rows[second["name"]]
+            if {row.question_id for row in a}.isdisjoint(row.question_id for row in b):
+                continue
+            methods = compare_runs(a, b, qc, n_resamples)
+            if methods:
+                out.append({"first": first["name"], "second": second["name"], "methods": [
+                    {"name": m.method, "n": m.n, "deltas": {metric: list(d) for metric, d in m.deltas.items()}}
+                    for m in methods]})
+    return out
 
 
 def explorer_data(run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000,
@@ -258,12 +321,13 @@ def explorer_data(run_dirs: Sequence[Path], out: Path, qc: QualityControl | None
                   ) -> dict[str, Any]:
     """The page's data over `run_dirs` (question paths written under `out/explorer-data`)."""
     sidecar, qc = Path(out) / SIDECAR_DIR, qc or QualityControl()
-    runs = [run for i, directory in enumerate(run_dirs)
-            if (run := run_entry(f"r{i}", directory, qc, n_resamples, sidecar, wall or {})) is not None]
+    runs = [run for i, (name, directory) in enumerate(zip(run_names(run_dirs), run_dirs, strict=True))
+            if (run := run_entry(f"r{i}", name, directory, qc, n_resamples, sidecar, wall or {})) is not None]
     names = {name for run in runs for question in run.get("questions", ()) for name in question["methods"]}
-    return {"runs": runs, "environment": environment or {}, "quant": QUANT,
-            "titles": {name: method_title(name) for name in sorted(names)}, "metrics": table_metrics(),
-            "estimators": ESTIMATOR_TITLES, "qc": dataclasses.asdict(qc), "drift_level": DRIFT_LEVEL}
+    return {"runs": runs, "compare": run_comparisons(runs, qc, n_resamples), "environment": environment or {},
+            "quant": QUANT, "titles": {name: method_title(name) for name in sorted(names)},
+            "metrics": table_metrics(), "estimators": ESTIMATOR_TITLES, "qc": dataclasses.asdict(qc),
+            "drift_level": DRIFT_LEVEL}
 
 
 def write_explorer(run_dirs: Sequence[Path], out: Path, qc: QualityControl | None = None, n_resamples: int = 1000,

@@ -47,9 +47,10 @@ BASELINE = "ppr"
 #: The baseline of every AM-PPR method, besides `BASELINE`.
 SEEDED_BASELINE = "ppr-seed5"
 PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
-#: How the p-values are computed, as the captions say it.
-P_RULE = ("ACC: exact sign test; NLL, BS, EMD‾: the larger of the sign-flip and the studentized bootstrap p; AUC: "
-             "the larger of a swap permutation test and the bootstrap p; the same rule at every n")
+#: How the p-values are computed, as the captions say it: of a mean such as EMD‾ (`EMD_P_RULE`), and of each metric.
+EMD_P_RULE = "the larger of the sign-flip and the studentized bootstrap p"
+P_RULE = (f"ACC: exact sign test; NLL, BS, EMD‾: {EMD_P_RULE}; AUC: the larger of a swap permutation test and the "
+          "bootstrap p; the same rule at every n")
 #: The level of the paired intervals.
 LEVEL = 0.95
 CSV_COLUMNS = ["dataset", "method", "baseline", "metric", "n", "delta", "low", "high", "p", "level", "n_resamples"]
@@ -174,8 +175,8 @@ def emd_markdown(pairs: Sequence[PairedComparison]) -> str:
     if not pairs:
         return ""
     caption = (f"**Paired Δ EMD‾.** Δ = mean over the n questions of the method's EMD‾ − the baseline's, with "
-               f"{100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({P_RULE}; negative: "
-               "closer to a martingale than the baseline).")
+               f"{100 * LEVEL:g}% paired bootstrap intervals and two-sided p-values ({EMD_P_RULE}, the same rule "
+               "at every n; negative: closer to a martingale than the baseline).")
     return comparison_table(pairs, list(pairs[0].deltas), caption)
 
 

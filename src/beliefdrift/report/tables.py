@@ -25,7 +25,7 @@ from beliefdrift.engine.methods import Method, MethodResult
 from beliefdrift.files import write_atomic
 from beliefdrift.metrics.functional import NLL_EPS, REPORT_METRICS
 from beliefdrift.registry import table_order
-from beliefdrift.report.text import markdown_cell, markdown_table
+from beliefdrift.report.text import fixed, markdown_cell, markdown_table
 from beliefdrift.runs.scoring import SCORE_METRICS, MethodScore, QualityControl, ScoreRow, score_results
 
 DATASET_TITLES = {"demo": "Demo", "csqa": "CSQA", "arc": "AI2-ARC", "tinymmlu": "TinyMMLU", "mmlu": "MMLU",
@@ -86,11 +86,12 @@ def dataset_title(dataset: str) -> str:
 
 
 def format_value(metric: str, value: float) -> str:
-    """ACC/AUC in percent with one decimal, the others with four (as in the paper); `NOT_DEFINED` for NaN."""
+    """ACC/AUC in percent with one decimal, the others with four (as in the paper), rounded once by `text.fixed`
+    (the explorer rounds the same way); `NOT_DEFINED` for NaN."""
     if math.isnan(value):
         return NOT_DEFINED
     percent = metric in REPORT_METRICS and REPORT_METRICS[metric].percent  # other names (EMD‾): as numbers
-    return f"{100 * value:.1f}" if percent else f"{value:.4f}"
+    return fixed(100 * value, 1) if percent else fixed(value, 4)
 
 
 def format_cell(score: MethodScore | None, metric: str, latex: bool = False) -> str:

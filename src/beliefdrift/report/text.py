@@ -39,7 +39,9 @@ def _table(indices: Sequence[int], header: Sequence[str], rows: Sequence[Sequenc
 
 
 def fixed(value: float, digits: int = 4) -> str:
-    """`value` with `digits` decimals, never `-0.0000` (a KL of rounding noise below zero prints as 0)."""
+    """`value` with `digits` decimals, rounded once from its exact binary value (an exact tie to even), never
+    `-0.0000` (a KL of rounding noise below zero prints as 0): the one rounding of every table; the explorer's
+    `fixed` (templates/explorer.js) writes the same digits."""
     text = f"{value:.{digits}f}"
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 

@@ -26,7 +26,7 @@ from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend.loading import model_from
 from beliefdrift.backend.path_cache import prepared
-from beliefdrift.data.question import MCQuestion
+from beliefdrift.data.question import MCQuestion, write_questions
 from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.engine.methods import Method
 from beliefdrift.engine.resampling import direct_tokens, ppr_tokens
@@ -93,12 +93,15 @@ def run_loop(
 ) -> Path:
     """Store `compute`'s units for every question × name of `names` (each a `kind`: a method, for reasoning a
     condition) not stored yet in `<out>/run.sqlite` (table `table`), `batch` questions per call (this rank's share
-    under torchrun); return the store's path."""
+    under torchrun); return the store's path. Multiple-choice questions are also kept beside the store
+    (`data.question.QUESTIONS_FILE`)."""
     ranks = ranks or Ranks.from_env()
     path = Path(out) / STORE_FILE
     stored_units, save = TABLES[table]
     with process_group(ranks):
         with open_run_store(path, identity, ranks) as store:
+            if ranks.rank == 0 and questions and all(isinstance(q, MCQuestion) for q in questions):
+                write_questions(path.parent, questions)  # their texts, for the explorer whatever the dataset
             mine = [(i, q) for i, q in enumerate(questions) if ranks.owns(i)]
             stored = stored_units(store)
             done = sum((q.id, name) in stored for _, q in mine for name in names)

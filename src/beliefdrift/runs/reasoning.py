@@ -25,7 +25,7 @@ import torch
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.loading import model_from
 from beliefdrift.config.reasoning import ReasoningConfig
-from beliefdrift.cot.answers import answer_totals, answer_view, majority_accuracy
+from beliefdrift.cot.answers import MIN_PARSED, answer_totals, answer_view, few_parsed, majority_accuracy
 from beliefdrift.cot.drift import CurveStats, centroids, cosine_matrix, curve_stats, lag_curve
 from beliefdrift.cot.embeddings import SentenceEmbedder, pair_embeddings
 from beliefdrift.cot.generation import (
@@ -295,9 +295,10 @@ def summarize_conditions(results: Sequence[dict], config: ReasoningConfig) -> di
             "capped": sum(c["capped"] for c in per_question),
             **totals,
         }
+        conditions[key]["few_parsed"] = few_parsed(totals["valid_answers"], conditions[key]["pairs"])
         if seeds:
             conditions[key]["above_unseeded"] = _above(results, key, "ppr")
-    return {"questions": [r["task"]["id"] for r in results], "conditions": conditions}
+    return {"questions": [r["task"]["id"] for r in results], "min_parsed": MIN_PARSED, "conditions": conditions}
 
 
 def _above(results: Sequence[dict], key: str, reference: str) -> list[int]:
@@ -310,20 +311,31 @@ def _above(results: Sequence[dict], key: str, reference: str) -> list[int]:
 REASONING_CAPTION = ("**Chain-of-thought drift.** c_n = cos(h̄_n, h̄_{n+τ}), the cosine between the centroids over "
                      "rollouts of the embeddings of thought–answer pairs n and n + τ, mean over questions: c_1 at the "
                      "first pair, c_last at the last n with a value (lower: the reasoning drifts further); majority "
-                     "acc.: accuracy of each question's majority answer over its rollouts; pairs: thought–answer "
-                     "pairs generated; malformed: pairs off the <sol>…</sol><ans>…</ans> format.")
+                     "acc.: accuracy of each question's majority answer over its rollouts (parsed answers only); "
+                     "pairs: thought–answer pairs generated; parsed: how many of their answers parse (the rest cannot "
+                     "vote); malformed: pairs off the <sol>…</sol><ans>…</ans> format.")
 
 
 def summary_markdown(summary: dict) -> str:
-    """A short titled table: per condition the mean curve's first and last value, majority accuracy, format."""
-    lines = [REASONING_CAPTION, "",
-             "| condition | c_1 | c_last | majority acc. | pairs | malformed |", "|---|---|---|---|---|---|"]
+    """A short titled table: per condition the mean curve's first and last value, majority accuracy, the pairs and
+    how many of their answers parse, format; ‡ on the figures of a condition where too few parse (`few_parsed`)."""
+    lines = [REASONING_CAPTION, "", "| condition | c_1 | c_last | majority acc. | pairs | parsed | malformed |",
+             "|---|---|---|---|---|---|---|"]
+    marked = []
     for cond in summary["conditions"].values():
         curve = [v for v in cond["curve_mean"] if v is not None]
-        first, last = (f"{curve[0]:.3f}", f"{curve[-1]:.3f}") if curve else ("–", "–")
+        mark = " ‡" if cond.get("few_parsed") else ""
+        first, last = (f"{curve[0]:.3f}{mark}", f"{curve[-1]:.3f}{mark}") if curve else ("–", "–")
         accuracy = cond["majority_accuracy"]["overall"]
-        shown = "–" if accuracy is None else f"{accuracy:.2f}"
-        lines.append(f"| {cond['title']} | {first} | {last} | {shown} | {cond['pairs']} | {cond['malformed']} |")
+        shown = "–" if accuracy is None else f"{accuracy:.2f}{mark}"
+        parsed = f"{cond['valid_answers']}/{cond['pairs']}" if "valid_answers" in cond else "–"
+        lines.append(f"| {cond['title']} | {first} | {last} | {shown} | {cond['pairs']} | {parsed} | "
+                     f"{cond['malformed']} |")
+        marked += [cond["title"]] * bool(mark)
+    if marked:
+        share = summary.get("min_parsed", MIN_PARSED)
+        lines += ["", f"‡ {', '.join(marked)}: fewer than {100 * share:g}% of the pairs' answers parse, so its c_n and "
+                      "majority accuracy rest on the few that do."]
     return "\n".join(lines)
 
 

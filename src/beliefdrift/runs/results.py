@@ -23,14 +23,18 @@ what quality control drops.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beliefdrift.config.options import QualityControl
-from beliefdrift.files import replacing, write_atomic
+from beliefdrift.errors import UserError
+from beliefdrift.files import check_directory, replacing
 from beliefdrift.runs.inputs import run_inputs
 from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore, StoreError
 
@@ -44,7 +48,9 @@ if TYPE_CHECKING:
     from beliefdrift.runs.scoring import QualityReport, ScoreRow
 
 #: `beliefdrift export --format` values.
-EXPORT_FORMATS = ("jsonl", "parquet")
+EXPORT_FORMATS = ("jsonl", "csv", "parquet")
+#: `--out -`: the export goes to standard output.
+STDOUT = "-"
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,7 @@ def open_run(path: str | Path) -> Run:
     """The run in directory `path` (or the directory of the run store `path`), finished or partial."""
     path = Path(path)
     directory = path.parent if path.name == STORE_FILE else path
+    check_directory(directory, "run directory")
     if not (directory / STORE_FILE).is_file():
         raise StoreError(f"{directory}: no run store ({STORE_FILE}) there")
     return Run(directory)
@@ -205,27 +212,64 @@ def reasoning(*, questions: Questions | None = None, lm: Model | None = None,
     return Run(Path(inputs.settings.out))
 
 
-def write_export(run: Run, out: str | Path, format: str = "jsonl") -> Path:
-    """`run.records(trajectories=True)` as JSON lines or a parquet table (one row per question × method)."""
-    if format not in EXPORT_FORMATS:
-        raise ValueError(f"--format {format}: expected {' or '.join(EXPORT_FORMATS)}")
-    rows, out = run.records(trajectories=True), Path(out)
-    if format == "jsonl":
-        write_atomic(out, "".join(json.dumps(row) + "\n" for row in rows))
+def export_format(out: str | Path, format: str | None = None) -> str:
+    """The format of an export to `out`: `format` (one of `EXPORT_FORMATS`), else the one `out`'s suffix names
+    (`.jsonl`, `.csv`, `.parquet`), else jsonl; a UserError where the suffix names another format than `format`."""
+    if format is not None and format not in EXPORT_FORMATS:
+        raise UserError(f"--format {format}: expected {', '.join(EXPORT_FORMATS)}")
+    suffix = Path(out).suffix.lower() if str(out) != STDOUT else ""
+    named = suffix[1:] if suffix[1:] in EXPORT_FORMATS else None
+    if format is not None and named is not None and named != format:
+        raise UserError(f"--out {out}: a {suffix} file, but --format {format}; give --format {named}, or an --out "
+                        f"ending in .{format}")
+    return format or named or "jsonl"
+
+
+def write_export(run: Run, out: str | Path, format: str | None = None) -> Path:
+    """`run.records(trajectories=True)` as JSON lines, a CSV table or a parquet table (one row per question × method;
+    nested values as JSON text in CSV and parquet) into the file `out` (atomically), or onto standard output where
+    `out` is `-`. The format is `export_format(out, format)`'s."""
+    format = export_format(out, format)
+    rows = run.records(trajectories=True)
+    if format == "parquet":
+        data = parquet_bytes(rows)
+    elif format == "csv":
+        data = csv_text(rows).encode("utf-8")
     else:
-        write_parquet(rows, out)
-    return out
+        data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
+    if str(out) == STDOUT:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return Path(out)
+    with replacing(Path(out)) as temporary:
+        temporary.write_bytes(data)
+    return Path(out)
 
 
-def write_parquet(rows: Sequence[dict[str, Any]], out: Path) -> None:
+def columns_of(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Every key of `rows`, in the order they first appear."""
+    return list(dict.fromkeys(key for row in rows for key in row))
+
+
+def csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    """`rows` as CSV: a header of every key, floats written exactly, nested values as JSON text, None as empty."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, columns_of(rows), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({key: encoded(value) for key, value in row.items()} for row in rows)
+    return buffer.getvalue()
+
+
+def parquet_bytes(rows: Sequence[dict[str, Any]]) -> bytes:
     """`rows` as a parquet table; nested values (estimates, records of several types) as JSON text columns."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    table = pa.table({key: [encoded(row.get(key)) for row in rows] for key in columns})
-    with replacing(out) as temporary:
-        pq.write_table(table, temporary)
+    table = pa.table({key: [encoded(row.get(key)) for row in rows] for key in columns_of(rows)})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
 
 
 def encoded(value: Any) -> Any:

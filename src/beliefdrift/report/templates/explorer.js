@@ -28,9 +28,23 @@ function plotText(text) {
   return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
 
+/** `value` with `digits` decimals as the tables write it (`report.text.fixed`): rounded once from the exact binary
+ *  value, an exact tie to the even neighbour (toFixed takes the one away from zero), and never `-0`. The page data
+ *  hold full precision, so a cell here equals the same cell of tables.md. */
+function fixed(value, digits) {
+  let text = value.toFixed(digits);
+  const exact = Math.abs(value).toFixed(100);  // every digit of a double of this size
+  const end = exact.indexOf(".") + 1 + digits;
+  if (/^50*$/.test(exact.slice(end))) {  // a tie: keep the truncation where its last digit is even
+    const kept = exact.slice(0, digits ? end : end - 1);
+    if (Number(kept[kept.length - 1]) % 2 === 0) text = (value < 0 ? "-" : "") + kept;
+  }
+  return text.startsWith("-") && Number(text) === 0 ? text.slice(1) : text;
+}
+
 function fmt(value, digits) {
   if (value === null || value === undefined) return "–";
-  if (typeof value === "number") return value.toFixed(digits === undefined ? 4 : digits);
+  if (typeof value === "number") return fixed(value, digits === undefined ? 4 : digits);
   if (typeof value === "boolean") return value ? "yes" : "no";
   return String(value);
 }
@@ -167,12 +181,19 @@ function note(parent, text, attrs) {
 
 // ------------------------------------------------------------------------------------------------ runs
 
+/** Where a run's time comes from, as its cell's hover says it. */
+const TIMED = {
+  wall: () => "wall time, as the paper pipeline recorded it",
+  stored: r => (r.seconds === null ? `a ${r.command} run stores no time`
+                                   : "compute time: the sum of the per-question (train: per-update) times the run stored"),
+};
+
 function renderRuns() {
   const body = document.getElementById("runs-body");
   body.appendChild(sortableTable([
     {label: "run", value: r => r.name}, {label: "command", value: r => r.command},
     {label: "directory", value: r => r.directory},
-    {label: "wall time (s)", value: r => r.seconds, text: r => fmt(r.seconds, 1)},
+    {label: "time (s)", value: r => r.seconds, text: r => fmt(r.seconds, 1), title: r => TIMED[r.timed](r)},
     {label: "fingerprint (sha256)", value: r => (r.settings || {}).sha256 || "–"},
   ], DATA.runs));
   for (const run of DATA.runs) {
@@ -195,14 +216,16 @@ function hasInterval(cell) {
   return cell[1] !== null && cell[2] !== null;
 }
 
-/** `point [low, high]`, `point †` (no valid interval), `n/a` (undefined on these questions), `–` (not scored). */
-function intervalText(cell, metric) {
+/** `point [low, high]`, `point †` (no valid interval), `n/a` (undefined on these questions), `–` (not scored), as
+ *  the tables write them; ` (k clipped)` after an NLL with `clipped` probabilities counted as ε (tables.md's mark). */
+function intervalText(cell, metric, clipped) {
   if (!cell) return "–";
   const scale = metric.percent ? 100 : 1, digits = metric.percent ? 1 : 4;
   if (cell[0] === null) return "n/a";
   const [point, low, high] = cell.map(v => (v === null ? null : v * scale));
-  return hasInterval(cell) ? `${fmt(point, digits)} [${fmt(low, digits)}, ${fmt(high, digits)}]`
-                           : `${fmt(point, digits)} ${DAGGER}`;
+  const mark = metric.name === "NLL" && clipped ? ` (${clipped} clipped)` : "";
+  return (hasInterval(cell) ? `${fmt(point, digits)} [${fmt(low, digits)}, ${fmt(high, digits)}]`
+                            : `${fmt(point, digits)} ${DAGGER}`) + mark;
 }
 
 function methodTable(run) {
@@ -211,7 +234,7 @@ function methodTable(run) {
   return sortableTable([
     {label: "method", value: r => r.method}, {label: "n", value: r => r.n}, {label: "excluded", value: r => r.excluded, title: unscored},
     ...DATA.metrics.map(m => ({label: m.percent ? `${m.name} (%)` : m.name, value: r => (r[m.name] ? r[m.name][0] : null),
-                               text: r => intervalText(r[m.name], m), title: unscored})),
+                               text: r => intervalText(r[m.name], m, r.nll_clipped), title: unscored})),
   ], run.table, {id: `methods-${run.name}`});
 }
 
@@ -332,34 +355,40 @@ function renderMethods() {
 
 // ------------------------------------------------------------------------------------------------ questions
 
-/** Questions of every run keyed by dataset and id: text, per method the evaluate numbers, drift and EMD. */
+/** Every question of every run, keyed by dataset and id: its text (the first run that holds it) and each run's own
+ *  entry ({run, target, paths, methods: the evaluate numbers, drift or EMD records}); runs never merge. */
 function collectQuestions() {
   const byKey = new Map();
   for (const run of DATA.runs) {
     for (const q of run.questions || []) {
       const key = `${q.dataset}\u0000${q.id}`;
       if (!byKey.has(key)) byKey.set(key, {dataset: q.dataset, id: q.id, stem: q.stem, options: q.options,
-                                           labels: q.labels, answer: q.answer, methods: {}, paths: []});
+                                           labels: q.labels, answer: q.answer, runs: []});
       const entry = byKey.get(key);
-      if (!entry.stem && q.stem) Object.assign(entry, {stem: q.stem, options: q.options, labels: q.labels});
-      if (q.paths) entry.paths.push({run: run.name, file: q.paths});
-      if (q.target !== undefined) entry.target = q.target;
-      for (const [method, values] of Object.entries(q.methods)) {
-        const m = entry.methods[method] || (entry.methods[method] = {});
-        Object.assign(m, values, {[run.command]: run.name});
-      }
+      if (!entry.stem && q.stem) Object.assign(entry, {stem: q.stem, options: q.options, labels: q.labels,
+                                                       answer: q.answer});
+      if (entry.target === undefined && q.target !== undefined) entry.target = q.target;
+      entry.runs.push({run: run.name, target: q.target, paths: q.paths, methods: q.methods});
     }
   }
   return [...byKey.values()];
 }
 
 const QUESTIONS = collectQuestions();
-const ROWS = QUESTIONS.flatMap(q => Object.entries(q.methods).map(([method, m]) => ({
-  question: q, method, predicted: m.predicted === undefined ? null : (q.labels[m.predicted] || m.predicted),
+/** One row per run × question × method. */
+const ROWS = QUESTIONS.flatMap(q => q.runs.flatMap(r => Object.entries(r.methods).map(([method, m]) => ({
+  question: q, run: r.run, method, predicted: m.predicted === undefined ? null : optionLabel(q, m.predicted),
   correct: m.correct === undefined ? null : m.correct, confidence: m.confidence ?? null, spread: m.spread ?? null,
   emd: m.emd_bar_l1 ?? null, shift: m.marginal_shift ? m.marginal_shift[m.marginal_shift.length - 1] : null,
-  excluded: m.excluded === undefined ? null : m.excluded, mass: m.mass ?? null,
-})));
+  excluded: m.excluded === undefined ? null : m.excluded, mass: m.mass ?? null, values: m,
+}))));
+/** Whether the page holds more than one run with questions: then every method is named with its run. */
+const SEVERAL_RUNS = new Set(ROWS.map(r => r.run)).size > 1;
+
+/** A method as a question's detail names it: with its run where the page holds several. */
+function runTitle(run, method) {
+  return SEVERAL_RUNS ? `${run}: ${title(method)}` : title(method);
+}
 
 function drift(row) {
   return row.emd !== null ? row.emd : row.spread;
@@ -367,6 +396,7 @@ function drift(row) {
 
 function filteredRows() {
   const search = document.getElementById("f-search").value.trim().toLowerCase();
+  const run = document.getElementById("f-run").value;
   const dataset = document.getElementById("f-dataset").value;
   const method = document.getElementById("f-method").value;
   const correct = document.getElementById("f-correct").value;
@@ -374,20 +404,21 @@ function filteredRows() {
   const least = parseFloat(document.getElementById("f-drift").value);
   return ROWS.filter(r => (!search || r.question.id.toLowerCase().includes(search)
                            || (r.question.stem || "").toLowerCase().includes(search))
-    && (!dataset || r.question.dataset === dataset) && (!method || r.method === method)
+    && (!run || r.run === run) && (!dataset || r.question.dataset === dataset) && (!method || r.method === method)
     && (!correct || r.correct === (correct === "yes"))
     && (!qc || r.excluded === (qc === "excluded"))
     && (isNaN(least) || (drift(r) !== null && drift(r) >= least)));
 }
 
-/** A select's options: "all", then each value (shown as `label(value)`), sorted by what is shown. */
-function fillSelect(id, values, label) {
+/** A select's options: `first` ("all" unless given), then each value (shown as `label(value)`), sorted by what is
+ *  shown unless `keepOrder`. */
+function fillSelect(id, values, label, first, keepOrder) {
   const select = document.getElementById(id);
-  select.appendChild(el("option", "all", {value: ""}));
+  if (first !== null) select.appendChild(el("option", first || "all", {value: ""}));
   const shown = v => (label ? label(v) : v);
-  for (const value of [...new Set(values)].sort((a, b) => shown(a).localeCompare(shown(b)))) {
-    select.appendChild(el("option", shown(value), {value}));
-  }
+  const unique = [...new Set(values)];
+  if (!keepOrder) unique.sort((a, b) => shown(a).localeCompare(shown(b)));
+  for (const value of unique) select.appendChild(el("option", shown(value), {value}));
 }
 
 function qcText(row) {
@@ -395,15 +426,22 @@ function qcText(row) {
   return row.excluded ? "excluded" : "kept";
 }
 
+/** The answer key's label ("B"), from the question's text, else from the stored target. */
+function keyLabel(question) {
+  if (question.answer !== undefined) return question.answer;
+  return question.target === undefined ? null : optionLabel(question, question.target);
+}
+
 function renderQuestionTable() {
   const rows = filteredRows();
-  document.getElementById("f-count").textContent = `${rows.length} of ${ROWS.length} question × method rows`;
+  document.getElementById("f-count").textContent = `${rows.length} of ${ROWS.length} run × question × method rows`;
   const table = sortableTable([
-    {label: "dataset", value: r => r.question.dataset}, {label: "question", value: r => r.question.id},
-    {label: "stem", value: r => r.question.stem, cls: "stem"}, {label: "method", value: r => title(r.method)},
+    {label: "run", value: r => r.run, cls: "run", title: r => r.run}, {label: "dataset", value: r => r.question.dataset},
+    {label: "question", value: r => r.question.id}, {label: "stem", value: r => r.question.stem, cls: "stem"},
+    {label: "method", value: r => title(r.method)},
     {label: "quality control", value: qcText, title: r => (r.excluded ? `excluded: ${exclusionRule()}` : null)},
     {label: "label mass", value: r => r.mass, text: r => fmt(r.mass, 3)},
-    {label: "key", value: r => r.question.answer ?? (r.question.target ?? null)},
+    {label: "key", value: r => keyLabel(r.question)},
     {label: "predicted", value: r => r.predicted}, {label: "correct", value: r => r.correct, text: r => fmt(r.correct)},
     {label: "confidence", value: r => r.confidence, text: r => fmt(r.confidence, 3)},
     {label: "spread of θ_N", value: r => r.spread, text: r => fmt(r.spread, 3)},
@@ -461,18 +499,23 @@ function optionLabel(question, k) {
   return (question.labels && question.labels[k]) || String.fromCharCode(65 + k);
 }
 
+/** One row per run × estimate (each method's own, then its alternatives), one column per option (the key's marked
+ *  ✓): every run's numbers beside the others. */
 function estimateTable(question) {
-  const methods = Object.entries(question.methods).filter(([, m]) => m.probs);
-  const K = methods.length ? methods[0][1].probs.length : 0;
-  const columns = [{label: "option", value: r => r.label}, {label: "key", value: r => (r.key ? "✓" : "")}];
-  for (const [method, m] of methods) {
-    columns.push({label: title(method), value: r => m.probs[r.k], text: r => fmt(m.probs[r.k], 3)});
-    for (const [estimator, probs] of Object.entries(m.alternatives || {})) {
-      columns.push({label: estimateTitle(method, estimator), value: r => probs[r.k], text: r => fmt(probs[r.k], 3)});
+  const rows = [];
+  for (const entry of question.runs) {
+    for (const [method, m] of Object.entries(entry.methods).filter(([, values]) => values.probs)) {
+      rows.push({run: entry.run, estimate: title(method), probs: m.probs});
+      for (const [estimator, probs] of Object.entries(m.alternatives || {})) {
+        rows.push({run: entry.run, estimate: estimateTitle(method, estimator), probs});
+      }
     }
   }
-  const rows = [...Array(K).keys()].map(k => ({k, label: optionLabel(question, k), key: k === question.target}));
-  return sortableTable(columns, rows);
+  const K = Math.max(0, ...rows.map(r => r.probs.length));
+  const columns = [...(SEVERAL_RUNS ? [{label: "run", value: r => r.run}] : []), {label: "estimate", value: r => r.estimate},
+                   ...[...Array(K).keys()].map(k => ({label: optionLabel(question, k) + (k === question.target ? " ✓" : ""),
+                                                      value: r => r.probs[k], text: r => fmt(r.probs[k], 3)}))];
+  return sortableTable(columns, rows, {id: "estimate-table"});
 }
 
 /** Hover text of every point of every path (shared by the options): the path, its seeds, its answers so far. */
@@ -491,9 +534,10 @@ function pathHovers(question, entry, J, steps) {
   return text;
 }
 
-/** θ_n of every option against n for every path of one method (thin) and their mean (thick, dashed); a method
- *  with one θ per path (AM-PPR's θ̂_1: no answers drawn) as markers, one per path and a larger one for the mean. */
-function pathsPlot(parent, question, run, method, entry) {
+/** θ_n of every option against n for every path of one run's method (thin) and their mean (thick, dashed); a
+ *  method with one θ per path (AM-PPR's θ̂_1: no answers drawn) as markers, one per path and a larger one for the
+ *  mean. `values`: the run's numbers of the method on this question. */
+function pathsPlot(parent, question, run, method, entry, values) {
   const theta = decodeTheta(entry);
   const J = theta.length, steps = theta[0].length, K = theta[0][0].length;
   const single = steps === 1;
@@ -518,10 +562,9 @@ function pathsPlot(parent, question, run, method, entry) {
                  marker: {color, size: 14, symbol: "line-ew-open", line: {width: 3, color}},
                  meta: {option: k, kind: "mean"}});
   }
-  const m = question.methods[method] || {};
   const div = plotDiv(parent, "paths-plot");
   div.dataset.method = `${run}: ${method}`;
-  const heading = `${run}: ${title(method)}` + (m.excluded ? " (excluded by quality control)" : "");
+  const heading = `${run}: ${title(method)}` + ((values || {}).excluded ? " (excluded by quality control)" : "");
   const xTitle = single ? "n (θ̂_1: one θ per path, no answers drawn)" : "n (answers generated)";
   plot(div, traces, layout(heading, xTitle, "θ_n", {
     xaxis: countAxis(xTitle, 0, steps - 1), yaxis: {range: [0, 1], title: {text: "θ_n"}}}));
@@ -530,65 +573,180 @@ function pathsPlot(parent, question, run, method, entry) {
 function curvePlot(parent, text, xTitle, yTitle, curves, cls) {
   const div = plotDiv(parent, cls);
   plot(div, curves.map((c, i) => ({type: "scatter", mode: "lines+markers", name: plotText(c.name),
-    x: c.x || c.y.map((_, n) => n), y: c.y, line: {color: COLORS[i % COLORS.length]}})),
+    x: c.x || c.y.map((_, n) => n), y: c.y, line: {color: COLORS[i % COLORS.length]},
+    error_y: c.std ? {type: "data", array: c.std, arrayminus: c.y.map((v, n) => Math.min(c.std[n], v)), visible: true,
+                      thickness: 1} : undefined})),
   layout(text, xTitle, yTitle, {showlegend: curves.length > 1 || curves[0].name !== text,
                                  xaxis: curvesAxis(xTitle, curves)}));
   return div;
+}
+
+/** The (run, method, its numbers) of a question, over every run that holds it. */
+function questionMethods(question) {
+  return question.runs.flatMap(entry => Object.entries(entry.methods).map(([method, m]) => [entry, method, m]));
 }
 
 function showQuestion(question) {
   const detail = document.getElementById("question-detail");
   detail.hidden = false;
   detail.replaceChildren(el("h3", `${question.dataset} · ${question.id}`));
-  detail.appendChild(el("p", question.stem || "(question text not available: its data set could not be loaded)",
+  detail.appendChild(el("p", question.stem || "(question text not available: the run kept no questions.jsonl and " +
+                                             "its data set could not be loaded)",
                         {class: "stem-text", id: "question-stem"}));
-  const list = detail.appendChild(el("ul", null, {class: "options"}));
+  const list = detail.appendChild(el("ul", null, {class: "options", id: "question-options"}));
   (question.options || []).forEach((option, k) => {
     const item = list.appendChild(el("li", `${optionLabel(question, k)}. ${option}`));
     if (k === question.target || optionLabel(question, k) === question.answer) item.classList.add("key");
   });
-  const excluded = Object.entries(question.methods).filter(([, m]) => m.excluded).map(([name]) => title(name));
+  const methods = questionMethods(question);
+  const excluded = methods.filter(([, , m]) => m.excluded).map(([entry, name]) => runTitle(entry.run, name));
   if (excluded.length) {
     note(detail, `Quality control: ${excluded.join(", ")} ${excluded.length > 1 ? "exclude" : "excludes"} this ` +
                  `question from ${excluded.length > 1 ? "their" : "its"} metrics: ${exclusionRule()}.`,
          {id: "question-qc"});
   }
-  detail.appendChild(el("h4", "Estimates beside the answer key (each method's estimate, then its alternatives)"));
+  detail.appendChild(el("h4", "Estimates of each option (✓: the answer key), each method's own, then its alternatives"));
   detail.appendChild(el("div", null, {class: "scroll"})).appendChild(estimateTable(question));
   const grid = detail.appendChild(el("div", null, {class: "grid", id: "paths-grid"}));
   const absent = note(detail, "", {id: "paths-absent"});
   absent.hidden = true;
   const drawn = new Set();
-  Promise.all(question.paths.map(source => loadPaths(source.file).then(methods => {
-    for (const [method, entry] of Object.entries(methods)) {
-      pathsPlot(grid, question, source.run, method, entry);
-      drawn.add(method);
+  Promise.all(question.runs.filter(entry => entry.paths).map(entry => loadPaths(entry.paths).then(paths => {
+    for (const [method, path] of Object.entries(paths)) {
+      pathsPlot(grid, question, entry.run, method, path, entry.methods[method]);
+      drawn.add(`${entry.run}\u0000${method}`);
     }
     drawQueued();
   }).catch(err => grid.appendChild(el("p", err.message, {class: "note"}))))).then(() => {
-    const without = Object.keys(question.methods).filter(name => question.methods[name].probs && !drawn.has(name));
+    const without = methods.filter(([entry, name, m]) => m.probs && !drawn.has(`${entry.run}\u0000${name}`));
     if (without.length) {
-      absent.textContent = `No paths for ${without.map(title).join(", ")}: it asks once and resamples no answer.`;
+      absent.textContent = `No paths for ${without.map(([entry, name]) => runTitle(entry.run, name)).join(", ")}: ` +
+                           "it asks once and resamples no answer.";
       absent.hidden = false;
     }
   });
-  const drifts = Object.entries(question.methods).filter(([, m]) => m.marginal_mean);
+  const drifts = methods.filter(([, , m]) => m.marginal_mean);
   if (drifts.length) {
     detail.appendChild(el("h4", "Marginal drift E[θ_n] of this question (drift run)"));
     const driftGrid = detail.appendChild(el("div", null, {class: "grid"}));
-    for (const [method, m] of drifts) {
+    for (const [entry, method, m] of drifts) {
       const K = m.marginal_mean[0].length;
-      curvePlot(driftGrid, title(method), "n (answers generated)", "E[θ_n]", [...Array(K).keys()].map(k => ({
-        name: optionLabel(question, k), y: m.marginal_mean.map(step => step[k])})));
+      curvePlot(driftGrid, `${entry.run}: ${title(method)}`, "n (answers generated)", "E[θ_n]",
+                [...Array(K).keys()].map(k => ({name: optionLabel(question, k), y: m.marginal_mean.map(step => step[k])})));
     }
   }
-  const emds = Object.entries(question.methods).filter(([, m]) => m.emd_k_b_l1);
-  if (emds.length) {
+  const emdRuns = question.runs.filter(entry => Object.values(entry.methods).some(m => m.emd_k_b_l1));
+  if (emdRuns.length) {
     detail.appendChild(el("h4", "EMD_k(b) of this question (emd run, L1)"));
-    curvePlot(detail.appendChild(el("div", null, {class: "grid"})), "EMD_k(b)", "burn-in b", "EMD (L1)",
-              emds.map(([method, m]) => ({name: title(method), y: m.emd_k_b_l1})));
+    const emdGrid = detail.appendChild(el("div", null, {class: "grid"}));
+    for (const entry of emdRuns) {
+      const k = lookahead(entry.run);
+      curvePlot(emdGrid, `${entry.run}: EMD_${k}(b)`, "burn-in b", `EMD_${k}(b) (L1)`,
+                Object.entries(entry.methods).filter(([, m]) => m.emd_k_b_l1)
+                  .map(([method, m]) => ({name: title(method), y: m.emd_k_b_l1})));
+    }
   }
   drawQueued();
+}
+
+/** The k of an emd run's EMD_k(b) (its -k/--lookahead setting). */
+function lookahead(name) {
+  const run = DATA.runs.find(r => r.name === name) || {};
+  return (run.settings || {}).lookahead ?? "k";
+}
+
+// ------------------------------------------------------------------------------------------------ compare
+
+/** The stored comparison of runs `a` and `b` as Δ = b − a: stored as (first, second) in page order, and flipped
+ *  (Δ and its interval negated, p as it is) where `a` is the second; undefined where the two share no question. */
+function comparison(a, b) {
+  const stored = (DATA.compare || []).find(c => (c.first === a && c.second === b) || (c.first === b && c.second === a));
+  if (!stored || stored.first === a) return stored;
+  const negate = v => (v === null ? null : -v);
+  const flip = d => [negate(d[0]), negate(d[2]), negate(d[1]), d[3]];
+  return {first: a, second: b, methods: stored.methods.map(m => ({name: m.name, n: m.n, deltas: Object.fromEntries(
+    Object.entries(m.deltas).map(([metric, d]) => [metric, flip(d)]))}))};
+}
+
+/** Δ = b − a of every metric per method (the units of the tables; p beside each Δ) on the questions both runs keep. */
+function compareTable(pair) {
+  const columns = [{label: "method", value: m => title(m.name)}, {label: "n", value: m => m.n}];
+  for (const metric of DATA.metrics.filter(mt => pair.methods.some(m => m.deltas[mt.name]))) {  // CE2 has no Δ
+    const cell = m => m.deltas[metric.name];
+    columns.push({label: `Δ ${metric.name}${metric.percent ? " (points of %)" : ""}`,
+                  value: m => (cell(m) ? cell(m)[0] : null), text: m => intervalText(cell(m), metric)});
+    columns.push({label: "p", value: m => (cell(m) ? cell(m)[3] : null), text: m => fmt(cell(m) ? cell(m)[3] : null, 3)});
+  }
+  return sortableTable(columns, pair.methods, {id: "compare-table"});
+}
+
+/** q* of the answer key under run `a` (x) against run `b` (y), one point per question both stored for `method`;
+ *  hollow where quality control excludes the question in either run. */
+function comparePlot(grid, a, b, method) {
+  const points = {kept: [], excluded: []};
+  for (const q of QUESTIONS) {
+    const [ea, eb] = [a, b].map(run => q.runs.find(entry => entry.run === run));
+    const [ma, mb] = [ea, eb].map(entry => entry && entry.methods[method]);
+    if (!ma || !mb || !ma.probs || !mb.probs || ea.target !== eb.target || ea.target === undefined) continue;
+    const [x, y] = [ma.probs[ea.target], mb.probs[eb.target]];
+    points[ma.excluded || mb.excluded ? "excluded" : "kept"].push(
+      {x, y, text: `${plotText(q.id)}<br>${plotText(a)}: ${fmt(x, 3)}<br>${plotText(b)}: ${fmt(y, 3)}`});
+  }
+  const trace = (kind, name, marker) => ({type: "scatter", mode: "markers", name, meta: {kind},
+    x: points[kind].map(p => p.x), y: points[kind].map(p => p.y), text: points[kind].map(p => p.text),
+    hoverinfo: "text", marker});
+  const traces = [trace("kept", "question", {size: 7, color: "#234", opacity: 0.7})];
+  if (points.excluded.length) {
+    traces.push(trace("excluded", "excluded by quality control in either run",
+                      {size: 7, color: "#999", symbol: "circle-open"}));
+  }
+  const div = plotDiv(grid, "compare-plot");
+  div.dataset.method = method;
+  plot(div, traces, layout(`${title(method)}: q* of the key`, `q*(key), ${a}`, `q*(key), ${b}`, {
+    xaxis: {range: [-0.02, 1.02], title: {text: plotText(`q*(key), ${a}`)}},
+    yaxis: {range: [-0.02, 1.02], title: {text: plotText(`q*(key), ${b}`)}},
+    shapes: [{type: "line", x0: 0, y0: 0, x1: 1, y1: 1, line: {dash: "dot", color: "#888"}}],
+    showlegend: points.excluded.length > 0, legend: {orientation: "h", y: -0.25, font: {size: 10}}}));
+}
+
+function renderComparison() {
+  const body = document.getElementById("compare-body");
+  body.replaceChildren();
+  const a = document.getElementById("compare-a").value, b = document.getElementById("compare-b").value;
+  if (a === b) {
+    note(body, "Choose two different runs.");
+    return;
+  }
+  const pair = comparison(a, b);
+  if (!pair) {
+    note(body, `${a} and ${b} share no question: nothing to compare.`);
+    return;
+  }
+  body.appendChild(el("h3", `${b} − ${a}`));
+  body.appendChild(el("div", null, {class: "scroll"})).appendChild(compareTable(pair));
+  const empty = pair.methods.filter(m => m.n === 0).map(m => title(m.name));
+  if (empty.length) {
+    note(body, `–: no question that quality control keeps in both runs for ${empty.join(", ")}.`, {id: "compare-empty"});
+  }
+  const grid = body.appendChild(el("div", null, {class: "grid", id: "compare-grid"}));
+  for (const m of pair.methods) comparePlot(grid, a, b, m.name);
+  drawQueued();
+}
+
+function renderCompare() {
+  const runs = [...new Set((DATA.compare || []).flatMap(c => [c.first, c.second]))];
+  if (!runs.length) {
+    document.getElementById("compare-controls").hidden = true;
+    note(document.getElementById("compare-body"), "No two evaluate runs here share a question: nothing to compare.");
+    return;
+  }
+  const order = DATA.runs.map(r => r.name).filter(name => runs.includes(name));
+  fillSelect("compare-a", order, null, null, true);
+  fillSelect("compare-b", order, null, null, true);
+  document.getElementById("compare-a").value = DATA.compare[0].first;
+  document.getElementById("compare-b").value = DATA.compare[0].second;
+  for (const id of ["compare-a", "compare-b"]) document.getElementById(id).addEventListener("input", renderComparison);
+  renderComparison();
 }
 
 // ------------------------------------------------------------------------------------------------ drift
@@ -661,12 +819,14 @@ function renderEmdRun(body, run) {
                      name: plotText(`${title(r.name)}: urn floor`), meta: {kind: "floor"}});
       }
       traces.push({type: "scatter", mode: "lines+markers", x: b, y: r.burn_in, name: plotText(title(r.name)),
-                   line: {color}, error_y: {type: "data", array: r.burn_in_std, visible: true, thickness: 1},
+                   line: {color}, error_y: {type: "data", array: r.burn_in_std, visible: true, thickness: 1,
+                                            arrayminus: r.burn_in.map((v, n) => Math.min(r.burn_in_std[n], v))},
                    hovertext: (r.burn_in_drift || []).map(t => `drift Û ×10³ ${driftText(t)}`)});
     });
     const last = Math.max(...rows.map(r => r.burn_in.length - 1));
-    plot(plotDiv(grid), traces, layout(`EMD_k(b) (${distance})`, "burn-in b", `EMD_k(b) (${distance})`,
-                                                 {xaxis: countAxis("burn-in b", 0, last)}));
+    const k = lookahead(run.name);
+    plot(plotDiv(grid), traces, layout(`EMD_${k}(b) (${distance})`, "burn-in b", `EMD_${k}(b) (${distance})`,
+                                       {xaxis: countAxis("burn-in b", 0, last)}));
   }
 }
 
@@ -684,13 +844,14 @@ function renderSelectedDrift(rows) {
   const target = document.getElementById("selected-drift");
   if (!target) return;
   target.replaceChildren();
-  const byMethod = {};
-  for (const r of rows) {
-    const m = r.question.methods[r.method];
-    if (m.marginal_shift) (byMethod[r.method] = byMethod[r.method] || []).push(m.marginal_shift);
+  const byMethod = new Map();  // run × method → its questions' shifts
+  for (const r of rows.filter(row => row.values.marginal_shift)) {
+    const key = runTitle(r.run, r.method);
+    if (!byMethod.has(key)) byMethod.set(key, []);
+    byMethod.get(key).push(r.values.marginal_shift);
   }
-  const curves = Object.entries(byMethod).map(([method, shifts]) => ({
-    name: `${title(method)} (${shifts.length} question${shifts.length === 1 ? "" : "s"})`,
+  const curves = [...byMethod].map(([name, shifts]) => ({
+    name: `${name} (${shifts.length} question${shifts.length === 1 ? "" : "s"})`,
     y: shifts[0].map((_, n) => shifts.reduce((s, v) => s + v[n], 0) / shifts.length)}));
   if (curves.length) {
     curvePlot(target, "mean ‖E[θ_n] − E[θ_0]‖₁ over the selected questions", "n (answers generated)", "L1 shift",
@@ -724,23 +885,48 @@ function renderReasoning() {
   for (const run of runs) {
     const conditions = Object.values(run.conditions);
     const traces = conditions.map((c, i) => ({type: "scatter", mode: "lines+markers",
-      name: plotText(c.title), y: c.curve_mean, line: {color: COLORS[i % COLORS.length]},
-      error_y: {type: "data", array: c.curve_std || [], visible: true}}));
-    const last = Math.max(0, ...conditions.map(c => c.curve_mean.length - 1));
-    plot(plotDiv(grid), traces, layout(`${run.name}: CoT drift`, "pair", "c_n",
-                                                 {xaxis: countAxis("pair", 0, last)}));
+      name: plotText(c.title), x: c.curve_mean.map((_, n) => n + 1), y: c.curve_mean,
+      line: {color: COLORS[i % COLORS.length]}, error_y: {type: "data", array: c.curve_std || [], visible: true}}));
+    const last = Math.max(1, ...conditions.map(c => c.curve_mean.length));
+    const tau = run.settings.tau ?? (run.settings.config || {}).tau;
+    plot(plotDiv(grid), traces, layout(`${run.name}: CoT drift`, "pair n", `c_n = cos(h̄_n, h̄_n+${tau ?? "τ"})`,
+                                       {xaxis: countAxis("pair n", 1, last)}));
+    reasoningCounts(body, run);
+  }
+}
+
+/** A reasoning run's answers per condition, as its summary table counts them: pairs generated, answers that parse
+ *  (of those pairs), pairs off the format, and the majority accuracy; ‡ where too few answers parse for c_n and the
+ *  majority accuracy to mean much. */
+function reasoningCounts(body, run) {
+  const conditions = Object.values(run.conditions).filter(c => c.pairs !== undefined);
+  if (!conditions.length) return;
+  const accuracy = c => ((c.majority_accuracy || {}).overall ?? null);
+  const marked = c => (c.few_parsed ? " ‡" : "");
+  body.appendChild(el("div", null, {class: "scroll"})).appendChild(sortableTable([
+    {label: "condition", value: c => c.title}, {label: "pairs", value: c => c.pairs},
+    {label: "answers parsed", value: c => c.valid_answers, text: c => `${c.valid_answers} of ${c.pairs}${marked(c)}`},
+    {label: "malformed pairs", value: c => c.malformed},
+    {label: "majority acc.", value: accuracy, text: c => fmt(accuracy(c), 2) + marked(c)},
+  ], conditions, {id: `reasoning-counts-${run.name}`}));
+  const few = conditions.filter(c => c.few_parsed);
+  if (few.length) {
+    note(body, `‡: fewer than ${fmt(100 * run.settings.min_parsed, 0)}% of the pairs' answers parse for ` +
+               `${few.map(c => c.title).join(", ")}: its c_n and majority accuracy rest on the few that do.`);
   }
 }
 
 renderRuns();
 renderMethods();
+renderCompare();
 renderDrift();
 renderTraining();
 renderReasoning();
 drawQueued();
+fillSelect("f-run", ROWS.map(r => r.run));
 fillSelect("f-dataset", QUESTIONS.map(q => q.dataset));
 fillSelect("f-method", ROWS.map(r => r.method), title);
-for (const id of ["f-search", "f-dataset", "f-method", "f-correct", "f-qc", "f-drift"]) {
+for (const id of ["f-search", "f-run", "f-dataset", "f-method", "f-correct", "f-qc", "f-drift"]) {
   document.getElementById(id).addEventListener("input", renderQuestionTable);
 }
 renderQuestionTable();
