@@ -10,7 +10,8 @@ three groups by name (matrix products: gemm/cutlass/nvjet kernels; attention: fl
 the host's share of a step is the timed wall time less the kernels' time (what the GPU spends idle, waiting for
 launches). On a CPU the aten operators' own times are grouped the same way. The profile's largest items at the last
 question count follow the table (attention's batched products count as matrix products; a fused attention kernel is
-attention even where its name also names cutlass). Prefills are included: at N steps they are amortized as in a run.
+attention even where its name also names cutlass; the answers' log-softmax over the vocabulary is other). Prefills are
+included: at N steps they are amortized as in a run.
 
 The profile is read from the profiler's raw events (`own_times`; the same numbers as `key_averages`), not through
 `key_averages`, which builds a Python object and a tree for every event (100–180 µs an event on a busy 2-core CPU).
@@ -36,9 +37,10 @@ from torch.profiler import ProfilerActivity, profile
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.data.registry import load_dataset
 
-# Attention first: fused attention kernels also name cutlass (PyTorch's memory-efficient `fmha_cutlassF_…`, flash
-# kernels' `cutlass::` template arguments).
+# In this order: the answers' log-softmax over the vocabulary is no attention; fused attention kernels also name
+# cutlass (PyTorch's memory-efficient `fmha_cutlassF_…`, flash kernels' `cutlass::` template arguments).
 GROUPS = (
+    ("other", re.compile(r"log_?softmax", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|softmax|aten::_efficient", re.I)),
     ("matrix products", re.compile(r"gemm|cutlass|xmma|nvjet|sm90|aten::(mm|addmm|bmm|matmul|linear)$", re.I)),
 )

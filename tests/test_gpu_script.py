@@ -73,7 +73,7 @@ def test_paper_scale_counts_the_paper_as_issue_50_does():
     assert at_7718.generating == 3  # ppr, ppr-seed1, ppr-seed5
 
 
-def test_fused_attention_kernels_are_attention_not_matrix_products():
+def test_fused_attention_kernels_are_attention_and_the_answers_log_softmax_is_not():
     for kernel in ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::"
                    "bfloat16_t, cutlass::arch::Sm80, true, 64, 128, 128, true, true>::Params)",
                    "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
@@ -82,7 +82,11 @@ def test_fused_attention_kernels_are_attention_not_matrix_products():
     for kernel in ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1",
                    "nvjet_tst_128x64_64x8_1x1_v_bz_TNN", "aten::mm", "aten::addmm"):
         assert profile_step.group(kernel) == "matrix products", kernel
-    assert profile_step.group("void at::native::vectorized_elementwise_kernel<4>") == "other"
+    for kernel in ("void at::native::vectorized_elementwise_kernel<4>", "aten::_log_softmax",  # the answers' θ
+                   "void (anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, (anonymous namespace)::"
+                   "LogSoftMaxForwardEpilogue>(float*, float const*, int)"):
+        assert profile_step.group(kernel) == "other", kernel
+    assert profile_step.group("aten::_softmax") == "attention"
 
 
 def test_own_times_equal_key_averages_on_a_cpu_profile():
