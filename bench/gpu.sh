@@ -22,7 +22,8 @@
 # Random weights of the real shapes, made on the GPU: nothing is downloaded. BENCH_ARGS is added to every
 # benchmark that builds a shape (e.g. BENCH_ARGS="--tokenizer DIR" where the default model is not installed).
 # SHAPE (llama-3.1-8b), DEVICE (cuda) and STEPS (answers per path, 100) change every step but `shapes`:
-# SHAPE=tiny DEVICE=cpu STEPS=5 BUDGET=60 checks the script itself on a CPU.
+# SHAPE=tiny DEVICE=cpu STEPS=5 BUDGET=300 checks the script itself on a CPU (all steps but env and graphs, which
+# need CUDA, and shapes, whose shapes are fixed).
 # A step that fails is reported and the next one runs; the exit status counts the failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."

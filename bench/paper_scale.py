@@ -170,8 +170,8 @@ def report(m: Measured, dataset: str) -> str:
     """The rate lines: path-answers/s, over the generating methods too, and the whole split at that rate."""
     generated = m.path_answers(m.questions, m.generating) / m.seconds
     full = m.full_seconds
-    return (f"path-answers/s: {m.rate:,.1f} ({m.questions} questions × {len(m.methods)} methods × J {m.paths} × "
-            f"N {m.steps} / {m.seconds:.2f} s of engine time)\n"
+    return (f"path-answers/s: {m.rate:,.1f} ({m.questions} question{'s' * (m.questions != 1)} × {len(m.methods)} "
+            f"methods × J {m.paths} × N {m.steps} / {m.seconds:.2f} s of engine time)\n"
             f"answers drawn/s: {generated:,.1f} (the {m.generating} methods that draw N answers a path)\n"
             f"full {dataset}: {m.total:,} questions × {len(m.methods)} × {m.paths} × {m.steps} = "
             f"{m.path_answers(m.total):,} path-answers / {m.rate:,.1f} per s = {full:,.1f} s = {full / 60:.1f} min "
@@ -214,11 +214,12 @@ def main(argv: list[str] | None = None) -> None:
     before = stored_questions(store)
     print(f"$ {shlex.join(command)}", flush=True)
     wall, why = run_for(command, store, args.budget, args.questions)
+    if not stored_questions(store):
+        raise SystemExit(f"paper scale: evaluate ran {wall:.1f} s ({why}) and stored no question; raise --budget "
+                         "(BUDGET for bench/gpu.sh)")
     m = measured(store)
     print(f"\nevaluate ran {wall:.1f} s ({why}): {m.questions} of {m.total:,} questions stored with every method, "
           f"{m.questions - before} of them by this run; its start-up (loading the model) is in the wall time only")
-    if not m.questions:
-        raise SystemExit("paper scale: no question stored with every method; raise --budget")
     print(report(m, args.dataset))
 
 
