@@ -48,7 +48,7 @@ from beliefdrift.backend.loading import resolve_device, resolve_dtype
 from beliefdrift.config.options import load_settings
 from beliefdrift.config.train import TrainConfig
 from beliefdrift.registry import METHOD_EXAMPLES, parse_method
-from beliefdrift.runs.store import STORE_FILE, RunStore
+from beliefdrift.runs.store import STORE_FILE, RunStore, StoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_METHODS = METHOD_EXAMPLES
@@ -93,11 +93,13 @@ def evaluate_command(args: argparse.Namespace, model: Path, adapter: Path, out: 
 
 
 def stored_questions(store: Path) -> int:
-    """Questions stored in the run store `store` (a question's methods are stored together; 0 before it exists)."""
-    if not store.is_file():
+    """Questions stored in the run store `store` (a question's methods are stored together; 0 before it exists or
+    while evaluate is still creating it)."""
+    try:
+        with RunStore.open(store, read_only=True) as run:
+            return len({question for question, _ in run.done()})
+    except StoreError:
         return 0
-    with RunStore.open(store, read_only=True) as run:
-        return len({question for question, _ in run.done()})
 
 
 def run_for(command: list[str], store: Path, budget: float, questions: int) -> tuple[float, str]:
