@@ -15,18 +15,22 @@
 #   cot      chain-of-thought tokens/s against generate, and per-token cost early and late in a long rollout
 #   train    peak memory of SC training (LoRA) against paths per update, with and without checkpointing
 #   shapes   the eager sweep on OLMo-2-7B's and Qwen2.5-7B's shapes
+#   paper    `beliefdrift evaluate` from the CLI on a saved random model of the shape (in DIR/paper, ~16 GB for 8B):
+#            the paper's 7 methods, J 32, N 100, CSQA, stopped after BUDGET seconds (240); path-answers/s and the
+#            full CSQA time at that rate (bench/paper_scale.py; CSQA from $BELIEFDRIFT_DATA)
 #
 # Random weights of the real shapes, made on the GPU: nothing is downloaded. BENCH_ARGS is added to every
 # benchmark that builds a shape (e.g. BENCH_ARGS="--tokenizer DIR" where the default model is not installed).
 # SHAPE (llama-3.1-8b), DEVICE (cuda) and STEPS (answers per path, 100) change every step but `shapes`:
-# SHAPE=tiny DEVICE=cpu STEPS=5 checks the script itself on a CPU.
+# SHAPE=tiny DEVICE=cpu STEPS=5 BUDGET=300 checks the script itself on a CPU (all steps but env and graphs, which
+# need CUDA, and shapes, whose shapes are fixed).
 # A step that fails is reported and the next one runs; the exit status counts the failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash bench/gpu.sh DIR [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(env tests draws capture sweep profile graphs static compile cot train shapes)
+[ ${#steps[@]} -gt 0 ] || steps=(env tests draws capture sweep profile graphs static compile cot train shapes paper)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}
@@ -53,7 +57,9 @@ torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'peft', 
     train) "$py" bench/train.py --memory --shape "$shape" --device "$device" --checkpointing ;;
     shapes) "$py" bench/rollout.py --shape olmo-2-7b "${sweep[@]}" &&
       "$py" bench/rollout.py --shape qwen2.5-7b "${sweep[@]}" ;;
-    *) echo "unknown step $1 (env tests draws capture sweep profile graphs static compile cot train shapes)" >&2; return 2 ;;
+    paper) "$py" bench/paper_scale.py "$out/paper" --shape "$shape" "${sweep[@]}" --budget "${BUDGET:-240}" ;;
+    *) echo "unknown step $1 (env tests draws capture sweep profile graphs static compile cot train shapes paper)" >&2
+      return 2 ;;
   esac
 }
 

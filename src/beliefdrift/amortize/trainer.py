@@ -180,6 +180,15 @@ def plan_updates(num_groups: int, config: TrainConfig, rank: int = 0, world: int
     return updates
 
 
+def lora_config(config: TrainConfig) -> Any:
+    """The peft `LoraConfig` of `config`'s LoRA settings (rank, alpha, dropout, target modules) for a causal LM."""
+    from peft import LoraConfig
+
+    target = "all-linear" if config.target_modules == ["all-linear"] else list(config.target_modules)
+    return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=target, task_type="CAUSAL_LM")
+
+
 class SCTrainer:
     """Self-consistency LoRA fine-tuning of a model (`lm`) on training `questions`; writes checkpoints, logs and the
     adapter to the settings' `out`.
@@ -224,7 +233,7 @@ class SCTrainer:
 
     def _build(self, lm: LanguageModel | None) -> None:
         """The model (`lm` or `config.model`), its rollout groups, the planned updates, LoRA, optimizer and loss."""
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
         from transformers import get_cosine_schedule_with_warmup
 
         config = self.config
@@ -238,10 +247,7 @@ class SCTrainer:
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(base.model)
         torch.manual_seed(config.seed)  # LoRA initialisation
-        target = "all-linear" if config.target_modules == ["all-linear"] else list(config.target_modules)
-        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                          target_modules=target, task_type="CAUSAL_LM")
-        peft_model = get_peft_model(base.model, lora)
+        peft_model = get_peft_model(base.model, lora_config(config))
         self.tokenizer = base.tokenizer
         self.name = base.name
         params = [p for p in peft_model.parameters() if p.requires_grad]
