@@ -29,13 +29,14 @@ $(VENV)/.installed-serve: $(VENV)/.installed
 
 # Optional: llama.cpp's own C++ server, built from the llama.cpp that llama-cpp-python's source distribution vendors
 # (the version the serve extra installed, so both servers run the same llama.cpp), which tests/servers.py starts (its
-# tests skip without it; CI builds it). Portable CPU code as above, no web UI, no HTTPS, nothing fetched by CMake:
-# one static binary, $(LLAMA_SERVER), written last (so it is also the stamp); sources and build are removed.
+# tests skip without it; CI builds it). CPU code as above, no web UI, no HTTPS, nothing fetched by CMake: one static
+# binary, $(LLAMA_SERVER), written last, so it is also the stamp (built once; delete it to build again, e.g. after
+# llama-cpp-python changed); sources and build folder are removed. 32 min on the shared 2-core machine (808 CPU s).
 LLAMA_SERVER_DIR ?= $(VENV)/llama-server
 LLAMA_SERVER      = $(LLAMA_SERVER_DIR)/bin/llama-server
 setup-llama-server: $(LLAMA_SERVER)
 
-$(LLAMA_SERVER): $(VENV)/.installed-serve
+$(LLAMA_SERVER): | $(VENV)/.installed-serve
 	rm -rf $(LLAMA_SERVER_DIR)/src $(LLAMA_SERVER_DIR)/build && mkdir -p $(LLAMA_SERVER_DIR)/src
 	$(BIN)/python -m pip download --quiet --no-deps --no-binary :all: --dest $(LLAMA_SERVER_DIR)/src \
 		"llama-cpp-python==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')"
