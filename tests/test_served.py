@@ -1,9 +1,11 @@
-"""Models behind an OpenAI-compatible server (`--model openai:BASE_URL`, backend/served.py), tested against a real
-llama.cpp server (llama-cpp-python's, started once for the session on a free loopback port with the default model's
-GGUF file; the tests that need it skip where llama_cpp is not installed) and, for faults, a small proxy in front of it.
+"""Models behind an OpenAI-compatible server (`--model openai:BASE_URL`, backend/served.py), tested against real
+llama.cpp servers (tests/servers.py: llama-cpp-python's, and llama.cpp's own llama-server where `make
+setup-llama-server` built it; each started once for the session on a free loopback port with the default model's GGUF
+file; the tests that need one skip without it) and, for faults, a small proxy in front of llama-cpp-python's.
 
-References: θ from the server equals θ from llama.cpp in process (same weights, same token ids) to 1e-6; every
-answer and seed is drawn on our side, so a run through the server resumes, after any fault, to the same numbers.
+References: θ from either server equals θ from llama.cpp in process (same weights, same token ids) to 1e-6; every
+answer and seed is drawn on our side, so a run through the server resumes, after any fault, to the same numbers (on
+llama-server, where its numbers do not depend on its history: `REPRODUCIBLE`).
 """
 
 from __future__ import annotations
