@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: setup setup-serve demo test lint docs bench clean
+.PHONY: setup setup-serve setup-llama-server demo test lint docs bench clean
 
 setup: $(VENV)/.installed
 
@@ -28,6 +28,28 @@ setup-serve: $(VENV)/.installed-serve
 $(VENV)/.installed-serve: $(VENV)/.installed
 	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install --quiet --no-warn-conflicts -e '.[serve]'
 	touch $@
+
+# Optional: llama.cpp's own C++ server, built from the llama.cpp that llama-cpp-python's source distribution vendors
+# (the version the serve extra installed, so both servers run the same llama.cpp), which tests/servers.py starts (its
+# tests skip without it; CI builds it). CPU code as above, no web UI, no HTTPS, nothing fetched by CMake: one static
+# binary, $(LLAMA_SERVER), written last, so it is also the stamp (built once; delete it to build again, e.g. after
+# llama-cpp-python changed); sources and build folder are removed. 32 min on the shared 2-core machine (808 CPU s).
+LLAMA_SERVER_DIR ?= $(VENV)/llama-server
+LLAMA_SERVER      = $(LLAMA_SERVER_DIR)/bin/llama-server
+setup-llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): | $(VENV)/.installed-serve
+	rm -rf $(LLAMA_SERVER_DIR)/src $(LLAMA_SERVER_DIR)/build && mkdir -p $(LLAMA_SERVER_DIR)/src
+	$(BIN)/python -m pip download --quiet --no-deps --no-binary :all: --dest $(LLAMA_SERVER_DIR)/src \
+		"llama-cpp-python==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')"
+	tar -xzf $(LLAMA_SERVER_DIR)/src/llama_cpp_python-*.tar.gz -C $(LLAMA_SERVER_DIR)/src
+	cmake -S $(LLAMA_SERVER_DIR)/src/llama_cpp_python-*/vendor/llama.cpp -B $(LLAMA_SERVER_DIR)/build \
+		-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DLLAMA_BUILD_SERVER=ON \
+		-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+		-DLLAMA_BUILD_EXAMPLES=OFF
+	cmake --build $(LLAMA_SERVER_DIR)/build --target llama-server --parallel $$(nproc)
+	install -D $(LLAMA_SERVER_DIR)/build/bin/llama-server $@
+	rm -rf $(LLAMA_SERVER_DIR)/src $(LLAMA_SERVER_DIR)/build
 
 # One torch thread unless OMP_NUM_THREADS is set: torch otherwise starts one per core, and on a 2-core machine shared
 # with other jobs, threads waiting for busy cores stall every matrix product (docs/reproduce.md: two threads stalled).

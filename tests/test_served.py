@@ -1,20 +1,17 @@
-"""Models behind an OpenAI-compatible server (`--model openai:BASE_URL`, backend/served.py), tested against a real
-llama.cpp server (llama-cpp-python's, started once for the session on a free loopback port with the default model's
-GGUF file; the tests that need it skip where llama_cpp is not installed) and, for faults, a small proxy in front of it.
+"""Models behind an OpenAI-compatible server (`--model openai:BASE_URL`, backend/served.py), tested against real
+llama.cpp servers (tests/servers.py: llama-cpp-python's, and llama.cpp's own llama-server where `make
+setup-llama-server` built it; each started once for the session on a free loopback port with the default model's GGUF
+file; the tests that need one skip without it) and, for faults, a small proxy in front of llama-cpp-python's.
 
-References: θ from the server equals θ from llama.cpp in process (same weights, same token ids) to 1e-6; every
-answer and seed is drawn on our side, so a run through the server resumes, after any fault, to the same numbers.
+References: θ from either server equals θ from llama.cpp in process (same weights, same token ids) to 1e-6; every
+answer and seed is drawn on our side, so a run through the server resumes, after any fault, to the same numbers (on
+llama-server, where its numbers do not depend on its history: `REPRODUCIBLE`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -26,6 +23,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from servers import (
+    HAS_LLAMA_CPP,
+    NO_LLAMA_CPP,
+    SERVERS,
+    default_gguf,
+    free_port,
+    llama_cpp_python_server,
+    llama_cpp_server,
+    skip_without_llama_server,
+)
 
 from beliefdrift.backend.served import ServerOptions, nucleus_logits
 from beliefdrift.cli.main import main
@@ -33,9 +40,7 @@ from beliefdrift.cot.generation import nucleus_sampler
 from beliefdrift.engine.resampling import make_generator
 from beliefdrift.errors import UserError
 
-HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("httpx") is not None
-needs_server = pytest.mark.skipif(not HAS_LLAMA_CPP, reason="needs llama-cpp-python[server] and httpx (the serve "
-                                                            "extra: pip install 'beliefdrift[serve]')")
+needs_server = pytest.mark.skipif(not HAS_LLAMA_CPP, reason=NO_LLAMA_CPP)
 
 
 # ---------------------------------------------------------------------------------------------- no server needed
@@ -110,52 +115,20 @@ def test_train_refuses_a_served_model(capsys):
 # ---------------------------------------------------------------------------------------------- a real server
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def default_gguf() -> Path:
-    from beliefdrift.backend import DEFAULT_MODEL
-    from beliefdrift.backend.loading import locate_registry_gguf
-
-    return locate_registry_gguf(DEFAULT_MODEL)
-
-
-@contextlib.contextmanager
-def llama_server(port: int, *args: str) -> Iterator[str]:
-    """llama-cpp-python's OpenAI server on 127.0.0.1:`port` with the default model's GGUF file (one thread); its API
-    root once /v1/models answers. Stopped (SIGKILL) on leaving."""
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{port}.log"
-    with log.open("w") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(default_gguf()), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--verbose", "false", *args],
-            stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/models", timeout=2).read()
-                break
-            except (urllib.error.URLError, OSError):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"llama_cpp.server did not start: {log.read_text()[-2000:]}") from None
-                time.sleep(0.2)
+@pytest.fixture(scope="session")
+def server() -> Iterator[str]:
+    """One llama-cpp-python server for the session: its OpenAI API root."""
+    if not HAS_LLAMA_CPP:
+        pytest.skip(NO_LLAMA_CPP)
+    with llama_cpp_python_server(free_port()) as url:
         yield url
-    finally:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[str]:
-    """One llama.cpp server for the session: its OpenAI API root."""
-    if not HAS_LLAMA_CPP:
-        pytest.skip("needs llama-cpp-python[server] and httpx (pip install 'beliefdrift[serve]')")
-    with llama_server(free_port()) as url:
+def cpp_server() -> Iterator[str]:
+    """One llama.cpp llama-server for the session: its OpenAI API root."""
+    skip_without_llama_server()
+    with llama_cpp_server(free_port()) as url:
         yield url
 
 
@@ -201,6 +174,29 @@ def reference(server: str, history_template: str, tmp_path_factory: pytest.TempP
     """An evaluation through the session's server, uninterrupted: the numbers every faulty run must end up with."""
     out = tmp_path_factory.mktemp("served") / "reference"
     assert main(evaluate_args(server, out, history_template)) == 0
+    return out
+
+
+#: What makes each server's numbers independent of what it computed before, so that a run resumed on a restarted server
+#: can store what an uninterrupted one stored: (server arguments, --model-args added). llama-server's arithmetic
+#: depends on its history in two ways that the client's adaptive top log-probabilities reach (it asks again, for 8 times
+#: as many, when an option is missing, and keeps the larger count for the rest of the run, so a resumed run asks
+#: otherwise): a context asked again re-evaluates its last token alone from the prompt cache, which rounds otherwise
+#: (two evaluations through fresh servers, one asking 160 from the start, stored θ up to 1.2e-2 apart), and its softmax
+#: sums the vocabulary in float32 in an order that depends on how many top log-probabilities are asked (θ 6e-8 apart
+#: without the cache). So: no prompt cache, and one count for every request.
+REPRODUCIBLE = {"llama-cpp-python": ((), ""),
+                "llama-server": (("--no-cache-prompt",), ",logprobs=160,max_logprobs=160")}
+
+
+@pytest.fixture(scope="session")
+def cpp_reference(history_template: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same evaluation through a llama-server as `REPRODUCIBLE` has it."""
+    skip_without_llama_server()
+    args, model_args = REPRODUCIBLE["llama-server"]
+    out = tmp_path_factory.mktemp("served") / "cpp-reference"
+    with llama_cpp_server(free_port(), *args) as url:
+        assert main(evaluate_args(url, out, history_template, QUICK + model_args)) == 0
     return out
 
 
@@ -300,16 +296,29 @@ def nothing_stored(out: Path) -> bool:
     return not (out / STORE_FILE).exists() or not stored_results(out)
 
 
+#: The session fixtures of each server (`servers.SERVERS`): its API root, and an uninterrupted evaluation through it.
+FIXTURES = {"llama-cpp-python": ("server", "reference"), "llama-server": ("cpp_server", "cpp_reference")}
+#: Whether a server's valid_mass is held to its value relative to the vocabulary's float32 rounding: llama-server
+#: normalises its probabilities with a serial float32 sum over the vocabulary (`get_token_probabilities` in
+#: tools/server/server-common.cpp), whose relative error is at most (V − 1)·ε₃₂ (2.9e-3 for 49,152 tokens; 2.4e-4
+#: measured, and the server's mass equal to that serial sum's to the last bit); llama-cpp-python's is numpy's
+#: log-softmax, as in process. θ is a ratio of the options' probabilities, so the normaliser cancels there.
+SERIAL_SOFTMAX = {"llama-cpp-python": False, "llama-server": True}
+
+
 @needs_server
-def test_theta_from_the_server_is_llama_cpp_in_process(server, history_template, question):
+@pytest.mark.parametrize("name", SERVERS)
+def test_theta_from_the_server_is_llama_cpp_in_process(name, request, history_template, question):
     """Direct query and every step of PPR paths (prompt, seeds and sampled answers as token ids): θ and valid_mass
-    from the server equal softmax over the options of llama.cpp's own log-softmax on the same ids, in process."""
+    from the server equal softmax over the options of llama.cpp's own log-softmax on the same ids, in process (the
+    same llama.cpp: llama-server is built from the copy llama-cpp-python vendors)."""
     from llama_cpp import Llama
 
     from beliefdrift.backend import load_model
     from beliefdrift.engine.resampling import QuestionRunner, direct_tokens
 
-    lm = load_model(f"openai:{server}", model_args={"concurrency": 4})
+    url = request.getfixturevalue(FIXTURES[name][0])
+    lm = load_model(f"openai:{url}", model_args={"concurrency": 4})
     runner = QuestionRunner(lm, question, history_template)
     trajectories = runner.ppr(2, 3, make_generator(0, "served"), num_seeds=1)
     local = Llama(model_path=str(default_gguf()), logits_all=True, n_ctx=2048, n_threads=1, n_threads_batch=1,
@@ -324,17 +333,19 @@ def test_theta_from_the_server_is_llama_cpp_in_process(server, history_template,
         return np.exp(log_probs.astype(np.float64)) / mass[:, None], mass
 
     tokens = direct_tokens(lm, question)
-    probs, mass = thetas(list(tokens.prompt_ids), tokens.label_ids, [len(tokens.prompt_ids)])
-    np.testing.assert_allclose(runner.direct.probs.numpy(), probs[0], atol=1e-6, rtol=0)
-    assert abs(float(runner.direct.valid_mass) - mass[0]) <= 1e-6
+    served = [(runner.direct.probs.numpy()[None], runner.direct.valid_mass.numpy().reshape(1))]
+    in_process = [thetas(list(tokens.prompt_ids), tokens.label_ids, [len(tokens.prompt_ids)])]
     ppr = runner.ppr_prompt.tokens
     for path in range(2):
         answers = [*trajectories.seeds[path].tolist(), *trajectories.answers[path].tolist()]
         ids = list(ppr.prompt_ids) + [t for a in answers for t in ppr.answer_ids(a)]
         after = [len(ppr.prompt_ids) + (1 + step) * ppr.step_length for step in range(4)]  # the seed, then 3 answers
-        probs, mass = thetas(ids, ppr.label_ids, after)
-        np.testing.assert_allclose(trajectories.thetas[path].numpy(), probs, atol=1e-6, rtol=0)
-        np.testing.assert_allclose(trajectories.valid_mass[path].numpy(), mass, atol=1e-6, rtol=0)
+        served.append((trajectories.thetas[path].numpy(), trajectories.valid_mass[path].numpy()))
+        in_process.append(thetas(ids, ppr.label_ids, after))
+    mass_rtol = (len(lm.tokenizer) - 1) * float(np.finfo(np.float32).eps) if SERIAL_SOFTMAX[name] else 0.0
+    for (theta, mass), (theta_here, mass_here) in zip(served, in_process, strict=True):
+        np.testing.assert_allclose(theta, theta_here, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(mass, mass_here, atol=1e-6, rtol=mass_rtol)
 
 
 @needs_server
@@ -373,14 +384,18 @@ def test_injected_429_and_500_change_no_number(server, reference, history_templa
 
 
 @needs_server
-def test_a_killed_server_resumes_to_the_same_numbers(reference, history_template, tmp_path, capsys):
+@pytest.mark.parametrize("name", SERVERS)
+def test_a_killed_server_resumes_to_the_same_numbers(name, request, history_template, tmp_path, capsys):
     """The server killed while a run is under way: the run ends with one line (exit 2) keeping the question it
     finished; against a restarted server serving another model the run is refused; against the same model it resumes
     to the numbers of an uninterrupted run."""
-    port, out = free_port(), tmp_path / "killed"
+    start, (args, model_args) = SERVERS[name], REPRODUCIBLE[name]
+    reference = request.getfixturevalue(FIXTURES[name][1])
+    capsys.readouterr()  # what making the reference said
+    port, out, quick = free_port(), tmp_path / "killed", QUICK + model_args
     codes: list[int] = []
-    with llama_server(port) as url:
-        run = threading.Thread(target=lambda: codes.append(main(evaluate_args(url, out, history_template))))
+    with start(port, *args) as url:
+        run = threading.Thread(target=lambda: codes.append(main(evaluate_args(url, out, history_template, quick))))
         run.start()
         while run.is_alive():
             with contextlib.suppress(Exception):
@@ -392,13 +407,30 @@ def test_a_killed_server_resumes_to_the_same_numbers(reference, history_template
     one_line_error(capsys, "ConnectError")
     partial = stored_results(out)
     assert partial and len(partial) < 6 and all(row == stored_results(reference)[key] for key, row in partial.items())
-    gguf = f"{QUICK},tokenizer={default_gguf()}"
-    with llama_server(port, "--model_alias", "another-model"):
+    gguf = f"{quick},tokenizer={default_gguf()}"
+    with start(port, *args, alias="another-model"):
         assert main(evaluate_args(url, out, history_template, gguf)) == 2
     one_line_error(capsys, "different configuration", "another-model")
-    with llama_server(port):
-        assert main(evaluate_args(url, out, history_template)) == 0
+    with start(port, *args):
+        assert main(evaluate_args(url, out, history_template, quick)) == 0
     assert stored_results(out) == stored_results(reference)
+
+
+def test_evaluate_through_llama_server(cpp_server, tmp_path):
+    """`evaluate --dataset demo -n 3 -J 4 -N 5` (the paper's PPR prompt) through llama.cpp's own server, with token-id
+    prompts and log-probabilities named by id and text: both methods' three questions stored, and the run identity
+    holds what llama-server says about itself (/v1/models, /props). Two of the four default methods, for time (all four
+    took 78 s on a loaded 2-core machine)."""
+    out = tmp_path / "demo"
+    assert main(["-q", "evaluate", *served(cpp_server), "--dataset", "demo", "-n", "3", "-J", "4", "-N", "5",
+                 "--methods", "direct", "ppr", "--out", str(out)]) == 0
+    rows = stored_results(out)
+    assert sorted(rows) == sorted((q, m) for q in {q for q, _ in rows} for m in ("direct", "ppr")) and len(rows) == 6
+    for probs, *_ in rows.values():
+        assert abs(sum(probs) - 1) < 1e-5
+    facts = stored_identity(out)["server"]
+    assert facts["id"] == str(default_gguf()) and facts["owned_by"] == "llamacpp"
+    assert facts["model_path"] == str(default_gguf()) and facts["build_info"]
 
 
 @needs_server
@@ -446,7 +478,7 @@ def test_bad_servers_are_one_line_and_store_nothing(case, server, history_templa
 
 @needs_server
 def test_a_server_without_log_probabilities(history_template, tmp_path, capsys):
-    with llama_server(free_port(), "--logits_all", "false") as url:
+    with llama_cpp_python_server(free_port(), "--logits_all", "false") as url:
         assert main(evaluate_args(url, tmp_path / "out", history_template, "retries=0")) == 2
     one_line_error(capsys, "logits_all")
     assert nothing_stored(tmp_path / "out")
