@@ -31,7 +31,7 @@ from beliefdrift.diagnostics.noise_floor import StepProcess
 from beliefdrift.engine.methods import parse_method
 from beliefdrift.engine.resampling import make_generator, sample_answers
 from beliefdrift.runs.records import stored_records
-from beliefdrift.runs.store import STORE_FILE, RunStore
+from beliefdrift.runs.store import CHECKSUM_INSERT, STORE_FILE, RunStore, checksum_row, config_parts
 
 SMALL = EMDConfig(horizon=3, prefix_lengths=(0, 2), top_k=3, num_rollouts=6, burn_in=2, k=3)
 
@@ -236,6 +236,14 @@ def test_emd_and_drift_commands_end_to_end(tiny_model_dir, short_template, tmp_p
         assert [store.records(q, m) for q, m in store.record_units()] == before
     assert "(2 of 2 stored already: resuming)" in capsys.readouterr().err
     assert main([*emd_args, "--horizon", "4"]) == 2  # different settings in the same directory
+    # a store of the former drift test (its increments Y_j / |L_j|) is refused, naming the test, not resumed
+    with RunStore.open(out / STORE_FILE) as store:
+        store._db.execute("UPDATE config SET value = ? WHERE key = 'drift_test'", (json.dumps(
+            "betting e-value over rollouts of the sequential U-statistic, simplex bounds"),))
+        texts = store._db.execute("SELECT key, value FROM config").fetchall()
+        store._db.execute(CHECKSUM_INSERT, ("config", "", "", *checksum_row(config_parts(texts))))
+    capsys.readouterr()
+    assert main(emd_args) == 2 and "drift_test: stored 'betting e-value" in capsys.readouterr().err
 
     capsys.readouterr()
     assert main(["drift", *common, "--plot-questions", "0", "--out", str(tmp_path / "drift")]) == 0

@@ -1,8 +1,9 @@
 """Paired comparisons: the vectorised paired bootstrap against a per-resample loop and hand-computed values, the
-p-value of each kind of metric (exact sign test, sign flip with the studentized bootstrap, swap permutation test)
-against brute force, its size on skewed and heavy-tailed nulls at every n, a method against itself (Δ = 0, p = 1), a
-clearly better method (p small), which pairs are compared, and the paired tables written by `report` (after a tiny
-`evaluate` run) and printed by `emd`."""
+p-value of each kind of metric (exact sign test, betting test of a bounded mean, swap permutation test) against brute
+force, its size on skewed, rare-value, heavy-tailed and near-certain nulls where the former rule rejected up to 82%,
+its power where the bound leaves some, a method against itself (Δ = 0, p = 1), a clearly better method (p small),
+which pairs are compared, and the paired tables written by `report` (after a tiny `evaluate` run) and printed by
+`emd`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import csv
 import itertools
 import json
 import math
+import sys
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -28,16 +30,16 @@ from beliefdrift.metrics.functional import (
     _paired_delta,
     accuracy,
     auroc,
+    bounded_mean_p,
     brier,
     ece,
     nll,
+    nll_bound,
     paired_bootstrap,
     paired_mean_bootstrap,
     paired_summary,
     resample_indices,
-    sign_flip_p,
     sign_test_p,
-    studentized_p,
     valid_only,
 )
 from beliefdrift.report.paired import (
@@ -50,6 +52,9 @@ from beliefdrift.report.paired import (
 )
 from beliefdrift.runs.scoring import QualityControl
 from beliefdrift.runs.store import ResultRow, RunStore
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+import paired as paired_bench  # noqa: E402
 
 METRICS: dict[str, Callable[..., Any]] = {"ACC": accuracy, "AUC": auroc, "ECE": partial(ece, n_bins=15),
                                           "NLL": nll, "BS": brier}
@@ -104,13 +109,13 @@ def test_paired_bootstrap_matches_a_per_resample_loop(name: str) -> None:
     assert got[:3] == pytest.approx(resampled[:3], abs=1e-12)
     per_question = np.array([float(METRICS[name]([a[i]], targets[[i]])) - float(METRICS[name]([b[i]], targets[[i]]))
                              for i in range(len(a))])
-    index = resample_indices(len(a), 600, np.random.default_rng(3))
-    # one rule at every n: the exact sign test (ACC); the larger of the sign flip and the studentized bootstrap (NLL,
-    # BS); the larger of the swap test (here every one of the 2^9 ≤ 600 patterns) and the bootstrap p (AUC, ECE)
-    expected = {"ACC": sign_test_p(per_question),
-                "NLL": max(sign_flip_p(per_question), studentized_p(per_question, index)),
-                "BS": max(sign_flip_p(per_question), studentized_p(per_question, index))}.get(name)
-    if expected is None:
+    # one rule at every n: the exact sign test (ACC); the betting test within the metric's bound (NLL: −log ε, BS:
+    # 2); the larger of the swap test (here every one of the 2^9 ≤ 600 patterns) and the bootstrap p (AUC, ECE)
+    if name == "ACC":
+        expected = sign_test_p(per_question)
+    elif name in ("NLL", "BS"):
+        expected = bounded_mean_p(per_question, nll_bound() if name == "NLL" else 2.0)
+    else:
         expected = max(resampled.p, swap_brute_force(METRICS[name], a, b, targets))
     assert got.p == pytest.approx(expected, abs=1e-12)
     expected_summary = valid_only(name, got, len(a))  # ΔECE: no interval or p (the registry's `interval_from`)
@@ -121,55 +126,38 @@ def test_paired_bootstrap_matches_a_per_resample_loop(name: str) -> None:
 def test_paired_mean_bootstrap_matches_a_per_resample_loop() -> None:
     rng = np.random.default_rng(1)
     x, y = rng.normal(0.3, 1.0, 15), rng.normal(0.0, 1.0, 15)
-    got = paired_mean_bootstrap(x, y, n_resamples=200, seed=5)
+    got = paired_mean_bootstrap(x, y, bound=10.0, n_resamples=200, seed=5)
     index = resample_indices(15, 200, np.random.default_rng(5))
     means = np.array([np.mean(x[rows] - y[rows]) for rows in index])
     expected = (np.mean(x - y), *np.percentile(means, [2.5, 97.5]))
     assert got[:3] == pytest.approx(expected, abs=1e-12)
-    assert got.p == max(sign_flip_p(x - y), studentized_p(x - y, index))
+    assert got.p == bounded_mean_p(x - y, 10.0)
+    assert math.isnan(paired_mean_bootstrap(x, y, n_resamples=20).p)  # no bound, no valid test of a mean
+
+
+def betting_by_hand(diff: np.ndarray, bound: float) -> float:
+    """`bounded_mean_p` one question at a time: the plug-in bet from the earlier questions, both sides' capital."""
+    up, down, best, mean, spread = 1.0, 1.0, 1.0, 0.0, 0.25
+    for i, d in enumerate(diff / bound, start=1):
+        bet = min(0.9, math.sqrt(2 * math.log(2 / 0.05) / (spread * i * math.log(1 + i))))
+        up, down = up * (1 + bet * d), down * (1 - bet * d)
+        best = max(best, (up + down) / 2)
+        spread = (spread * i + (d - mean) ** 2) / (i + 1)  # (¼ + Σ_j (x_j − x̄_{j−1})²) / (i + 1)
+        mean = (mean * i + d) / (i + 1)
+    return min(1.0, 1 / best)
 
 
 def test_the_paired_p_values_by_hand() -> None:
-    """Two questions with Δ = 2 and 3: the bootstrap said p ≈ 0.002 (issue 27); the sign-flip test's smallest
-    possible p over 2 questions is 2/4. The sign test counts the discordant questions: 8 of 9 one way gives
-    2 · 10/512. The bootstrap-t of a sample without spread has no evidence (p = 1), and of d = (1, 2, 3) compares
-    t = 2/(1/√3) with the resamples' t*."""
-    assert paired_mean_bootstrap([3.0, 4.0], [1.0, 1.0]).p >= 0.5
-    assert sign_flip_p(np.array([1.0, 2.0, 3.0])) == 0.25  # 2 of the 8 sign patterns have |mean| ≥ 2
+    """The betting p against a loop; two questions with Δ = 2 and 3: the bootstrap said p ≈ 0.002 (issue 27), the
+    betting test within a bound of 4 has no evidence yet, while 30 differences near the bound have. The sign test
+    counts the discordant questions: 8 of 9 one way gives 2 · 10/512."""
+    rng = np.random.default_rng(7)
+    for diff, bound in ((rng.normal(0.2, 0.5, 40), 3.0), (rng.uniform(-1, 1, 25), 1.0), (np.full(30, 0.8), 1.0)):
+        assert bounded_mean_p(diff, bound) == pytest.approx(betting_by_hand(diff, bound), rel=1e-12)
+    assert paired_mean_bootstrap([3.0, 4.0], [1.0, 1.0], bound=4.0).p > 0.5
+    assert bounded_mean_p(np.full(30, 0.8), 1.0) < 1e-6 and bounded_mean_p(np.array([0.9]), 1.0) == 1.0
     assert sign_test_p(np.array([1.0] * 8 + [-1.0] + [0.0] * 5)) == pytest.approx(2 * 10 / 512)
-    assert sign_test_p(np.zeros(4)) == 1.0 and studentized_p(np.full(10, -0.64), np.zeros((5, 10), int)) == 1.0
-    d = np.array([1.0, 2.0, 3.0])
-    index = np.array([[0, 0, 0], [0, 1, 2], [2, 2, 1], [0, 0, 1]])  # t* = ±∞ (no spread), 0, (8/3 − 2)/(√(1/3)/√3), …
-    t_star = [-np.inf, 0.0, (8 / 3 - 2) / (np.std([3, 3, 2], ddof=1) / np.sqrt(3)),
-              (4 / 3 - 2) / (np.std([1, 1, 2], ddof=1) / np.sqrt(3))]
-    t = 2 / (1 / np.sqrt(3))
-    expected = min(1.0, 2 * min(1 + sum(v <= t for v in t_star), 1 + sum(v >= t for v in t_star)) / 5)
-    assert studentized_p(d, index) == pytest.approx(expected)
-
-
-def null_rate(draw: Callable[[np.random.Generator], np.ndarray], datasets: int) -> float:
-    """The rate of p ≤ 0.05 of `paired_mean_bootstrap` over datasets of per-question differences."""
-    rng = np.random.default_rng(0)
-    return float(np.mean([paired_mean_bootstrap(d, np.zeros(d.size), n_resamples=400, seed=i).p <= 0.05
-                          for i, d in enumerate(draw(rng) for _ in range(datasets))]))
-
-
-@pytest.mark.parametrize("n", [10, 29, 30])
-def test_paired_p_holds_its_level_under_a_skewed_null_on_both_sides_of_the_former_switch(n: int) -> None:
-    """d = −0.64 w.p. 0.9, +5.8 w.p. 0.1 (mean ≈ 0): all ten equal in 35% of samples at n = 10, which the sign-flip
-    test rejected (34% size at n = 10, 20% at 29; the bootstrap 7% at 30)."""
-    rate = null_rate(lambda rng: np.where(rng.random(n) < 0.1, 5.8, -0.64), 400)
-    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 400), rate
-
-
-def test_paired_p_holds_its_level_under_exchangeable_heavy_tailed_methods() -> None:
-    """Two exchangeable methods whose NLL differences are heavy-tailed: the percentile bootstrap p (from 30
-    questions) rejected 9.4% of symmetric lognormal differences at n = 30; exact sign flips hold the level."""
-    rate = null_rate(lambda rng: np.exp(rng.normal(0, 2, 30)) - np.exp(rng.normal(0, 2, 30)), 600)
-    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 600), rate
-
-
-def test_hand_computed_deltas() -> None:
+    assert sign_test_p(np.zeros(4)) == 1.0
     # a (hand-scored in test_report): ACC 3/4, AUC 2/3, ECE 0.4, NLL 0.5473141, BS 0.37. b = uniform: predicts
     # option 0, right on q0 and q3 → ACC 1/2; every confidence 0.5 ties → AUC 1/2; one bin with conf = acc = 0.5
     # → ECE 0; NLL = log 2 = 0.6931472; BS = 0.5.
@@ -179,11 +167,37 @@ def test_hand_computed_deltas() -> None:
     expected = {"ACC": 0.25, "AUC": 2 / 3 - 0.5, "ECE": 0.4, "NLL": 0.5473141 - 0.6931472, "BS": 0.37 - 0.5}
     assert {name: d.delta for name, d in deltas.items()} == pytest.approx(expected, abs=1e-7)
     # One item: every resample is that item, Δ* ≡ 2 > 0, so the interval is [2, 2]; no test has evidence (p = 1).
-    assert paired_mean_bootstrap([3.0], [1.0], n_resamples=9) == (2.0, 2.0, 2.0, 1.0)
+    assert paired_mean_bootstrap([3.0], [1.0], bound=3.0, n_resamples=9) == (2.0, 2.0, 2.0, 1.0)
     # Δ* = −1, 1, 2, 3, 5, 6, 7, 8, 9 (and a NaN, dropped): 50% interval = the 25th and 75th percentiles [2, 7];
     # one Δ* ≤ 0, so p = 2 (1 + 1) / (9 + 1).
     resampled = np.array([1, 2, 3, -1, 5, np.nan, 6, 7, 8, 9], dtype=float)
     assert _paired_delta(4.0, resampled, level=0.5) == pytest.approx((4.0, 2.0, 7.0, 0.4))
+
+
+@pytest.mark.parametrize("null", ["two-point", "rare", "lognormal"])
+def test_paired_p_holds_its_level_on_bounded_equal_mean_nulls(null: str) -> None:
+    """NLL differences (bound −log 10⁻⁶ = 13.8) with mean 0 on which the former rule, the larger of a sign flip and a
+    studentized bootstrap p, rejected 32%, 81% and 8.8% of these samples of 10 (bench/paired.py draws them)."""
+    draw = paired_bench.MEAN_NULLS[null]
+    rng = np.random.default_rng(0)
+    rejected = [paired_mean_bootstrap(draw(rng, 10), np.zeros(10), bound=nll_bound()).p <= 0.05 for _ in range(400)]
+    assert np.mean(rejected) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 400), np.mean(rejected)
+
+
+def test_nll_p_holds_its_level_for_a_near_certain_method_against_a_hedging_one() -> None:
+    """Right with θ = 0.95 on 90% of questions and θ ≈ 0.0015 on the rest, against θ ≈ 0.5 everywhere, with equal
+    expected NLL: the former rule rejected 36% of these samples of 10; the paired tables' NLL p holds 5%."""
+    rng = np.random.default_rng(1)
+    rejected = [paired_bootstrap(nll, *paired_bench.near_certain_hedging(rng, 10)).p <= 0.05 for _ in range(300)]
+    assert np.mean(rejected) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 300), np.mean(rejected)
+
+
+def test_a_bounded_difference_is_found_where_the_bound_leaves_power() -> None:
+    """Brier differences N(0.1, 0.3) (bound 2): found in most samples of 200 questions, rarely in 30."""
+    rng = np.random.default_rng(2)
+    power = {n: np.mean([bounded_mean_p(np.clip(rng.normal(0.1, 0.3, n), -2, 2), 2.0) <= 0.05 for _ in range(100)])
+             for n in (30, 200)}
+    assert power[200] >= 0.8 and power[30] <= 0.1, power
 
 
 def test_a_method_against_itself_has_no_difference() -> None:
@@ -193,7 +207,7 @@ def test_a_method_against_itself_has_no_difference() -> None:
             assert delta.delta == 0.0 and all(math.isnan(v) for v in delta[1:])
             continue
         assert delta == (0.0, 0.0, 0.0, 1.0)
-    assert paired_mean_bootstrap([0.1, 0.5, 0.2], [0.1, 0.5, 0.2]) == (0.0, 0.0, 0.0, 1.0)
+    assert paired_mean_bootstrap([0.1, 0.5, 0.2], [0.1, 0.5, 0.2], bound=2.0) == (0.0, 0.0, 0.0, 1.0)
 
 
 def test_a_clearly_better_method_has_a_small_p() -> None:
@@ -212,7 +226,7 @@ def test_a_clearly_better_method_has_a_small_p() -> None:
         assert delta.p < 0.01, name
         higher_is_better = name in ("ACC", "AUC")
         assert (delta.low > 0) if higher_is_better else (delta.high < 0), name
-    assert paired_mean_bootstrap(rng.normal(1.0, 0.1, 30), rng.normal(0.0, 0.1, 30), n_resamples=99).p == 0.02
+    assert paired_mean_bootstrap(rng.normal(1.0, 0.1, 30), rng.normal(0.0, 0.1, 30), bound=2.0).p < 1e-3
 
 
 def test_paired_inputs_must_match() -> None:
@@ -222,6 +236,8 @@ def test_paired_inputs_must_match() -> None:
         paired_mean_bootstrap([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="NaN"):
         paired_mean_bootstrap([1.0, np.nan], [1.0, 2.0])
+    with pytest.raises(ValueError, match="reach 2.5 .*beyond the bound 2"):
+        paired_mean_bootstrap([3.0, 0.0], [0.5, 0.0], bound=2.0)
 
 
 def test_comparisons_are_against_ppr_and_am_ppr_against_ppr_seed5() -> None:
@@ -252,7 +268,8 @@ def test_emd_comparisons_pair_the_questions() -> None:
                "am-ppr": [{"emd_bar_l1": v, "emd_bar_kl": 2 * v} for v in (0.1, 0.2, 0.3)]}
     (pair,) = emd_comparisons(records, ["l1", "kl"], n_resamples=50)
     assert (pair.method.name, pair.baseline.name, pair.n) == ("am-ppr", "ppr", 3)
-    assert pair.deltas["EMD‾ (L1)"] == paired_mean_bootstrap([0.1, 0.2, 0.3], [0.3, 0.5, 0.4], n_resamples=50)
+    assert pair.deltas["EMD‾ (L1)"] == paired_mean_bootstrap([0.1, 0.2, 0.3], [0.3, 0.5, 0.4], bound=2.0,
+                                                             n_resamples=50)
     assert pair.deltas["EMD‾ (KL)"].delta == pytest.approx(-0.4)
     lines = emd_markdown([pair]).splitlines()  # wider than 100 columns together: one table per distance
     assert lines[2] == "| Method | vs | n | Δ EMD‾ (L1) | p |" and lines[6] == "| Method | vs | n | Δ EMD‾ (KL) | p |"

@@ -7,8 +7,8 @@
 with d ∈ {L1 = Σ|p − q|, KL(p^(k) ‖ p^(1)), TV = ½ Σ|p − q|}. A martingale has p^(k) = p^(1) for every k, so all
 are 0. The paper's d is the "L1 distance" (Figure 3; "L1 distance norm", Appendix E) or KL: `l1` reads it as
 Σ|p − q|, `tv` is the total variation, half of it. Whether a figure is more than Monte Carlo noise is tested on
-the unbiased ‖p^(k) − p^(1)‖₂² of the same rollouts and its betting increments (`drift_test`), stored beside it as
-drift_sq_bar / drift_sq_b and drift_bets_bar / drift_bets_b.
+the unbiased ‖p^(k) − p^(1)‖₂² of the same rollouts and its betting terms (`drift_test`), stored beside it as
+drift_sq_bar / drift_sq_b and drift_terms_bar / drift_terms_b (one (Y, L, U) / s row per rollout after the first).
 
 Seeded methods (SEED_m): every prefix evaluation draws its own seed set S_{1:m} from the direct-query θ with the
 run's generator, and the context is prompt + S_{1:m} + a_{1:n} (the prefix follows the seeds; the top-K prefixes
@@ -17,6 +17,7 @@ are searched under that seed set). Burn-in prefixes likewise start after a fresh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,10 @@ from beliefdrift.metrics.stats import mean_std
 from beliefdrift.prompts import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING
 
 KL_FLOOR = 1e-12  # p^(1) is clipped below at this value inside KL (θ can underflow to 0 in float32)
+#: The largest value of each distance, and so of EMD‾ (a mean of them): L1 ≤ 2 and TV ≤ 1 between distributions, and
+#: KL(p ‖ q) ≤ max_a log(p(a) / q(a)) ≤ −log `KL_FLOOR` ≈ 27.6 through the floor on q. The paired test of Δ EMD‾
+#: (`metrics.bounded_mean_p`) needs it: valid for all three, with no power for KL at the usual number of questions.
+DISTANCE_BOUNDS = {"l1": 2.0, "kl": -math.log(KL_FLOOR), "tv": 1.0}
 
 
 def l1_distance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -84,8 +89,8 @@ class QuestionEMD:
     sq_drift: torch.Tensor | None = None  # unbiased ‖p^(k) − p^(1)‖₂² per prefix length, k = 2 … K: [|𝒩|, K − 1]
     burn_in_sq_drift: torch.Tensor | None = None  # the same of p^(k)_b: [B+1, P]
     burn_in_exact: bool = False  # every burn-in p^(k) enumerated exactly
-    bets: list[list[float]] | None = None  # the drift test's increments of each Monte Carlo prefix (`KStep.bets`)
-    burn_in_bets: list[list[float]] | None = None  # those of p^(k)_b at each b (its P paths' in a row; [] if exact)
+    bets: list[list[list[float]]] | None = None  # the drift test's terms of each Monte Carlo prefix (`KStep.bets`)
+    burn_in_bets: list[list[list[float]]] | None = None  # those of p^(k)_b per b (its P paths' in a row; [] if exact)
 
     def drift(self, distance: str) -> torch.Tensor:
         """d(p^(k)_n, p^(1)_n) per prefix length and k = 2 … K: [|𝒩|, K − 1]."""
@@ -99,9 +104,9 @@ class QuestionEMD:
         """This question's EMD_k(b), b = 0 … B (mean over its burn-in paths): [B+1]."""
         return DISTANCES[distance](self.burn_in_kth, self.burn_in_first).mean(1)
 
-    def summary(self, distances: Sequence[str] = tuple(DISTANCES)) -> dict[str, float | list[float]]:
+    def summary(self, distances: Sequence[str] = tuple(DISTANCES)) -> dict[str, Any]:
         """Per-question quantities aggregated over questions: emd_bar_<d> and emd_k_b_<d> (a curve over b)."""
-        out: dict[str, float | list[float]] = {}
+        out: dict[str, Any] = {}
         for distance in distances:
             out[f"emd_bar_{distance}"] = self.emd_bar(distance)
             out[f"emd_k_b_{distance}"] = self.burn_in(distance).tolist()
@@ -109,7 +114,8 @@ class QuestionEMD:
             out |= {"drift_sq_bar": float(self.sq_drift.mean()), "drift_sq_b": self.burn_in_sq_drift.mean(1).tolist(),
                     "drift_exact": self.exact, "burn_in_exact": self.burn_in_exact}
         if self.bets is not None and self.burn_in_bets is not None:
-            out |= {"drift_bets_bar": [z for prefix in self.bets for z in prefix], "drift_bets_b": self.burn_in_bets}
+            out |= {"drift_terms_bar": [row for prefix in self.bets for row in prefix],
+                    "drift_terms_b": self.burn_in_bets}
         return out
 
     def record(self) -> dict[str, Any]:
@@ -168,7 +174,7 @@ def question_emd(
         kth.append(predictive.p(config.k))
         burn_in_sq.append(predictive.sq_drift()[:, -1])
         burn_in_exact.append(predictive.exact)
-        burn_in_bets.append([] if predictive.exact else predictive.bets(config.k).flatten().tolist())
+        burn_in_bets.append([] if predictive.exact else predictive.bets(config.k).reshape(-1, 3).tolist())
     return QuestionEMD(
         prefix_lengths=tuple(config.prefix_lengths),
         prefixes=prefixes,
@@ -181,7 +187,7 @@ def question_emd(
         sq_drift=torch.cat([ks.sq_drift() for ks in ksteps]),
         burn_in_sq_drift=torch.stack(burn_in_sq),
         burn_in_exact=all(burn_in_exact),
-        bets=[[] if ks.exact else ks.bets().flatten().tolist() for ks in ksteps],
+        bets=[[] if ks.exact else ks.bets().reshape(-1, 3).tolist() for ks in ksteps],
         burn_in_bets=burn_in_bets,
     )
 
@@ -200,7 +206,7 @@ def emd_generator(seed: int, question: MCQuestion, method: Method) -> torch.Gene
 class EMDRow:
     """One method's EMD over questions: EMD‾ mean ± std and the EMD_k(b) curve mean ± std (b = 0 … B); the drift
     tests of EMD‾ and of each EMD_k(b) (`drift_test`, from records that store the unbiased drift; a p where they
-    store its betting increments too); with
+    store its betting terms too); with
     `noise_floor.with_floor`, also each figure's Pólya-urn floor (mean, 95% interval) and whether it is above it."""
 
     method: str
@@ -235,11 +241,11 @@ def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: st
     curve_mean, curve_std = mean_std([s[f"emd_k_b_{distance}"] for s in summaries], ddof=1)
     drift, burn_in_drift = None, None
     if all("drift_sq_bar" in s for s in summaries):
-        betting = all("drift_bets_bar" in s for s in summaries)  # records stored before the betting test lack them
+        betting = all("drift_terms_bar" in s for s in summaries)  # records stored before this test lack them
         drift = drift_test([s["drift_sq_bar"] for s in summaries], all(s["drift_exact"] for s in summaries),
-                           [s["drift_bets_bar"] for s in summaries] if betting else None)
+                           [s["drift_terms_bar"] for s in summaries] if betting else None)
         curves, exact = zip(*[(s["drift_sq_b"], s["burn_in_exact"]) for s in summaries], strict=True)
-        bets = zip(*[s["drift_bets_b"] for s in summaries], strict=True) if betting else [None] * len(curves[0])
+        bets = zip(*[s["drift_terms_b"] for s in summaries], strict=True) if betting else [None] * len(curves[0])
         burn_in_drift = [drift_test(values, all(exact), at_b)
                          for values, at_b in zip(zip(*curves, strict=True), bets, strict=True)]
     return EMDRow(method, distance, len(summaries), float(bar_mean), float(bar_std), curve_mean.tolist(),

@@ -21,7 +21,7 @@ import torch
 
 from beliefdrift.backend import AnswerDist
 from beliefdrift.config.diagnostics import BATCH_BUDGET, EXACT_BUDGET
-from beliefdrift.diagnostics.drift_test import bet_increments
+from beliefdrift.diagnostics.drift_test import bet_terms, rollout_terms
 from beliefdrift.engine.resampling import sample_answers
 
 
@@ -51,6 +51,8 @@ class KStep:
     rollouts: int = 0  # J (Monte Carlo only)
     cross: torch.Tensor | None = None  # Monte Carlo only: [B, J, K] Y_j = ⟨S_j, X_j⟩ of the drift test at each k
     least: torch.Tensor | None = None  # Monte Carlo only: [B, J, K] its bound L_j = min_a S_j(a) − ⟨S_j, p^(1)⟩
+    most: torch.Tensor | None = None  # Monte Carlo only: [B, J, K] its bound U_j = max_a S_j(a) − ⟨S_j, p^(1)⟩
+    spread: torch.Tensor | None = None  # Monte Carlo only: [B] ρ = Σ_a p^(1)(a) (1 − p^(1)(a)), the terms' scale
 
     @property
     def horizon(self) -> int:
@@ -74,12 +76,13 @@ class KStep:
         return (self.rollouts * plug_in - spread) / (self.rollouts - 1)
 
     def bets(self, k: int | None = None) -> torch.Tensor:
-        """The drift test's increments Z_j (`drift_test.bet_increments`) of rollouts j = 2 … J: [B, J − 1], for
-        ‖p^(k) − p^(1)‖₂² at one k, or for Σ_{k=2…K} (EMD‾) when `k` is None. Monte Carlo only."""
-        if self.cross is None or self.least is None:
+        """The drift test's terms (Y_j, L_j, U_j) / s_j (`drift_test.bet_terms`) of rollouts j = 2 … J: [B, J − 1, 3],
+        for ‖p^(k) − p^(1)‖₂² at one k, or for Σ_{k=2…K} (EMD‾) when `k` is None. Monte Carlo only."""
+        if self.cross is None or self.least is None or self.most is None or self.spread is None:
             raise ValueError("the drift test's increments need Monte Carlo rollouts")
         columns = slice(1, None) if k is None else slice(k - 1, k)
-        return bet_increments(self.cross[:, 1:, columns].sum(-1), self.least[:, 1:, columns].sum(-1))
+        terms = bet_terms(*(part[..., columns].sum(-1) for part in (self.cross, self.least, self.most)), self.spread)
+        return terms[:, 1:]
 
 
 @dataclass(frozen=True)
@@ -159,8 +162,7 @@ def kstep_monte_carlo(
     total = torch.zeros(batch.size, horizon, batch.dist.probs.shape[1], dtype=torch.float64)
     total_sq = torch.zeros(batch.size, horizon, dtype=torch.float64)
     simplex_total = torch.zeros_like(total)  # Σ over the rollouts so far of θ renormalised to sum 1
-    cross = torch.zeros(len(rows), horizon, dtype=torch.float64)
-    least = torch.zeros(len(rows), horizon, dtype=torch.float64)
+    cross, least, most = (torch.zeros(len(rows), horizon, dtype=torch.float64) for _ in range(3))
     for start in range(0, len(rows), budget):
         owner = rows[start : start + budget]
         _, thetas, _ = sample_answers(batch.select(owner), horizon - 1, generator)  # type: ignore[arg-type]
@@ -168,19 +170,22 @@ def kstep_monte_carlo(
         total.index_add_(0, owner, thetas)
         total_sq.index_add_(0, owner, thetas.square().sum(-1))
         chunk = slice(start, start + len(owner))
-        cross[chunk], least[chunk] = _bet_terms(thetas / thetas.sum(-1, keepdim=True), owner, start, num_rollouts,
-                                                simplex_total)
+        cross[chunk], least[chunk], most[chunk] = _bet_terms(thetas / thetas.sum(-1, keepdim=True), owner, start,
+                                                             num_rollouts, simplex_total)
     shape = (batch.size, num_rollouts, horizon)
+    start_probs = batch.dist.probs.double().cpu()
+    start_probs = start_probs / start_probs.sum(-1, keepdim=True)
     return KStep(total / num_rollouts, exact=False, sq=total_sq / num_rollouts, rollouts=num_rollouts,
-                 cross=cross.view(shape), least=least.view(shape))
+                 cross=cross.view(shape), least=least.view(shape), most=most.view(shape),
+                 spread=(start_probs * (1 - start_probs)).sum(-1))
 
 
 def _bet_terms(thetas: torch.Tensor, owner: torch.Tensor, start: int, rollouts: int,
-               total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Y_j = ⟨S_j, X_j⟩ and L_j = min_a S_j(a) − ⟨S_j, p⟩ [n, K] of the n rollouts `thetas` [n, K, |𝒜|] (rows
-    start … start + n − 1 of the rollout order, prefix `owner` = row // J), with X_j = θ_j − p, p = θ at depth 0, and
-    S_j = Σ_{i<j} X_i over the earlier rollouts of the same prefix: `total` [B, K, |𝒜|] holds Σ θ_i over those of
-    earlier chunks, and is updated with this one."""
+               total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Y_j = ⟨S_j, X_j⟩ and its bounds L_j, U_j [n, K] (`drift_test.rollout_terms`) of the n rollouts `thetas`
+    [n, K, |𝒜|] (rows start … start + n − 1 of the rollout order, prefix `owner` = row // J), with X_j = θ_j − p,
+    p = θ at depth 0, and S_j = Σ_{i<j} X_i over the earlier rollouts of the same prefix: `total` [B, K, |𝒜|] holds
+    Σ θ_i over those of earlier chunks, and is updated with this one."""
     position = start + torch.arange(len(owner))
     earlier = position - owner * rollouts  # j − 1: rollouts of the same prefix before this one
     running = thetas.cumsum(0) - thetas  # Σ over the chunk's rows before each row
@@ -188,8 +193,7 @@ def _bet_terms(thetas: torch.Tensor, owner: torch.Tensor, start: int, rollouts: 
     before = total[owner] + running - running[first_row]
     total.index_add_(0, owner, thetas)
     p = thetas[:, :1]
-    s = before - earlier[:, None, None] * p
-    return (s * (thetas - p)).sum(-1), s.amin(-1) - (s * p).sum(-1)
+    return rollout_terms(before - earlier[:, None, None] * p, thetas, p)
 
 
 def exact_is_affordable(num_labels: int, horizon: int, exact_budget: int = EXACT_BUDGET) -> bool:

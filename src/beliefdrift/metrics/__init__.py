@@ -10,10 +10,10 @@ from beliefdrift import lazy_exports
 _EXPORTS = {
     "beliefdrift.metrics.functional": (
         "METRICS", "METRIC_NAMES", "MetricSpec", "NLL_EPS", "REPORT_METRICS", "SUM_TOLERANCE", "Interval",
-        "MetricWarning", "PairedDelta", "ReliabilityBins", "accuracy", "auroc", "bootstrap_ci", "brier", "ce2",
-        "ce2_squared", "ce2_interval", "ece", "interval_valid", "nll", "nll_clipped", "paired_bootstrap",
-        "paired_mean_bootstrap", "paired_summary", "predictions", "reliability_bins", "resample_indices",
-        "sign_flip_p", "sign_test_p", "studentized_p", "summarize", "valid_only",
+        "MetricWarning", "PairedDelta", "ReliabilityBins", "accuracy", "auroc", "bootstrap_ci", "bounded_mean_p",
+        "brier", "ce2", "ce2_squared", "ce2_interval", "ece", "interval_valid", "nll", "nll_bound", "nll_clipped",
+        "paired_bootstrap", "paired_mean_bootstrap", "paired_summary", "predictions", "reliability_bins",
+        "resample_indices", "sign_flip_p", "sign_test_p", "studentized_p", "summarize", "valid_only",
     ),
     "beliefdrift.metrics.stats": ("mean_std",),
 }
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.metrics.functional import accuracy as accuracy
     from beliefdrift.metrics.functional import auroc as auroc
     from beliefdrift.metrics.functional import bootstrap_ci as bootstrap_ci
+    from beliefdrift.metrics.functional import bounded_mean_p as bounded_mean_p
     from beliefdrift.metrics.functional import brier as brier
     from beliefdrift.metrics.functional import ce2 as ce2
     from beliefdrift.metrics.functional import ce2_interval as ce2_interval
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.metrics.functional import ece as ece
     from beliefdrift.metrics.functional import interval_valid as interval_valid
     from beliefdrift.metrics.functional import nll as nll
+    from beliefdrift.metrics.functional import nll_bound as nll_bound
     from beliefdrift.metrics.functional import nll_clipped as nll_clipped
     from beliefdrift.metrics.functional import paired_bootstrap as paired_bootstrap
     from beliefdrift.metrics.functional import paired_mean_bootstrap as paired_mean_bootstrap

@@ -45,6 +45,7 @@ __all__ = [
     "accuracy",
     "auroc",
     "bootstrap_ci",
+    "bounded_mean_p",
     "brier",
     "ce2",
     "ce2_squared",
@@ -52,6 +53,7 @@ __all__ = [
     "ece",
     "interval_valid",
     "nll",
+    "nll_bound",
     "nll_clipped",
     "paired_bootstrap",
     "paired_mean_bootstrap",
@@ -77,6 +79,13 @@ SIGN_FLIPS = 9999
 
 #: ε of NLL = mean −log max(p, ε): a true-label probability below it counts as ε (`nll_clipped` counts them).
 NLL_EPS = 1e-6
+#: A question's Brier score Σ_k (p_k − 1{k = y})² is at most 2 (all mass on a wrong option).
+BRIER_BOUND = 2.0
+
+#: `bounded_mean_p`: the largest share of its capital a bet stakes, and the level its plug-in bets are tuned for
+#: (any value keeps the test valid; Waudby-Smith & Ramdas 2024 take ½ or ¾, and α).
+BET_CAP = 0.9
+BET_LEVEL = 0.05
 
 #: A row of ``probs`` must sum to 1 within this absolute tolerance.
 SUM_TOLERANCE = 1e-3
@@ -445,6 +454,11 @@ def nll_clipped(probs: Any, targets: Any, *, eps: float = NLL_EPS) -> int:
     return int(np.count_nonzero(batch.p_true < eps))
 
 
+def nll_bound(eps: float = NLL_EPS) -> float:
+    """The largest per-question NLL, −log ε: −log max(p, ε) ≤ −log ε."""
+    return -math.log(eps)
+
+
 def brier(probs: Any, targets: Any) -> float:
     """Brier score: BS = (1/N) Σ_i Σ_k (p_i^(k) − 1{k = y_i})² (sum over classes, mean over questions)."""
     batch = _normalise(probs, targets)
@@ -475,9 +489,11 @@ def resample_indices(n: int, n_resamples: int, generator: np.random.Generator) -
 class MetricSpec:
     """A metric of the report: its table name, function and vectorised core, which way is better, the report
     table it is in, whether it is shown in percent, the options of `summarize` it takes (`n_bins`, `eps`), from
-    how many questions on its interval (and paired p-value) is valid (`interval_from`; `math.inf`: never), and
+    how many questions on its interval (and paired p-value) is valid (`interval_from`; `math.inf`: never),
     whether its interval is the percentile bootstrap of its core and `paired_summary` compares it
-    (`percentile_bootstrap`; CE₂'s is bias-centred, `ce2_interval`, and has no paired test)."""
+    (`percentile_bootstrap`; CE₂'s is bias-centred, `ce2_interval`, and has no paired test), and for a mean over
+    questions whose paired p is `bounded_mean_p`, the largest per-question value from its options (`bound`: each
+    question scores in [0, bound], so a paired difference lies in [−bound, bound])."""
 
     name: str
     function: Callable[..., Any]
@@ -488,6 +504,7 @@ class MetricSpec:
     options: tuple[str, ...] = ()
     interval_from: float = 1
     percentile_bootstrap: bool = True
+    bound: Callable[..., float] | None = None
 
 
 def _ce2_root_core(batch: _Batch, index: np.ndarray) -> np.ndarray:
@@ -504,8 +521,8 @@ REPORT_METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
     MetricSpec("ECE", ece, _ece_core, higher_is_better=False, table=2, options=("n_bins",), interval_from=math.inf),
     MetricSpec("CE2", ce2, _ce2_root_core, higher_is_better=False, table=2, interval_from=CE2_MIN_N,
                percentile_bootstrap=False),
-    MetricSpec("NLL", nll, _nll_core, higher_is_better=False, table=2, options=("eps",)),
-    MetricSpec("BS", brier, _brier_core, higher_is_better=False, table=2),
+    MetricSpec("NLL", nll, _nll_core, higher_is_better=False, table=2, options=("eps",), bound=nll_bound),
+    MetricSpec("BS", brier, _brier_core, higher_is_better=False, table=2, bound=lambda: BRIER_BOUND),
 )}
 #: The metrics `summarize` bootstraps by percentiles and `paired_summary` compares, in table order (all but CE₂).
 METRICS = {name: spec for name, spec in REPORT_METRICS.items() if spec.percentile_bootstrap}
@@ -696,8 +713,9 @@ def _permutation_p(observed: float, null: np.ndarray, exact: bool) -> float:
 def sign_flip_p(diff: np.ndarray) -> float:
     """Two-sided paired permutation p-value of mean(diff): the mean under every sign pattern of the per-question
     differences (all 2^n while 2^n ≤ `SIGN_FLIPS`, else that many random ones, seed 0; `_permutation_p`). Exact at
-    any n when the difference is symmetric about 0 under the null (two exchangeable methods); its smallest value is
-    2/2^n (1 at n = 1)."""
+    any n when the difference is symmetric about 0 under the null (two exchangeable methods), and not otherwise: a
+    skewed difference with mean 0 is rejected far above the level at small n (docs/statistics.md). Its smallest
+    value is 2/2^n (1 at n = 1). Not part of the paired tables' rule (`bounded_mean_p` is)."""
     if diff.size < 2:
         return 1.0
     flips, exact = _swap_patterns(diff.size, SIGN_FLIPS, 0)
@@ -712,9 +730,10 @@ def _spread_is_zero(values: np.ndarray, scale: np.ndarray | float) -> np.ndarray
 def studentized_p(diff: np.ndarray, index: np.ndarray) -> float:
     """Equal-tailed bootstrap-t p-value of mean(diff) = 0 over the resamples `index` [R, n] (Hall 1992): with
     t = d̄ / (s/√n) and t*_r = (d̄*_r − d̄) / (s*_r/√n), p = min(1, 2 min(1 + #{t* ≤ t}, 1 + #{t* ≥ t}) / (R + 1)).
-    Studentising corrects the skew that a plain bootstrap or sign flip of d̄ mistakes for an effect. A resample
-    with s* = 0 gives t* = ±∞ (0 where d̄* = d̄), and p = 1 when s = 0: with no spread among the differences the
-    uncertainty of their mean cannot be estimated (an all-equal sample is common under a skewed null)."""
+    A resample with s* = 0 gives t* = ±∞ (0 where d̄* = d̄), and p = 1 when s = 0. Valid only as n grows: on a skewed
+    difference whose rare large value is missing from the sample it rejects far above the level (docs/statistics.md),
+    and no test that uses only the spread of the sample can do better for every distribution (Bahadur & Savage
+    1956). Not part of the paired tables' rule (`bounded_mean_p` is)."""
     n = diff.size
     scale = float(np.abs(diff).max()) if n else 0.0
     if n < 2 or _spread_is_zero(np.std(diff, ddof=1), scale):
@@ -747,22 +766,51 @@ def _swap_p(metric: _Core, a: _Batch, b: _Batch, observed: float, n_resamples: i
     return _permutation_p(observed, np.where(np.isnan(null), observed, null), exact)
 
 
-#: The vectorised cores of the metrics that are means over questions, and the one among them whose per-question
-#: difference takes only the values 0 and ±1 (so equal means make it symmetric and the sign flip exact).
-_MEAN_CORES = (_accuracy_core, _nll_core, _brier_core)
-_TERNARY_CORES = (_accuracy_core,)
+def bounded_mean_p(diff: np.ndarray, bound: float) -> float:
+    """Two-sided p of E[d] = 0 for per-question differences d_i ∈ [−bound, bound], valid at every n for every
+    distribution: testing by betting (Waudby-Smith & Ramdas 2024, hedged capital with predictable plug-in bets).
+
+    With x_i = d_i / bound ∈ [−1, 1] in the order given, K_t = ½ Π_{i≤t} (1 + λ_i x_i) + ½ Π_{i≤t} (1 − λ_i x_i),
+    where λ_i = min(`BET_CAP`, √(2 log(2/α) / (σ̂²_{i−1} i log(1 + i)))) uses the earlier x only (σ̂²_t = (¼ + Σ_{j≤t}
+    (x_j − x̄_{j−1})²) / (t + 1), x̄_t = Σ_{j≤t} x_j / (t + 1); α = `BET_LEVEL`). Under the null E[x_i | x_{<i}] = 0
+    and each factor is ≥ 1 − λ_i > 0, so K is a nonnegative martingale of mean 1 and p = min(1, 1/max_t K_t) has
+    P(p ≤ α) ≤ α by Ville's inequality (dependent d_i included). The bound is what makes it valid and what it
+    costs: differences far smaller than the bound move K little, so at small n p stays near 1. The order of the
+    questions enters only through the fitted bets. NaN for no differences; a difference beyond the bound (by more
+    than float rounding) or not finite is an error."""
+    x = np.asarray(diff, dtype=np.float64) / bound
+    if x.size == 0:
+        return math.nan
+    if not np.all(np.abs(x) <= 1 + 1e-6):
+        raise ValueError(f"paired differences reach {np.nanmax(np.abs(diff)):.6g} (or are not finite), beyond the "
+                         f"bound {bound:g} their p assumes")
+    x = np.clip(x, -1.0, 1.0)
+    count = np.arange(1, x.size + 1)
+    running = np.cumsum(x) / (count + 1)
+    spread = (0.25 + np.cumsum((x - np.concatenate([[0.0], running[:-1]])) ** 2)) / (count + 1)
+    earlier = np.concatenate([[0.25], spread[:-1]])
+    bet = np.minimum(BET_CAP, np.sqrt(2 * math.log(2 / BET_LEVEL) / (earlier * count * np.log1p(count))))
+    wealth = np.logaddexp(np.cumsum(np.log1p(bet * x)), np.cumsum(np.log1p(-bet * x))) - math.log(2)
+    return float(min(1.0, math.exp(-max(0.0, float(wealth.max())))))
+
+
+#: The metric of each vectorised core that `paired_summary` compares.
+_SPECS = {spec.core: spec for spec in METRICS.values()}
 
 
 def _paired(core: _Core, a: _Batch, b: _Batch, index: np.ndarray, level: float, seed: int) -> PairedDelta:
     """Δ on the sample and on every row of ``index`` (both methods scored on the same questions), the percentile
-    interval, and the p-value of `paired_bootstrap`: for a mean metric from its per-question differences
-    (`_mean_p`), for the others (AUC, ECE, any callable) max(`_swap_p`, percentile bootstrap p)."""
+    interval, and the p-value of `paired_bootstrap`: ACC's `sign_test_p` and a bounded mean's `bounded_mean_p` from
+    the per-question differences; for the others (AUC, ECE, any callable) max(`_swap_p`, percentile bootstrap p)."""
     delta = core(a, _identity(a.n)) - core(b, _identity(b.n))
     result = _paired_delta(float(delta[0]), core(a, index) - core(b, index), level)
-    func = getattr(core, "func", core)
-    if func in _MEAN_CORES:
+    spec = _SPECS.get(getattr(core, "func", core))
+    if spec is not None and (spec.core is _accuracy_core or spec.bound is not None):
         single = np.arange(a.n)[:, None]  # each question a "resample" of its own: the per-question values
-        return result._replace(p=_mean_p(core(a, single) - core(b, single), index, func in _TERNARY_CORES))
+        diff = core(a, single) - core(b, single)
+        if spec.bound is None:  # ACC: differences in {−1, 0, 1}, symmetric once the means are equal
+            return result._replace(p=sign_test_p(diff))
+        return result._replace(p=bounded_mean_p(diff, spec.bound(**getattr(core, "keywords", {}))))
     if math.isnan(result.p) or math.isnan(result.delta):
         return result
     return result._replace(p=max(result.p, _swap_p(core, a, b, result.delta, len(index), seed)))
@@ -774,14 +822,6 @@ def sign_test_p(diff: np.ndarray) -> float:
     test of their mean, computed exactly (McNemar's exact test)."""
     nonzero = int(np.count_nonzero(diff))
     return float(binomtest(int(np.count_nonzero(diff > 0)), nonzero).pvalue) if nonzero else 1.0
-
-
-def _mean_p(diff: np.ndarray, index: np.ndarray, ternary: bool = False) -> float:
-    """The paired p-value of a mean of per-question differences `diff`, the same rule at every n: `sign_test_p`
-    where equal means make the difference symmetric (`ternary`: ACC), else max(`sign_flip_p`, `studentized_p`):
-    P(max ≤ α) ≤ α wherever either is valid, so exact for symmetric or exchangeable differences (the sign flip) and
-    held at its level for skewed ones by the studentized bootstrap's correction (measured: bench/paired.py)."""
-    return sign_test_p(diff) if ternary else max(sign_flip_p(diff), studentized_p(diff, index))
 
 
 def _paired_batches(probs_a: Any, probs_b: Any, targets: Any) -> tuple[_Batch, _Batch]:
@@ -807,9 +847,8 @@ def paired_bootstrap(
     The p-value tests equal expected metrics by one rule at every N (no switch-over):
 
     * ACC (per-question differences in {−1, 0, 1}, symmetric once the means are equal): `sign_test_p`, exact;
-    * NLL, BS (means of per-question differences of any shape): max(`sign_flip_p`, `studentized_p` on the same
-      resamples): exact for exchangeable methods or symmetric differences, and held at its level for skewed ones
-      by the studentized bootstrap (bench/paired.py);
+    * NLL, BS (means of per-question differences of any shape, within the metric's bound: −log ε, 2):
+      `bounded_mean_p` in question order, valid at every N for every distribution;
     * AUC, ECE and any other callable: max(`_swap_p`, the percentile bootstrap p of :func:`_paired_delta`), exact
       for exchangeable methods.
 
@@ -844,12 +883,14 @@ def paired_summary(
 
 
 def paired_mean_bootstrap(
-    values_a: Any, values_b: Any, *, n_resamples: int = 1000, level: float = 0.95, seed: int = 0
+    values_a: Any, values_b: Any, *, bound: float | None = None, n_resamples: int = 1000, level: float = 0.95,
+    seed: int = 0,
 ) -> PairedDelta:
     """Paired bootstrap of Δ = mean_i (x_i − y_i) for per-item values ``values_a`` = x, ``values_b`` = y of two
     methods on the same N items (e.g. each question's EMD‾): Δ*_r is the mean of x_i − y_i over resample r
-    of :func:`resample_indices`; the percentile interval, and the p-value of a mean metric in
-    :func:`paired_bootstrap`, max(`sign_flip_p`, `studentized_p`)."""
+    of :func:`resample_indices`; the percentile interval, and the p-value of a bounded mean metric in
+    :func:`paired_bootstrap`, `bounded_mean_p` in item order, where every value lies in [0, ``bound``] (EMD‾: 2
+    for L1, 1 for TV). Without a bound p is NaN: no test of a mean holds its level for every distribution."""
     n_resamples = _check_bootstrap_args(n_resamples, level)
     x, y = np.asarray(values_a, dtype=np.float64), np.asarray(values_b, dtype=np.float64)
     if x.ndim != 1 or x.shape != y.shape or x.size == 0:
@@ -858,6 +899,6 @@ def paired_mean_bootstrap(
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         raise ValueError("paired values contain NaN or infinite entries")
     diff = x - y
+    p = math.nan if bound is None else bounded_mean_p(diff, bound)
     index = resample_indices(diff.size, n_resamples, np.random.default_rng(seed))
-    result = _paired_delta(float(diff.mean()), diff[index].mean(axis=1), level)
-    return result._replace(p=_mean_p(diff, index))
+    return _paired_delta(float(diff.mean()), diff[index].mean(axis=1), level)._replace(p=p)

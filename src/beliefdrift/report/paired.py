@@ -5,12 +5,13 @@ Which pairs (`comparisons`): every method against PPR + NoSEED, and every AM-PPR
 for both methods, with `metrics.paired_summary`: one bootstrap index matrix over those questions scores both
 methods on the same resamples; the interval is the percentile interval of the resampled Δ*. The two-sided p-value
 follows one rule at every n (`metrics.paired_bootstrap`): for ACC the exact sign test of the per-question differences,
-for NLL and BS the larger of the sign-flip test's p and the studentized bootstrap p, for AUC the larger of a
-within-question swap permutation test and the percentile bootstrap p (docs/statistics.md). Δ ECE has no interval
+for NLL and BS a betting test of their mean within the metric's bound (`metrics.bounded_mean_p`: −log ε for NLL, 2
+for BS; valid at every n for every distribution), for AUC the larger of a within-question swap permutation test and
+the percentile bootstrap p (docs/statistics.md). Δ ECE has no interval
 or p (NaN in `paired_summary` and paired.csv, † in the table, as Table 2 prints ECE; the metric registry says so,
 `metrics.valid_only`): the binned plug-in's upward bias depends on how a method's confidences spread over the
 bins, so Δ ECE is biased even between two calibrated methods. EMD‾ is compared the same way over the per-question
-EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`).
+EMD‾ of the `emd` records (`metrics.paired_mean_bootstrap`, within the distance's bound `emd.DISTANCE_BOUNDS`).
 
 Writes paired.md (one table per run, `Δ [low, high]` and p per metric) and paired.csv (one row per run × pair ×
 metric) beside the report's tables.
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from beliefdrift.diagnostics.emd import DISTANCE_BOUNDS
 from beliefdrift.engine.methods import Method, parse_method
 from beliefdrift.files import write_atomic
 from beliefdrift.metrics.functional import (
@@ -48,7 +50,8 @@ BASELINE = "ppr"
 SEEDED_BASELINE = "ppr-seed5"
 PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
 #: How the p-values are computed, as the captions say it: of a mean such as EMD‾ (`EMD_P_RULE`), and of each metric.
-EMD_P_RULE = "the larger of the sign-flip and the studentized bootstrap p"
+EMD_P_RULE = ("a betting test of the mean within the metric's bound, valid at every n (near 1 where the bound leaves "
+              "no power)")
 P_RULE = (f"ACC: exact sign test; NLL, BS, EMD‾: {EMD_P_RULE}; AUC: the larger of a swap permutation test and the "
           "bootstrap p; the same rule at every n")
 #: The level of the paired intervals.
@@ -105,7 +108,7 @@ def emd_comparisons(
 ) -> list[PairedComparison]:
     """Δ EMD‾ per distance for every pair of `comparisons` among `records` ({method name: one `emd` record per
     question, the same questions in the same order for every method}): the mean over questions of the method's
-    EMD‾ minus the baseline's, with `paired_mean_bootstrap` (keys `EMD‾ (L1)`, …)."""
+    EMD‾ minus the baseline's, with `paired_mean_bootstrap` within the distance's bound (keys `EMD‾ (L1)`, …)."""
     out = []
     for method, baseline in comparisons(records):
         a, b = records[method.name], records[baseline.name]
@@ -113,7 +116,8 @@ def emd_comparisons(
         for d in distances:
             key = f"emd_bar_{d}"
             deltas[f"EMD‾ ({DISTANCE_LABELS[d]})"] = paired_mean_bootstrap(
-                [r[key] for r in a], [r[key] for r in b], n_resamples=n_resamples, level=LEVEL, seed=seed)
+                [r[key] for r in a], [r[key] for r in b], bound=DISTANCE_BOUNDS[d], n_resamples=n_resamples,
+                level=LEVEL, seed=seed)
         out.append(PairedComparison(method, baseline, len(a), deltas))
     return out
 

@@ -105,7 +105,8 @@ CREATE TABLE alternatives (
 
 #: What a differing identity key means, where its name does not say it.
 KEY_HINTS = {"questions_sha256": " (the questions differ: another data file or content, --data-dir, -n or --seed)",
-             "cid_test": " (an earlier beliefdrift stored another c.i.d. check; its verdicts would mix with these)"}
+             "cid_test": " (an earlier beliefdrift stored another c.i.d. check; its verdicts would mix with these)",
+             "drift_test": " (an earlier beliefdrift stored another drift test's terms; they would mix with these)"}
 
 
 class StoreError(ValueError):
