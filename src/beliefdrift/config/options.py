@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar
 
 from beliefdrift.data.registry import DATASETS
-from beliefdrift.errors import UserError, load_yaml, read_yaml
+from beliefdrift.errors import UserError
 from beliefdrift.files import check_inputs_outside, check_output
 from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, did_you_mean
+from beliefdrift.yaml_files import load_yaml, read_yaml
 
 Config = TypeVar("Config")
 #: YAML presets shipped with the package (`configs/` in a source checkout links here).

@@ -10,9 +10,8 @@ _EXPORTS = {
     "beliefdrift.cot.drift": ("CurveStats", "centroid_cosine_curve", "centroids", "cosine_matrix", "curve_stats"),
     "beliefdrift.config.reasoning": ("EMBEDDINGS", "ReasoningConfig"),
     "beliefdrift.cot.embeddings": ("SentenceEmbedder", "hidden_embeddings", "pair_embeddings"),
-    "beliefdrift.cot.generation": (
-        "DecodeConfig", "PromptCache", "Rollout", "generate_rollouts", "nucleus_sampler",
-    ),
+    "beliefdrift.backend.sampling": ("nucleus_sampler",),
+    "beliefdrift.cot.generation": ("DecodeConfig", "PromptCache", "Rollout", "generate_rollouts"),
     "beliefdrift.cot.parser": ("Pair", "PairParser", "ParseResult", "parse_pairs", "render_pair"),
     "beliefdrift.cot.task": ("ReasoningTask",),
 }
@@ -43,6 +42,7 @@ __all__ = [
     "render_pair",
 ]
 if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+    from beliefdrift.backend.sampling import nucleus_sampler as nucleus_sampler
     from beliefdrift.config.reasoning import EMBEDDINGS as EMBEDDINGS
     from beliefdrift.config.reasoning import ReasoningConfig as ReasoningConfig
     from beliefdrift.cot.answers import answer_view as answer_view
@@ -60,7 +60,6 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.cot.generation import PromptCache as PromptCache
     from beliefdrift.cot.generation import Rollout as Rollout
     from beliefdrift.cot.generation import generate_rollouts as generate_rollouts
-    from beliefdrift.cot.generation import nucleus_sampler as nucleus_sampler
     from beliefdrift.cot.parser import Pair as Pair
     from beliefdrift.cot.parser import PairParser as PairParser
     from beliefdrift.cot.parser import ParseResult as ParseResult

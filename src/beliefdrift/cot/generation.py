@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.path_cache import prefill
+from beliefdrift.backend.sampling import Sampler
+from beliefdrift.backend.sampling import nucleus_sampler as nucleus_sampler  # the sampler rollouts are drawn with
 from beliefdrift.cot.parser import PAIR_SEPARATOR, Pair, PairParser, ParseResult, parse_pairs, render_pair
-from beliefdrift.engine.resampling import inverse_cdf
 from beliefdrift.errors import UserError
 
-Sampler = Callable[[torch.Tensor], torch.Tensor]
 ANSWER_OPEN = re.compile("<[aA][nN][sS]>")  # exactly the strings that lower-case to "<ans>"
 
 
@@ -54,57 +54,6 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if min(self.num_pairs, self.max_new_tokens, self.max_solution_tokens, self.max_answer_tokens) < 1:
             raise ValueError(f"pair counts and token limits must be positive, got {self}")
-
-
-def _draw(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One index per row of non-negative weights [B, K], drawn ∝ weight by inverting the CDF."""
-    uniforms = torch.rand(len(weights), 1, generator=generator, dtype=torch.float64, device=weights.device)
-    return inverse_cdf(weights, uniforms)[:, 0]
-
-
-def _most_likely(probs: torch.Tensor, top_p: float, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Probabilities [B, K] in descending order and their token ids, K large enough that every row's first
-    K hold `top_p` of its mass: the top `candidates` where that holds (checked on the host, so on the CPU
-    only), else the whole vocabulary."""
-    if probs.is_cpu:
-        top, order = probs.topk(min(candidates, probs.shape[-1]), -1)
-        if not bool((top.sum(-1) < top_p).any()):
-            return top, order
-    return probs.sort(-1, descending=True)
-
-
-def nucleus_sampler(temperature: float, top_p: float, generator: torch.Generator, candidates: int = 256) -> Sampler:
-    """Draw one token per row of logits [B, V] from softmax(logits / T) restricted to the smallest set of
-    most likely tokens whose probability reaches `top_p` (T = 0: greedy).
-
-    Sampling runs on the logits' device, so only the [B] token ids leave it. On the CPU it draws from
-    `generator` and searches the set among the top `candidates` tokens when they hold `top_p` of the mass
-    (then it lies inside them), else in the fully sorted vocabulary. On another device it draws from a
-    generator there, seeded by one draw from `generator` on first use, and always sorts the vocabulary
-    (cheaper there than asking the host whether the candidates suffice)."""
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-    generators = {torch.device("cpu"): generator}
-
-    def generator_on(device: torch.device) -> torch.Generator:
-        if device not in generators:
-            seed = int(torch.randint(2**63 - 1, (), generator=generator))
-            generators[device] = torch.Generator(device).manual_seed(seed)
-        return generators[device]
-
-    def sample(logits: torch.Tensor) -> torch.Tensor:
-        logits = logits.float()
-        if temperature == 0:
-            return logits.argmax(-1)
-        draw_from = generator_on(logits.device)
-        probs = torch.softmax(logits / temperature, -1)
-        if top_p == 1:
-            return _draw(probs, draw_from)
-        top, order = _most_likely(probs, top_p, candidates)
-        keep = (top.cumsum(-1) - top) < top_p  # the most likely token is always kept
-        return order.gather(-1, _draw(top * keep, draw_from)[:, None])[:, 0]
-
-    return sample
 
 
 class PromptCache:
@@ -305,7 +254,7 @@ def generate_rollouts(
     """One rollout per entry of `seed_texts` (the text prefilled after the prompt; "" for none), decoded
     together on `cache`: one forward pass per generated token for the whole batch. On a model behind an inference
     server one request per running rollout and token instead, whose top log-probabilities determine the draw of
-    `config.nucleus` (`backend.served.nucleus_logits`); such a model gives no hidden states to collect."""
+    `config.nucleus` (`backend.sampling.nucleus_logits`); such a model gives no hidden states to collect."""
     lm = cache.lm
     tokenizer, device = lm.tokenizer, lm.device
     served = not isinstance(lm.model, torch.nn.Module)

@@ -17,6 +17,7 @@ import torch
 from beliefdrift.backend import AnswerDist, AnswerTokens, LanguageModel, PathBatch
 from beliefdrift.backend.answer_tokens import resolve_answer_tokens, resolve_single_answer
 from beliefdrift.backend.path_cache import captures_steps, runs_static_steps
+from beliefdrift.backend.sampling import inverse_cdf
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.prompts import (
     DEFAULT_PPR_TEMPLATE,
@@ -94,13 +95,6 @@ def draw_labels(probs: torch.Tensor, count: int, generator: torch.Generator, rep
         seed = int(torch.randint(2**63 - 1, (), generator=generator))
         generator = torch.Generator(probs.device).manual_seed(seed)
     return torch.multinomial(probs, count, replacement=replacement, generator=generator)
-
-
-def inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """One index [B, 1] per row of non-negative weights [B, K] for uniforms [B, 1] in [0, 1): the first k with
-    F_k > u·F_K, F the cumulative weights in float64 (so k is drawn with probability w_k / Σ w)."""
-    cdf = weights.double().cumsum(-1)
-    return torch.searchsorted(cdf, uniforms * cdf[:, -1:], right=True).clamp(max=weights.shape[-1] - 1)
 
 
 Streams = Sequence[tuple[int, torch.Generator]]  # (block size, generator) for consecutive blocks of paths
