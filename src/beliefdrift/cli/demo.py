@@ -125,8 +125,8 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
                  config: DemoConfig) -> tuple[dict[str, list[MethodResult]], list[ResultRow]]:
     """Every method's result on every question, and the stored rows; each question's stored in `out/run.sqlite` as
     it finishes: an interrupted demo resumes with the questions it had finished."""
-    from beliefdrift import progress_bar
     from beliefdrift.engine.methods import run_methods
+    from beliefdrift.progress import progress_bar
     from beliefdrift.runs.identity import run_identity
     from beliefdrift.runs.scoring import result_row
     from beliefdrift.runs.store import STORE_FILE, RunStore

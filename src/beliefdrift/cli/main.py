@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from beliefdrift import __version__, show_progress
 from beliefdrift.config.options import CommandParser
 from beliefdrift.errors import UserError
+from beliefdrift.progress import show_progress
 from beliefdrift.registry import did_you_mean
+from beliefdrift.version import __version__
 
 DESCRIPTION = ("Measure and repair belief drift in language models answering multiple-choice questions: prompted "
                "predictive resampling (PPR), answer seeding, and SC fine-tuning (AM-PPR).")

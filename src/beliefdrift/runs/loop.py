@@ -21,16 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from beliefdrift import progress_bar as tqdm  # the bars follow --quiet (beliefdrift.show_progress)
-from beliefdrift.backend import LanguageModel
+from beliefdrift.backend import LanguageModel, TransformersModel
 from beliefdrift.backend.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend.loading import model_from
-from beliefdrift.backend.path_cache import prepared
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.engine.methods import Method
 from beliefdrift.engine.resampling import direct_tokens, ppr_tokens
 from beliefdrift.errors import UserError
+from beliefdrift.progress import progress_bar as tqdm  # the bars follow --quiet (beliefdrift.show_progress)
 from beliefdrift.prompts import load_template
 from beliefdrift.runs.distributed import Ranks, process_group
 from beliefdrift.runs.identity import run_identity
@@ -133,7 +132,7 @@ class Models:
     """The base model and, with an adapter, the tuned one (loading the adapter patches the base model's modules)."""
 
     base: LanguageModel
-    tuned: LanguageModel | None = None
+    tuned: TransformersModel | None = None
 
     @classmethod
     def load(cls, config: Any, lm: LanguageModel | None = None) -> Models:
@@ -143,7 +142,7 @@ class Models:
             check_adapter(config.adapter)
         if lm is None:
             log.info("loading %s ...", config.model)
-        base = prepared(lm or model_from(config), config.compile, config.cuda_graphs)
+        base = (lm or model_from(config)).prepared(config.compile, config.cuda_graphs)
         return cls(base, load_adapter(base, config.adapter) if config.adapter else None)
 
     def groups(self, methods: Sequence[Method]) -> Iterator[tuple[LanguageModel, list[Method]]]:
@@ -156,7 +155,7 @@ class Models:
         if base:
             with base_model(self.tuned):
                 yield self.base, base
-        if tuned:
+        if tuned and self.tuned is not None:
             yield self.tuned, tuned
 
 
@@ -192,8 +191,8 @@ def split_long_prompts(
     skip: bool,
 ) -> tuple[list[MCQuestion], list[MCQuestion]]:
     """(questions that fit the model's context, questions that do not); with `skip` false a question that does not
-    fit is a UserError naming it. Models without `max_position_embeddings` fit everything."""
-    limit = getattr(lm.model.config, "max_position_embeddings", None)
+    fit is a UserError naming it. Models whose context is not known (`LanguageModel.context_length`) fit everything."""
+    limit = lm.context_length
     if limit is None:
         return list(questions), []
     kept, skipped = [], []
@@ -241,5 +240,5 @@ def prepare(command: str, config: Any, methods: Sequence[Method], answers: int, 
                     len(questions) + len(skipped), ", ".join(q.id for q in skipped))
     # the settings that determine the results, the questions run and skipped: resuming with any changed is refused
     identity = run_identity(command, config, questions, skipped, load_template(config.template,
-                                                                               config.template_ending))
+                                                                               config.template_ending), lm=models.base)
     return Prepared(models, questions, list(methods), identity)

@@ -24,19 +24,10 @@ The modules by job:
 
 from typing import TYPE_CHECKING
 
-from beliefdrift import lazy_exports
 from beliefdrift.backend.served.tokens import load_tokenizer as _load_tokenizer  # noqa: F401 (tests/test_served.py's name)
+from beliefdrift.exports import lazy_exports
 
-#: Each module and the public names it defines (imported on first use).
-_EXPORTS = {
-    "beliefdrift.backend.sampling": ("nucleus_logits",),
-    "beliefdrift.backend.served.model": ("ServedModel", "connect", "served_identity", "served_model"),
-    "beliefdrift.backend.served.options": ("ServerOptions",),
-    "beliefdrift.backend.served.spec": ("SERVED_PREFIX", "SERVED_SETTINGS", "ServedError", "is_served"),
-}
-__all__ = ["SERVED_PREFIX", "SERVED_SETTINGS", "ServedError", "ServedModel", "ServerOptions", "connect", "is_served",
-           "nucleus_logits", "served_identity", "served_model"]
-if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+if TYPE_CHECKING:  # the public names, imported on first use (`beliefdrift.exports`)
     from beliefdrift.backend.sampling import nucleus_logits as nucleus_logits
     from beliefdrift.backend.served.model import ServedModel as ServedModel
     from beliefdrift.backend.served.model import connect as connect
@@ -48,4 +39,4 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.backend.served.spec import ServedError as ServedError
     from beliefdrift.backend.served.spec import is_served as is_served
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
-    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+    __getattr__, __dir__, __all__ = lazy_exports(__name__)

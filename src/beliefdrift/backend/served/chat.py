@@ -64,9 +64,11 @@ class Chat(Completions):
     def top_logprobs(choice: Any) -> dict[str, float] | None:
         """A choice's `logprobs.content[0].top_logprobs` ([{token, logprob}]) as {token: ℓ}; None where it has none."""
         logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+        if not isinstance(logprobs, dict):
+            return None
         try:
-            content = logprobs["content"]
-            return {str(entry["token"]): float(entry["logprob"]) for entry in content[0]["top_logprobs"]} or None
+            top = logprobs["content"][0]["top_logprobs"]
+            return {str(entry["token"]): float(entry["logprob"]) for entry in top} or None
         except (KeyError, IndexError, TypeError, ValueError):
             return None
 

@@ -31,8 +31,6 @@ from beliefdrift.backend.served.transport import Transport, refusal
 if TYPE_CHECKING:
     import httpx
 
-    from beliefdrift.backend.served.paths import ServedBatch, ServedRollouts
-
 #: Server facts kept in the run identity: fields of the served model's /v1/models entry, /version, llama.cpp's /props.
 MODEL_FACTS = ("id", "root", "parent", "owned_by", "max_model_len")
 PROPS_FACTS = ("model_path", "build_info")
@@ -298,8 +296,11 @@ class Endpoint:
 
     async def _next_logits(self, ids: Sequence[int], nucleus: Nucleus) -> torch.Tensor:
         """`nucleus_logits` after the context `ids`."""
+        temperature, top_p, banned = nucleus
+
         def read(top: dict[str, float]) -> torch.Tensor | None:
-            return nucleus_logits(*self.tokens.ids(top), len(self.tokenizer), *nucleus)
+            tokens, logprobs = self.tokens.ids(top)
+            return nucleus_logits(tokens, logprobs, len(self.tokenizer), temperature, top_p, banned)
 
         def shortfall(asked: int, top: dict[str, float]) -> str:
             return (f"the server's top {asked} log-probabilities do not determine the nucleus of --temperature "
@@ -322,20 +323,8 @@ class Endpoint:
         """How many top log-probabilities a rollout's request asks for now."""
         return self.draw_top.count
 
-    # ------------------------------------------------------------------ answer paths and rollouts
-
-    def prefill(self, tokens: AnswerTokens) -> ServedBatch:
-        """One path holding the prompt (θ fetched when first read)."""
-        from beliefdrift.backend.served.paths import ServedBatch
-
-        return ServedBatch(self, tokens, [tokens], [tokens.prompt_ids])
-
-    def rollouts(self, prompt_ids: Sequence[int]) -> ServedRollouts:
-        """One rollout holding the prompt (`cot.generation.PromptCache`); a text prompt is checked against the
-        server's tokenization once."""
-        from beliefdrift.backend.served.paths import ServedRollouts
-
+    def check_rollout_prompt(self, prompt_ids: Sequence[int]) -> None:
+        """Text prompts only: the server reads a rollout's prompt as our ids (asked once per prompt)."""
         if not self.ids and self.tokenize_path and tuple(prompt_ids) not in self._checked:
             self.transport.run(self._check_ids(list(prompt_ids)))
             self._checked.add(tuple(prompt_ids))
-        return ServedRollouts(self, [tuple(prompt_ids)])

@@ -1,23 +1,19 @@
-"""Answer paths and rollouts on a server, as the engine holds them (the interfaces of `backend.paths.PathBatch` and
-`backend.path_cache.PathCache`): each path's or rollout's context as token ids, its θ or next-token logits fetched
-from the endpoint for every path at once. The server keeps its own cache."""
+"""Answer paths and rollouts on a server (`AnswerPaths`, `Rollouts`): each path's or rollout's context as token ids,
+its θ or next-token logits fetched from the endpoint for every path at once. The server keeps its own cache."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
 from beliefdrift.backend.answer_tokens import AnswerTokens
-from beliefdrift.backend.model import AnswerDist
-
-if TYPE_CHECKING:
-    from beliefdrift.backend.served.endpoint import Endpoint, Nucleus
+from beliefdrift.backend.model import AnswerDist, EagerPaths
+from beliefdrift.backend.served.endpoint import Endpoint, Nucleus
 
 
-class ServedBatch:
-    """B answer paths on a server, as `PathBatch` has them: each path's context (its prompt's ids, then the ids of its
+class ServedBatch(EagerPaths):
+    """B answer paths on a server (`AnswerPaths`): each path's context (its prompt's ids, then the ids of its
     answers) and θ, fetched for every path at once when first read (`dist`) and after every `advance`."""
 
     def __init__(self, endpoint: Endpoint, tokens: AnswerTokens, prompts: list[AnswerTokens],
@@ -34,10 +30,15 @@ class ServedBatch:
 
     @property
     def dist(self) -> AnswerDist:
+        """Every path's θ: fetched when first read (all paths at once), or as set."""
         if self._dist is None:
             label_ids = self.tokens.label_ids
             self._dist = AnswerDist.from_logprobs(self.endpoint.label_logprobs(self.prompts, self.contexts, label_ids))
         return self._dist
+
+    @dist.setter
+    def dist(self, dist: AnswerDist) -> None:
+        self._dist = dist
 
     def select(self, index: torch.Tensor | list[int]) -> ServedBatch:
         index = torch.as_tensor(index, dtype=torch.long).tolist()
@@ -72,8 +73,8 @@ class ServedBatch:
 
 
 class ServedRollouts:
-    """Rollouts on a server as `cot.generation` decodes them (the `PathCache` interface there): each rollout's context
-    ids; `extend` appends tokens and returns every rollout's next-token `nucleus_logits`."""
+    """Rollouts on a server (`Rollouts`): each rollout's context ids; `extend` appends tokens and returns every
+    rollout's next-token `nucleus_logits`."""
 
     def __init__(self, endpoint: Endpoint, contexts: list[tuple[int, ...]]):
         self.endpoint = endpoint
@@ -86,15 +87,16 @@ class ServedRollouts:
     def reserve(self, tokens: int) -> None:
         """Nothing: the server keeps its own cache."""
 
-    def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None, nucleus: Nucleus,
-               active: Sequence[int] | None = None) -> torch.Tensor:
+    def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, *, nucleus: Nucleus,
+               hidden: bool = False, active: Sequence[int] | None = None) -> tuple[torch.Tensor, None]:
         """Append input_ids [B, T] (the first `padding[b]` of row b are padding, left out) to every rollout; the
         next-token logits [B, vocab] of the rollouts in `active` (all by default), from one request each, for the
-        sampler of `nucleus` (temperature, top_p, banned ids; see `nucleus_logits`). The other rows are zeros."""
+        sampler of `nucleus` (temperature, top_p, banned ids; see `nucleus_logits`). The other rows are zeros. No
+        hidden states (`ServedModel.hidden_states`)."""
         skip = [0] * self.size if padding is None else padding.tolist()
         self.contexts = [c + tuple(row[s:]) for c, row, s in zip(self.contexts, input_ids.tolist(), skip, strict=True)]
         rows = list(range(self.size)) if active is None else list(active)
         logits = torch.zeros(self.size, len(self.endpoint.tokenizer))
         if rows:
             logits[rows] = self.endpoint.next_logits([self.contexts[r] for r in rows], nucleus)
-        return logits
+        return logits, None
