@@ -97,9 +97,8 @@ def summary_table(results: dict[str, list[Any]], questions: list[MCQuestion], st
     caption = (f"**Demo summary.** Each method on all {len(questions)} questions, before quality control: accuracy "
                "(share of questions whose most probable option is the answer), mean confidence (max_a q(a)), mean "
                "valid_mass (the probability the model puts on the answer labels, over every step of every path), and "
-               "QC excl. (questions quality control removes from Tables 1 and 2: a path is off-format when its mean "
-               f"valid_mass is below {quality.qc.path_mass:g}, a question is removed when more than "
-               f"{quality.qc.max_fraction:g} of its paths are). Tables 1 and 2 score the kept questions only, so "
+               "QC excl. (the questions quality control removes from a method in Tables 1 and 2: those on which "
+               f"{quality.qc.describe()}). Tables 1 and 2 score the kept questions only, so "
                "their accuracy differs where QC excl. is not 0.")
     return caption + "\n\n" + markdown_table(
         ["method", "accuracy", "mean confidence", "mean valid_mass", "QC excl."],

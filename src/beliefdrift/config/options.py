@@ -315,6 +315,12 @@ class QualityControl:
         """Whether the stored result `row` (a `store.ResultRow`) fails the rule."""
         return float((row.path_valid_mass < self.path_mass).mean()) > self.max_fraction
 
+    def describe(self) -> str:
+        """The rule in words, with its settings: what a question a method loses had (the run's warnings, the
+        explorer and the demo's caption say it so)."""
+        return (f"more than {self.max_fraction:g} of its paths (direct query: its one answer) had mean label mass "
+                f"below {self.path_mass:g}" + (", for any method (--qc-common)" if self.common else ""))
+
 
 @dataclasses.dataclass(frozen=True)
 class ReportOptions(Settings):
