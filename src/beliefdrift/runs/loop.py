@@ -19,11 +19,13 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from beliefdrift.backend import LanguageModel, TransformersModel
 from beliefdrift.backend.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend.loading import model_from
+from beliefdrift.config.diagnostics import DiagnosticsConfig
+from beliefdrift.config.evaluate import EvalConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.engine.methods import Method
@@ -46,6 +48,8 @@ class Question(Protocol):
 
 
 Q = TypeVar("Q", bound=Question)
+#: The settings of a multiple-choice command (`evaluate`, `drift`, `emd`).
+MCConfig: TypeAlias = "EvalConfig | DiagnosticsConfig"
 #: (position in the run's question list, question)
 Positioned = tuple[int, Q]
 #: The units of a batch of questions, all missing the same unit names: {question id: what to store for it}
@@ -135,7 +139,7 @@ class Models:
     tuned: TransformersModel | None = None
 
     @classmethod
-    def load(cls, config: Any, lm: LanguageModel | None = None) -> Models:
+    def load(cls, config: MCConfig, lm: LanguageModel | None = None) -> Models:
         """The model `config` names (`lm` when it is loaded already), prepared for its `compile`/`cuda_graphs`,
         and its `adapter` when set (checked before the model loads)."""
         if config.adapter:
@@ -159,7 +163,7 @@ class Models:
             yield self.tuned, tuned
 
 
-def load_questions(config: Any, command: str, given: Sequence[Any] | None = None) -> list[MCQuestion]:
+def load_questions(config: MCConfig, command: str, given: Sequence[Any] | None = None) -> list[MCQuestion]:
     """The run's multiple-choice questions: `given` (the Python API's `questions=`), else those of `config`
     (`dataset`, `split`, `n`, `seed`, `fields`); other items (math problems) are an error."""
     if given is not None:
@@ -219,7 +223,7 @@ class Prepared:
     identity: dict[str, Any]
 
 
-def prepare(command: str, config: Any, methods: Sequence[Method], answers: int, *,
+def prepare(command: str, config: MCConfig, methods: Sequence[Method], answers: int, *,
             questions: Sequence[MCQuestion] | None = None, lm: LanguageModel | None = None,
             ranks: Ranks | None = None) -> Prepared:
     """Load `config`'s questions (or take those given) and models (or take `lm`, the model `config` names) once,
