@@ -3,15 +3,16 @@ elsewhere: by a framework, by users of the public API, or by the tests and bench
 A name is read here by being named; this file is never imported."""
 # ruff: noqa: B018
 
+from beliefdrift.backend.kv_cache import GrowingLayer
 from beliefdrift.backend.served.endpoint import Endpoint
-from beliefdrift.backend.shared_prefix import GrowingLayer, use_per_path_cache
+from beliefdrift.backend.shared_prefix import use_per_path_cache
 from beliefdrift.engine.resampling import QuestionRunner
 from beliefdrift.report.runs import load_run
 
 _ = object()
 
 # transformers reads these attributes of its models and caches
-_.layer_class_to_replicate  # DynamicCache: the layer class a cache grows with (amortize/forward.py, shared_prefix.py)
+_.layer_class_to_replicate  # DynamicCache: the layer class a cache grows with (backend/kv_cache.py)
 _._can_checkpoint_with_cache  # a gradient-checkpointed decoder layer keeps its cache (backend/compat.py)
 _.hf_quantizer  # dropped before a dequantized GGUF model is saved (backend/loading.py)
 GrowingLayer.get_seq_length  # the Cache layer API
