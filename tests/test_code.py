@@ -51,7 +51,7 @@ def test_the_type_checking_block_is_the_lazy_exports(package: str) -> None:
         expected = importlib.import_module(f"{home}.{name}") if name not in names else getattr(
             importlib.import_module(home), name)
         assert getattr(module, name) is expected, name
-    assert set(module.__all__) - {"__version__"} == set(names)
+    assert set(module.__all__) - {"__version__"} == set(where)
 
 
 def test_an_export_block_holds_exports_only() -> None:

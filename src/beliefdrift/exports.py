@@ -28,9 +28,9 @@ def type_checking_imports(source: str) -> dict[str, str]:
 
 
 def lazy_exports(package: str) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
-    """`__getattr__`, `__dir__` and `__all__` (the names; not the sub-packages) for `package`: each name its
-    `TYPE_CHECKING` block imports (`type_checking_imports`) is imported from its module on first access (a
-    sub-package imported itself) and then kept in the package's namespace."""
+    """`__getattr__`, `__dir__` and `__all__` for `package`: each name its `TYPE_CHECKING` block imports
+    (`type_checking_imports`) is imported from its module on first access (a sub-package imported itself) and then
+    kept in the package's namespace."""
     namespace = sys.modules[package].__dict__
     where = type_checking_imports(Path(namespace["__file__"]).read_text(encoding="utf-8"))
 
@@ -46,4 +46,4 @@ def lazy_exports(package: str) -> tuple[Callable[[str], Any], Callable[[], list[
     def __dir__() -> list[str]:
         return sorted({*namespace, *where})
 
-    return __getattr__, __dir__, sorted(name for name, module in where.items() if module != package)
+    return __getattr__, __dir__, sorted(where)
