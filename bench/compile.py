@@ -6,9 +6,9 @@
     python bench/compile.py --families [--static-steps]
 
 Runs PPR, SEED_1 and SEED_5 (J paths each) on one demo question with `--model` or random weights of `--shape`
-(`bench/rollout.py`'s shapes), first eager, then compiled as `--compile` does (`compile_forward`; with `--static-steps`
-both on static steps drawing up front, the passes a CUDA graph records): compile time (the first compiled
-run), ms/step of each (runs of 2N and N answers differenced, best of 3), how many answers agree and the
+(`bench/rollout.py`'s shapes), first eager, then compiled as `--compile` does (`EngineSettings.compile`; with
+`--static-steps` both on static steps drawing up front, the passes a CUDA graph records): compile time (the first
+compiled run), ms/step of each (runs of 2N and N answers differenced, best of 3), how many answers agree and the
 largest θ difference while a path's answers agree (compiled kernels round differently). A failure to compile is
 reported with its first line.
 
@@ -29,9 +29,9 @@ import torch
 from rollout import SHAPES, TOKENIZER_HELP, shaped_model, three_methods, timed
 from torch._dynamo.utils import counters
 
-from beliefdrift.backend import load_model
+from beliefdrift.backend import EngineSettings, StepMode, load_model
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
-from beliefdrift.backend.path_cache import compile_forward, shares_prefix, use_static_steps
+from beliefdrift.backend.path_cache import shares_prefix
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.errors import first_line
 
@@ -63,7 +63,8 @@ def speed(args: argparse.Namespace) -> None:
     else:
         lm = shaped_model(args.shape, device, resolve_dtype(args.dtype, device), args.tokenizer)
     question = load_dataset("demo", n=1, seed=0)[0]
-    use_static_steps(lm.model, args.static_steps)  # eager against compiled, both on static steps drawing up front
+    static = StepMode(static=args.static_steps)  # eager against compiled, both on static steps drawing up front
+    lm.engine = EngineSettings(answer_step=static)
 
     def ms_per_step() -> float:
         best = [min(timed(device, lambda n=n: trajectories(lm, [question], args.paths, n)) for _ in range(3))
@@ -73,7 +74,7 @@ def speed(args: argparse.Namespace) -> None:
     eager_paths = trajectories(lm, [question], args.paths, args.steps)
     eager = ms_per_step()
     print(f"{args.model or args.shape} on {device}, 3 methods × {args.paths} paths: eager {eager:.1f} ms/step")
-    compile_forward(lm.model)
+    lm.engine = EngineSettings(compile=True, answer_step=static)
     start = time.perf_counter()
     try:
         compiled_paths = trajectories(lm, [question], args.paths, args.steps)
@@ -95,11 +96,11 @@ def families(static_steps: bool, paths: int = 4, steps: int = 6) -> None:
     batches = [[q] for q in questions] + [questions[:2]]
     for family in FAMILIES:
         lm = tiny_family_lm(family)
-        use_static_steps(lm.model, static_steps)
+        lm.engine = EngineSettings(answer_step=StepMode(static=static_steps))
         eager = [trajectories(lm, batch, paths, steps) for batch in batches]
         torch._dynamo.reset()
         counters.clear()
-        compile_forward(lm.model)
+        lm.engine = EngineSettings(compile=True, answer_step=StepMode(static=static_steps))
         start = time.perf_counter()
         compiled = [trajectories(lm, batches[0], paths, steps)]
         seconds, first = time.perf_counter() - start, counters["stats"]["unique_graphs"]

@@ -30,8 +30,8 @@ from rollout import (
     timed,
 )
 
+from beliefdrift.backend import EngineSettings, StepMode
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
-from beliefdrift.backend.path_cache import use_static_steps
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.engine import resampling
 from beliefdrift.engine.resampling import ppr_tokens
@@ -116,7 +116,7 @@ def main() -> None:
         batch = questions[:count]
         reference = static_steps = None
         for name, (static, capture) in engines.items():
-            use_static_steps(lm.model, static, capture)
+            lm.engine = EngineSettings(answer_step=StepMode(static, capture))
             three_methods(lm, batch, args.paths, args.steps)  # warm: kernels chosen, caches allocated
             results: list = []
             seconds = timed(device, lambda b=batch, r=results: r.extend(three_methods(lm, b, args.paths, args.steps)))
@@ -129,7 +129,7 @@ def main() -> None:
                   f"{agreement(static_steps, got) if static_steps is not None else '–'} |",
                   flush=True)
     if device.type == "cuda":
-        use_static_steps(lm.model, True, True)
+        lm.engine = EngineSettings(answer_step=StepMode(static=True, capture=True))
         count = max(args.questions)
         seconds, batch = capture_seconds(lm, questions[count : 2 * count], args.paths, args.steps)
         print(f"\nwarm-up ({resampling.CAPTURE_WARM_UP} steps) and capture of the first batch of a {count}-question "

@@ -31,9 +31,16 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Olmo2Config, PretrainedConfig, Qwen2Config
 
-from beliefdrift.backend import DEFAULT_MODEL, LanguageModel, load_model, shared_prefix
+from beliefdrift.backend import (
+    DEFAULT_MODEL,
+    EngineSettings,
+    LanguageModel,
+    StepMode,
+    TransformersModel,
+    load_model,
+    shared_prefix,
+)
 from beliefdrift.backend.loading import resolve_device, resolve_dtype
-from beliefdrift.backend.path_cache import prepared, use_static_steps
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.engine import resampling
 from beliefdrift.engine.methods import MethodResult, parse_method, run_methods_many
@@ -189,12 +196,11 @@ TOKENIZER_HELP = ("with --shape: the tokenizer that writes the prompts (a direct
 def shaped_model(shape: str, device: torch.device, dtype: torch.dtype, tokenizer: str | None = None,
                  static_steps: bool = False) -> LanguageModel:
     """Random weights of a real model's shape, made on the device (no download), with `tokenizer` (a directory or
-    hub id) or the default model's; its answer steps static with `static_steps` (`use_static_steps`)."""
+    hub id) or the default model's; its answer steps static with `static_steps` (`EngineSettings`)."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else load_model(DEFAULT_MODEL).tokenizer
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(SHAPES[shape](), dtype=dtype).eval()
-    use_static_steps(model, static_steps)
-    return LanguageModel(model, tokenizer, shape)
+    return TransformersModel(model, tokenizer, shape, EngineSettings(answer_step=StepMode(static=static_steps)))
 
 
 def synchronize(device: torch.device) -> None:
@@ -410,7 +416,7 @@ def shape_sweep(args: argparse.Namespace) -> None:
           f"engine {mode}")
     seconds = timed(device, lambda: naive_rollout(lm, questions[0], 3 * args.paths, args.steps, args.seed))
     naive = 3 * args.paths * args.steps / seconds
-    prepared(lm, args.compile, args.cuda_graphs)
+    lm = lm.prepared(args.compile, args.cuda_graphs)
 
     def engine_seconds(work: Callable[[], object]) -> float:
         if args.compile or args.cuda_graphs:

@@ -11,12 +11,13 @@ import torch
 from tiny_model import SKY_QUESTION, save_tiny_model
 
 from beliefdrift.backend import AnswerDist, LanguageModel, load_model
+from beliefdrift.backend.model import EagerPaths
 from beliefdrift.engine.resampling import QuestionRunner
 
 Theta = Callable[[tuple[int, ...]], Sequence[float]]
 
 
-class HistoryProcess:
+class HistoryProcess(EagerPaths):
     """An `AnswerProcess` whose θ is a Python function of each path's answer history."""
 
     def __init__(self, theta: Theta, histories: Sequence[tuple[int, ...]] = ((),)):

@@ -129,11 +129,11 @@ def test_trajectory_quantities_many_is_bit_identical_to_one_at_a_time(tiny_lm, h
 
 
 def test_trajectory_quantities_many_wants_one_model(tiny_lm, history_template):
-    from beliefdrift.backend import LanguageModel
+    from beliefdrift.backend import TransformersModel
     from beliefdrift.diagnostics.trajectory import trajectory_quantities_many
     from beliefdrift.engine.resampling import QuestionRunner
 
-    other = LanguageModel(model=tiny_lm.model, tokenizer=tiny_lm.tokenizer, name="other")
+    other = TransformersModel(model=tiny_lm.model, tokenizer=tiny_lm.tokenizer, name="other")
     runner = QuestionRunner(tiny_lm, SKY_QUESTION, history_template)
     assert trajectory_quantities_many([], 4, 6, 11) == []
     with pytest.raises(ValueError, match="same model"):
@@ -218,7 +218,7 @@ def test_each_device_of_a_device_map_gets_its_own_key_bias(caplog):
 def test_stacked_prompts_on_the_gpu_use_the_fused_kernel(dtype, history_template):
     """On CUDA the memory-efficient kernel passes its check for the head sizes of 7–8B models, and two questions
     batched (stacked, fused) give the θ of each alone on the CPU."""
-    from beliefdrift.backend import LanguageModel, shared_prefix
+    from beliefdrift.backend import TransformersModel, shared_prefix
     from beliefdrift.engine.resampling import QuestionRunner
 
     cuda = torch.device("cuda")
@@ -226,7 +226,7 @@ def test_stacked_prompts_on_the_gpu_use_the_fused_kernel(dtype, history_template
     thetas = []
     for device in ("cpu", "cuda"):
         lm = tiny_family_lm("llama")
-        lm = LanguageModel(lm.model.to(device, dtype), lm.tokenizer, lm.name)
+        lm = TransformersModel(lm.model.to(device, dtype), lm.tokenizer, lm.name)
         runners = [QuestionRunner(lm, q, history_template) for q in questions() if len(q.labels) == 4][:2]
         batch = runners[0].ppr_prompt.concat([r.paths(3, torch.tensor([[1], [0], [2]])) for r in runners])
         assert (batch.cache.runs.key_bias(0) is not None) == (device == "cuda")

@@ -484,10 +484,10 @@ def test_file_derived_text_is_escaped_in_the_tables(finished_run: Path, tmp_path
 def test_messages_name_what_to_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A model cache that cannot be created (HOME unwritable) names BELIEFDRIFT_CACHE; running out of the machine's
     memory names the settings to lower, as running out of the GPU's does."""
-    import beliefdrift.backend.loading as loading
+    import beliefdrift.backend.model_files as model_files
     from beliefdrift.cli.main import error_message
 
-    monkeypatch.setattr(loading, "cache_dir", lambda: Path("/proc/self/.cache/beliefdrift/models"))
+    monkeypatch.setattr(model_files, "cache_dir", lambda: Path("/proc/self/.cache/beliefdrift/models"))
     message = error_message(FileNotFoundError(2, "No such file or directory", "/proc/self/.cache"), "demo")
     assert message.startswith("cannot create the model cache /proc/self/.cache/beliefdrift/models (No such file or "
                               "directory: /proc/self/.cache; is HOME writable?); set BELIEFDRIFT_CACHE")
@@ -830,7 +830,7 @@ def test_a_yaml_file_of_too_many_plain_values_is_not_called_an_alias_bomb(tmp_pa
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """10^5 plain keys (no alias) exceed the values a YAML file may hold: the line says so, not "an alias bomb?", and
     the file is refused once that many are read (here, the limit lowered to 1000, long before its end)."""
-    monkeypatch.setattr("beliefdrift.errors.YAML_MAX_VALUES", 1000)
+    monkeypatch.setattr("beliefdrift.yaml_files.YAML_MAX_VALUES", 1000)
     config = write(tmp_path / "c.yaml", "".join(f"k{i}: 1\n" for i in range(10**5)))
     assert main(["emd", "--config", config, "--out", str(tmp_path / "o")]) == 2
     line = error_line(capsys)
@@ -1134,7 +1134,7 @@ def test_local_names_fail_at_once(tiny_model_dir: Path, tmp_path: Path, capsys: 
         ("evaluate", "--model", str(tiny_model_dir), "--dataset", f"hf:{nowhere}"):
             f"hf:{nowhere}: no such file or directory",
         ("evaluate", "--model", "smollm2-135m-instuct", "--dataset", "demo"):
-            "nor a hub id (OWNER/NAME); did you mean 'smollm2-135m-instruct'?",
+            "nor a cached hub id; did you mean 'smollm2-135m-instruct'?",
         ("report", str(nowhere)): f"RUN_DIR {nowhere}: no such directory",
         ("report", str(nowhere), "--html"): f"RUN_DIR {nowhere}: no such directory",
         ("export", str(nowhere)): f"run directory {nowhere}: no such directory",

@@ -32,26 +32,37 @@ def test_no_two_functions_or_classes_share_a_name() -> None:
     assert not shared, f"one name, several definitions: {shared}"
 
 
-def type_checking_names(package: Path) -> dict[str, set[str]]:
-    """{module: names} the `if TYPE_CHECKING:` block of a package's `__init__.py` imports."""
-    found: dict[str, set[str]] = defaultdict(set)
-    for node in ast.parse((package / "__init__.py").read_text()).body:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for statement in node.body:
-                assert isinstance(statement, ast.ImportFrom) and statement.module, ast.unparse(statement)
-                # `name as name`: a re-export under mypy --strict (no implicit re-exports)
-                assert all(alias.asname == alias.name for alias in statement.names), ast.unparse(statement)
-                found[statement.module] |= {alias.name for alias in statement.names}
-    return dict(found)
+@pytest.mark.parametrize("package", ["", "backend", "backend.served", "data", "diagnostics", "amortize", "cot",
+                                     "prompts", "metrics"])
+def test_the_type_checking_block_is_the_lazy_exports(package: str) -> None:
+    """An editor completes `bd.` and a type checker knows each name's type from the package's `if TYPE_CHECKING:`
+    imports; at run time `lazy_exports` reads that same block and imports each name from its module on first use, so
+    the names are written once. Each resolves to what its module defines (no name is also a submodule's, which
+    would replace it once imported), and `__all__` lists them."""
+    from beliefdrift.exports import type_checking_imports
 
-
-@pytest.mark.parametrize("package", ["", "backend", "data", "diagnostics", "amortize", "cot", "prompts", "metrics"])
-def test_the_type_checking_block_lists_the_lazy_exports(package: str) -> None:
-    """An editor completes `bd.` and a type checker knows each name's type from the `if TYPE_CHECKING:` imports; at
-    run time `lazy_exports` imports the same names from the same modules on first use (`_EXPORTS`)."""
     module = importlib.import_module(f"beliefdrift.{package}".rstrip("."))
-    exports = {name: set(names) for name, names in module._EXPORTS.items()}
-    assert type_checking_names(PACKAGE / package) == exports
+    where = type_checking_imports(Path(module.__file__).read_text())
+    names = {name: home for name, home in where.items() if home != module.__name__}  # the rest: sub-packages
+    assert names, "no exports read"
+    folder = Path(module.__file__).parent
+    assert not {name for name in names if (folder / f"{name}.py").exists() or (folder / name).is_dir()}
+    for name, home in where.items():
+        expected = importlib.import_module(f"{home}.{name}") if name not in names else getattr(
+            importlib.import_module(home), name)
+        assert getattr(module, name) is expected, name
+    assert set(module.__all__) - {"__version__"} == set(where)
+
+
+def test_an_export_block_holds_exports_only() -> None:
+    """Anything in a TYPE_CHECKING block but `from MODULE import NAME as NAME` is refused: it would not be exported
+    at run time."""
+    from beliefdrift.exports import type_checking_imports
+
+    assert type_checking_imports("if TYPE_CHECKING:\n    from a.b import c as c\n") == {"c": "a.b"}
+    for statement in ("from a.b import c", "import a", "x = 1"):
+        with pytest.raises(ValueError, match="not an export"):
+            type_checking_imports(f"if TYPE_CHECKING:\n    {statement}\n")
 
 
 def test_nothing_in_src_is_dead() -> None:

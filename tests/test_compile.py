@@ -11,7 +11,7 @@ import torch
 from tiny_model import SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters
 
-from beliefdrift.backend.path_cache import compile_forward
+from beliefdrift.backend import EngineSettings
 from beliefdrift.engine.methods import parse_method, run_methods
 from beliefdrift.engine.resampling import QuestionRunner, make_generator, sample_answers
 
@@ -31,7 +31,7 @@ def test_compiled_engine_matches_eager_with_one_set_of_graphs_for_every_prompt(h
     eager = [paths(run_methods(lm, q, METHODS, paths=3, steps=6, seed=0, template=history_template)) for q in questions]
     torch._dynamo.reset()
     counters.clear()
-    compile_forward(lm.model)
+    lm.engine = EngineSettings(compile=True)
     compiled = [paths(run_methods(lm, questions[0], METHODS, paths=3, steps=6, seed=0, template=history_template))]
     graphs = counters["stats"]["unique_graphs"]
     assert graphs > 0, "nothing was compiled"
@@ -61,7 +61,7 @@ def test_compiled_stacked_prompts_need_no_graphs_per_batch(history_template):
     eager = [thetas(first) for first in (0, 3)]
     torch._dynamo.reset()
     counters.clear()
-    compile_forward(lm.model)
+    lm.engine = EngineSettings(compile=True)
     compiled = [thetas(0)]
     graphs = counters["stats"]["unique_graphs"]
     compiled.append(thetas(3))

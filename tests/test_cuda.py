@@ -11,7 +11,7 @@ import torch
 import yaml
 from tiny_model import FAMILIES, tiny_family_lm
 
-from beliefdrift.backend import LanguageModel
+from beliefdrift.backend import TransformersModel
 from beliefdrift.cli.main import main
 from beliefdrift.data.registry import load_dataset
 from beliefdrift.diagnostics.kstep import kstep_exact
@@ -23,8 +23,8 @@ pytestmark = pytest.mark.cuda
 TINY = ["-J", "3", "-N", "3"]
 
 
-def on(lm: LanguageModel, device: str) -> LanguageModel:
-    return LanguageModel(lm.model.to(device), lm.tokenizer, lm.name)
+def on(lm: TransformersModel, device: str) -> TransformersModel:
+    return TransformersModel(lm.model.to(device), lm.tokenizer, lm.name)
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -9,8 +9,7 @@ import torch
 from tiny_model import SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters
 
-from beliefdrift.backend import LanguageModel, PathBatch
-from beliefdrift.backend.path_cache import use_static_steps
+from beliefdrift.backend import EngineSettings, PathBatch, StepMode, TransformersModel
 from beliefdrift.engine import resampling
 from beliefdrift.engine.methods import parse_method, run_methods
 from beliefdrift.engine.resampling import QuestionRunner, make_generator, sample_answers
@@ -28,7 +27,7 @@ def forward_graphs(static: bool, steps: int, template: str) -> int:
     """Graphs dynamo traces of the model's forward pass (shapes static, no compiler) over `steps` answer steps of
     seeded, padded paths."""
     lm = tiny_family_lm("mistral")
-    use_static_steps(lm.model, static)
+    lm.engine = EngineSettings(answer_step=StepMode(static=static))
     runner = QuestionRunner(lm, SKY_QUESTION, template)
     batch = PathBatch.concat([runner.paths(2, torch.tensor([[1, 2], [0, 0]])), runner.paths(2)])
     torch._dynamo.reset()
@@ -53,7 +52,7 @@ def test_capture_on_a_cpu_runs_the_static_steps_eagerly(history_template, monkey
     results = []
     for capture in (False, True):
         lm = tiny_family_lm("llama")
-        use_static_steps(lm.model, capture=capture)
+        lm.engine = EngineSettings(answer_step=StepMode(static=True, capture=capture))
         results.append(trajectories(lm, history_template))
     assert asked and not any(asked)
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
@@ -68,8 +67,8 @@ def test_graph_replay_equals_the_eager_static_steps(family, history_template):
     original = torch.cuda.CUDAGraph.replay
     for capture in (False, True):
         tiny = tiny_family_lm(family)
-        lm = LanguageModel(tiny.model.to("cuda"), tiny.tokenizer, tiny.name)
-        use_static_steps(lm.model, capture=capture)
+        lm = TransformersModel(tiny.model.to("cuda"), tiny.tokenizer, tiny.name)
+        lm.engine = EngineSettings(answer_step=StepMode(static=True, capture=capture))
         count = [0]
 
         def counted(graph, count=count):

@@ -1,5 +1,6 @@
-"""The rule of docs/architecture.md, what may import what, read off the sources' module-level imports (imports
-inside a function or under TYPE_CHECKING happen later or never, so they do not count)."""
+"""The rule of docs/architecture.md, what may import what, read off the sources' imports: those a module makes when
+it is imported (what `--help` loads) and those it makes at all, inside its functions too (where a circle hides).
+Imports under `if TYPE_CHECKING:` never run, so they do not count."""
 
 from __future__ import annotations
 
@@ -50,6 +51,39 @@ def top_level_imports(name: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def _imported(node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The package's modules (and others' top names) an import statement names: `from pkg import sub` names the
+    module `pkg.sub` where it is one, else `pkg`."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    if not node.module or node.level:
+        return set()
+    submodules = {f"{node.module}.{alias.name}" for alias in node.names
+                  if module_file(f"{node.module}.{alias.name}").exists()}
+    return submodules if len(submodules) == len(node.names) else submodules | {node.module}
+
+
+@cache
+def all_imports(name: str) -> frozenset[str]:
+    """Every module `name` imports, at the top or inside a function (what an `if TYPE_CHECKING:` block imports
+    aside: it never runs)."""
+    found: set[str] = set()
+    todo: list[ast.AST] = [ast.parse(module_file(name).read_text())]
+    while todo:
+        node = todo.pop()
+        if _is_type_checking(node):
+            todo.extend(node.orelse)  # type: ignore[attr-defined]
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= _imported(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return frozenset(m for m in found if m != name)
+
+
 def reachable(name: str) -> set[str]:
     seen, todo = set(), [name]
     while todo:
@@ -95,10 +129,97 @@ def test_every_folder_is_a_known_layer() -> None:
 
 @pytest.mark.parametrize("module", all_modules())
 def test_imports_only_go_down_the_layers(module: str) -> None:
+    """At the top of a module and inside its functions alike (the package root, the face that names every layer's
+    public names, imports them only under TYPE_CHECKING and on first use)."""
     own = LAYERS.index(layer_of(module))
-    upward = {target for target in top_level_imports(module) if target.split(".")[0] == "beliefdrift"
+    upward = {target for target in all_imports(module) if target.split(".")[0] == "beliefdrift"
               and LAYERS.index(layer_of(target)) > own and (module, target) not in UPWARD}
     assert not upward, f"{module} ({layer_of(module)}) imports a layer above it: {sorted(upward)}"
+
+
+def circles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively): modules that
+    import each other, directly or around a loop."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph.get(child, ())))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_no_modules_import_each_other() -> None:
+    """No circle of imports, counting those inside functions: each module can be read knowing only what it imports."""
+    modules = set(all_modules())
+    graph = {module: frozenset(m for m in all_imports(module) if m in modules) for module in modules}
+    assert not circles(graph), circles(graph)
+
+
+def test_the_circle_finder_finds_a_circle_through_a_function() -> None:
+    assert circles({"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}) == [
+        ["a", "b", "c"]]
+    assert circles({"a": frozenset({"b"}), "b": frozenset()}) == []
+    code = "import x\nif TYPE_CHECKING:\n    import y\ndef f():\n    from beliefdrift import z\n"
+    found: set[str] = set()
+    todo: list[ast.AST] = [ast.parse(code)]
+    while todo:
+        node = todo.pop()
+        if _is_type_checking(node):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= _imported(node)
+        todo.extend(ast.iter_child_nodes(node))
+    assert found == {"x", "beliefdrift"}
+
+
+#: What tells the kinds of model apart: only `backend/` may name it (docs/architecture.md, "The model interface").
+KINDS = {"is_served", "ServedModel", "ServedBatch", "ServedRollouts", "Endpoint"}
+
+
+def test_nothing_above_the_backend_asks_which_model_it_holds() -> None:
+    """Above `backend/` a model is a `LanguageModel`: no module names a served model's classes or `is_served`, or
+    asks whether something is a torch module (`isinstance(x, torch.nn.Module)`)."""
+    asking = []
+    for module in all_modules():
+        if layer_of(module) == "backend":
+            continue
+        for node in ast.walk(ast.parse(module_file(module).read_text())):
+            named = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if named in KINDS or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                                  and node.func.id == "isinstance" and "Module" in ast.unparse(node.args[1])):
+                asking.append(f"{module}:{node.lineno} {ast.unparse(node)[:60]}")
+    assert not asking, asking
 
 
 #: Where private names of torch and transformers may appear (docs/architecture.md, backend/compat.py).

@@ -17,7 +17,7 @@ from tiny_model import tiny_family_lm
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
-from beliefdrift.backend import LanguageModel
+from beliefdrift.backend import TransformersModel
 from beliefdrift.cli.main import main
 from beliefdrift.cot import (
     DecodeConfig,
@@ -205,7 +205,7 @@ def assert_incremental_decoding_is_whole_decoding(tokenizer, ids: list[int]) -> 
 def test_chain_of_thought_copies_token_ids_not_logits_to_the_host(device):
     """Sampling on the device: per generated token, the host gets the R sampled ids, nothing of vocabulary size."""
     lm = tiny_family_lm("llama")
-    lm = LanguageModel(lm.model.to(device), lm.tokenizer, lm.name)
+    lm = TransformersModel(lm.model.to(device), lm.tokenizer, lm.name)
     cache = PromptCache.from_text(lm, "Solve: 12 + 30 = ?")
     rollouts = 4
 

@@ -315,6 +315,27 @@ def test_evaluate_and_report_end_to_end(tiny_model_dir: Path, tmp_path: Path) ->
     assert "| 0 (3) |" in (out / "tables.md").read_text()
 
 
+def test_the_quality_control_rule_is_worded_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """One wording of the rule (`QualityControl.describe`), with its settings, in the run's warnings, the explorer's
+    data (its captions read `qc.rule`) and the demo's caption."""
+    from beliefdrift.cli.demo import summary_table
+    from beliefdrift.engine.methods import MethodResult
+    from beliefdrift.report.explorer import explorer_data
+    from beliefdrift.runs.scoring import warn_quality
+
+    qc = QualityControl(path_mass=0.3, max_fraction=0.25, common=True)
+    rule = qc.describe()
+    assert "0.25" in rule and "0.3" in rule and "--qc-common" in rule
+    assert explorer_data([], tmp_path, qc)["qc"]["rule"] == rule
+    rows = synthetic_rows()
+    with caplog.at_level("WARNING", logger="beliefdrift"):
+        warn_quality(rows, qc)
+    assert caplog.messages and all(rule in line for line in caplog.messages)
+    questions = [MCQuestion(id=f"q{i}", stem="?", choices=("a", "b"), labels=("A", "B"), answer="A") for i in range(5)]
+    results = {"ppr": [MethodResult(parse_method("ppr"), torch.tensor([0.6, 0.4]), 0.9, {}) for _ in questions]}
+    assert QualityControl().describe() in summary_table(results, questions, rows)
+
+
 def test_evaluate_warns_when_quality_control_drops_a_method(tiny_model_dir: Path, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture) -> None:
     """At run time: the tiny random model puts ~1% of its mass on the labels, so the default quality control drops

@@ -18,8 +18,8 @@ from tiny_model import FAMILIES, SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from beliefdrift.backend import PathBatch, load_model
-from beliefdrift.backend.path_cache import shares_prefix, use_static_steps
+from beliefdrift.backend import EngineSettings, PathBatch, StepMode, load_model
+from beliefdrift.backend.path_cache import shares_prefix
 from beliefdrift.config.diagnostics import DriftConfig
 from beliefdrift.config.evaluate import EvalConfig
 from beliefdrift.engine import resampling
@@ -55,7 +55,7 @@ def test_static_steps_store_the_eager_numbers(family, up_front, monkeypatch, his
 
     def paths(static: bool) -> list[torch.Tensor]:
         lm = tiny_family_lm(family)
-        use_static_steps(lm.model, static)
+        lm.engine = EngineSettings(answer_step=StepMode(static=static))
         results = run_methods_many(lm, QUESTIONS, METHODS, paths=3, steps=5, seed=0, template=history_template)
         return [part for question in results for r in question for part in (
             r.trajectories.seeds, r.trajectories.answers, r.trajectories.thetas, r.trajectories.valid_mass)]
@@ -90,7 +90,7 @@ class FreshTensors(TorchDispatchMode):
 def bucket(family: str, template: str, steps: int = 4) -> tuple[StaticSteps, PathBatch]:
     """A batch of two questions' paths, one of them seeded (left padding), ready for `steps` static steps."""
     lm = tiny_family_lm(family)
-    use_static_steps(lm.model)
+    lm.engine = EngineSettings(answer_step=StepMode(static=True))
     runners = [QuestionRunner(lm, question, template) for question in QUESTIONS]
     batch = PathBatch.concat([runners[0].paths(2, torch.tensor([[1, 2], [0, 3]])), runners[1].paths(2)])
     uniforms = up_front_uniforms([(2, make_generator(0, "a")), (2, make_generator(0, "b"))], steps, torch.device("cpu"))
@@ -156,7 +156,7 @@ def test_stored_results_and_records_equal_the_eager_engines(up_front, tiny_model
     def stored(static: bool) -> tuple[dict, dict]:
         lm = load_model(str(tiny_model_dir), dtype="float32")
         assert shares_prefix(lm.model)
-        use_static_steps(lm.model, static)
+        lm.engine = EngineSettings(answer_step=StepMode(static=static))
         out = tmp_path / ("static" if static else "eager")
         config = EvalConfig(**settings, methods=["direct", "ppr", "ppr-seed2"], out=out / "evaluate")
         with RunStore.open(run_evaluation(config, progress=False, lm=lm), read_only=True) as store:

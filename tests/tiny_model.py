@@ -24,7 +24,7 @@ from transformers import (
     Qwen3Config,
 )
 
-from beliefdrift.backend import LanguageModel
+from beliefdrift.backend import TransformersModel
 from beliefdrift.data import MCQuestion
 
 CHATML = (
@@ -93,12 +93,12 @@ FAMILIES: dict[str, Callable[[int], PretrainedConfig]] = {
 }
 
 
-def tiny_family_lm(family: str, seed: int = 0, **load: str) -> LanguageModel:
+def tiny_family_lm(family: str, seed: int = 0, **load: str) -> TransformersModel:
     """A tiny random model of `family` with the byte tokenizer (`load`: e.g. attn_implementation)."""
     tokenizer = byte_tokenizer()
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(FAMILIES[family](len(tokenizer)), **load).eval()
-    return LanguageModel(model, tokenizer, family)
+    return TransformersModel(model, tokenizer, family)
 
 
 def save_tiny_model(directory: Path, seed: int = 0, chat_template: str | None = CHATML) -> Path:

@@ -3,7 +3,9 @@ elsewhere: by a framework, by users of the public API, or by the tests and bench
 A name is read here by being named; this file is never imported."""
 # ruff: noqa: B018
 
-from beliefdrift.backend.shared_prefix import GrowingLayer, use_per_path_cache
+from beliefdrift.backend.kv_cache import GrowingLayer
+from beliefdrift.backend.served.endpoint import Endpoint
+from beliefdrift.backend.shared_prefix import use_per_path_cache
 from beliefdrift.credentials import environment_secret, register_url_secrets
 from beliefdrift.engine.resampling import QuestionRunner
 from beliefdrift.report.runs import load_run
@@ -11,7 +13,7 @@ from beliefdrift.report.runs import load_run
 _ = object()
 
 # transformers reads these attributes of its models and caches
-_.layer_class_to_replicate  # DynamicCache: the layer class a cache grows with (amortize/forward.py, shared_prefix.py)
+_.layer_class_to_replicate  # DynamicCache: the layer class a cache grows with (backend/kv_cache.py)
 _._can_checkpoint_with_cache  # a gradient-checkpointed decoder layer keeps its cache (backend/compat.py)
 _.hf_quantizer  # dropped before a dequantized GGUF model is saved (backend/loading.py)
 GrowingLayer.get_seq_length  # the Cache layer API
@@ -22,6 +24,7 @@ QuestionRunner.ppr
 # the tests' and bench/'s (said in their docstrings)
 use_per_path_cache  # tests/test_engine.py, tests/test_families.py: the reference for the shared prefix
 load_run  # bench/report.py, tests/test_cli_errors.py: one run's scores
+Endpoint.generation_logprobs  # tests/test_served.py: a rollout's requests asked for more than the first count
 # the served client's hooks (issue 49: it reads its API key and registers its URL's secrets through them; until that
 # is wired, tests/test_cli_errors.py calls them)
 environment_secret

@@ -15,12 +15,10 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
 - diagnostics: `marginal_drift`, `marginal_shift`, `EMDConfig`, `emd_per_question` (each question's EMD, as the
   `emd` command stores it), `emd_rows` (those over questions), `emd_summary` (both in one call), `question_emd` and
   `aggregate_emd` (one question, stored summaries; `QuestionEMD`, `EMDRow`), `noise_floor` (the rows beside their
-  Pólya-urn floor), `question_floor`, `method_floors` and `with_floor` (its parts), the c.i.d. check `cid_check`
-  (`CIDCheck`, `last_answer_test`, `half_differences`) and the drift test `drift_test` (`DriftTest`);
+  Pólya-urn floor), the c.i.d. check `cid_check` (`CIDCheck`) and the drift test `drift_test` (`DriftTest`);
 - metrics: `summarize` (all of them with bootstrap intervals, each an `Interval`), `accuracy`, `auroc`, `ece`, `nll`,
   `brier` (each a float), `nll_clipped`, `bootstrap_ci`; paired tests `paired_bootstrap`, `paired_summary`,
-  `paired_mean_bootstrap` (each Δ a `PairedDelta`), `paired_scores` (of stored rows, `PairedComparison`s) and
-  their parts `sign_test_p`, `sign_flip_p`, `studentized_p`;
+  `paired_mean_bootstrap` (each Δ a `PairedDelta`), `paired_scores` (of stored rows, `PairedComparison`s);
 - runs: `evaluate` (runs or resumes a run store, returns a `Run`), `drift`, `emd`, `reasoning` (the same for the
   diagnostics), each taking `questions=` (objects or a dataset name), `lm=` (a model or its name), `config=` (its
   settings: `EvalConfig`, `DriftConfig`, `EMDCommandConfig`, `ReasoningCommandConfig`, or a YAML file) and the
@@ -30,119 +28,36 @@ imported on first use (`import beliefdrift` alone loads neither torch nor transf
 - SC fine-tuning (AM-PPR): `SCTrainer` (the same keywords; `TrainConfig`);
 - settings: `load_settings` (a command's settings from a YAML preset and overrides), `run_identity`.
 
+The parts these are built of are one tier down, in their packages: `bd.metrics` (the paired tests' p-values
+`sign_test_p`, `sign_flip_p`, `studentized_p`, …), `bd.diagnostics` (the noise floor's `question_floor`,
+`method_floors`, `with_floor`; the c.i.d. check's `last_answer_test`, `half_differences`, …), `bd.backend` (the model
+interface, `LanguageModel`, `AnswerPaths`, `EngineSettings`, …).
+
 Keyword arguments carry the CLI's names and defaults (`paths`, `steps`, `seed`, `template`, `template_ending`,
 `dtype="auto"`), keyword-only after the model, questions and methods. `--quiet` silences the progress bars with
 the messages (`show_progress`).
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-import importlib
-import os
-import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from beliefdrift.exports import lazy_exports
+from beliefdrift.progress import progress_bar as progress_bar
+from beliefdrift.progress import show_progress as show_progress
+from beliefdrift.version import __version__ as __version__
 
-__version__ = "0.2.0"
-
-
-def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Callable[[str], Any],
-                                                                             Callable[[], list[str]]]:
-    """`__getattr__` and `__dir__` for `package` (PEP 562): each name of `exports` (module → names) is imported
-    from its module on first access and then kept in the package's namespace."""
-    namespace = sys.modules[package].__dict__
-    where = {name: module for module, names in exports.items() for name in names}
-
-    def __getattr__(name: str) -> Any:
-        module = where.get(name)
-        if module is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        namespace[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*namespace, *where})
-
-    return __getattr__, __dir__
-
-
-#: Whether the package's progress bars show (`show_progress`; the CLI's --quiet turns them off with its messages).
-_progress = {"show": True}
-
-
-#: Libraries whose progress bars `show_progress` switches too, and the variable each reads when it is imported.
-_HF_PROGRESS_SWITCHES = {"huggingface_hub": "HF_HUB_DISABLE_PROGRESS_BARS",
-                         "datasets": "HF_DATASETS_DISABLE_PROGRESS_BARS"}
-
-
-def show_progress(show: bool) -> None:
-    """Turn every progress bar of the package on or off: `beliefdrift --quiet` turns them off as it lowers the
-    messages to warnings (`cli.configure_logging`); in Python they show until this turns them off."""
-    _progress["show"] = bool(show)
-    # Hugging Face's own bars (hub downloads, `datasets`' split generation and maps) follow their switches: the
-    # environment for a library imported later, its function for one imported already.
-    for module, variable in _HF_PROGRESS_SWITCHES.items():
-        if show:
-            os.environ.pop(variable, None)
-        else:
-            os.environ[variable] = "1"
-        if module in sys.modules:
-            switches = sys.modules[module] if module == "datasets" else importlib.import_module(f"{module}.utils")
-            (switches.enable_progress_bars if show else switches.disable_progress_bars)()
-
-
-def progress_shown() -> bool:
-    """Whether progress bars show now (`show_progress`)."""
-    return _progress["show"]
-
-
-def progress_bar(*args: Any, **kwargs: Any) -> Any:
-    """A `tqdm` bar (same arguments), off while `show_progress(False)` holds; `disable=True` still turns one off.
-    Every loop of the package draws its bar with this, so one switch silences them all."""
-    from tqdm import tqdm
-
-    kwargs["disable"] = bool(kwargs.get("disable")) or not _progress["show"]
-    return tqdm(*args, **kwargs)
-
-
-#: Each module and the public names it defines.
-_EXPORTS = {
-    "beliefdrift.backend.loading": ("load_model", "LanguageModel"),
-    "beliefdrift.backend.adapters": ("load_adapter", "base_model"),
-    "beliefdrift.data.registry": ("load_dataset",),
-    "beliefdrift.data.question": ("MCQuestion",),
-    "beliefdrift.engine.methods": ("parse_method", "Method", "MethodResult", "run_methods", "run_methods_many"),
-    "beliefdrift.engine.resampling": ("QuestionRunner", "Trajectories", "make_generator"),
-    "beliefdrift.engine.estimators": ("martingale_posterior_mean", "rao_blackwell_mean", "first_step_estimate"),
-    "beliefdrift.diagnostics.marginal": ("marginal_drift", "marginal_shift"),
-    "beliefdrift.config.diagnostics": ("EMDConfig", "DriftConfig", "EMDCommandConfig"),
-    "beliefdrift.diagnostics.emd": ("emd_per_question", "emd_rows", "emd_summary", "question_emd", "QuestionEMD",
-                                    "EMDRow", "aggregate_emd"),
-    "beliefdrift.diagnostics.cid": ("cid_check", "CIDCheck", "last_answer_test", "half_differences"),
-    "beliefdrift.diagnostics.drift_test": ("drift_test", "DriftTest"),
-    "beliefdrift.diagnostics.noise_floor": ("noise_floor", "question_floor", "method_floors", "with_floor"),
-    "beliefdrift.metrics.functional": ("summarize", "accuracy", "auroc", "ece", "nll", "nll_clipped", "brier",
-                                       "bootstrap_ci", "paired_bootstrap", "paired_summary", "paired_mean_bootstrap",
-                                       "sign_test_p", "sign_flip_p", "studentized_p", "Interval", "PairedDelta"),
-    "beliefdrift.report.paired": ("paired_scores", "PairedComparison"),
-    "beliefdrift.config.evaluate": ("EvalConfig",),
-    "beliefdrift.runs.results": ("evaluate", "drift", "emd", "reasoning", "open_run", "Run", "write_export"),
-    "beliefdrift.config.reasoning": ("ReasoningCommandConfig",),
-    "beliefdrift.runs.scoring": ("score_rows", "ScoreRow"),
-    "beliefdrift.config.options": ("QualityControl", "load_settings"),
-    "beliefdrift.config.train": ("TrainConfig",),
-    "beliefdrift.amortize.trainer": ("SCTrainer",),
-    "beliefdrift.runs.identity": ("run_identity",),
-}
-
-__all__ = ["__version__", *(name for names in _EXPORTS.values() for name in names)]
-if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+if TYPE_CHECKING:  # the public names, imported on first use (`beliefdrift.exports`)
+    from beliefdrift import amortize as amortize
+    from beliefdrift import backend as backend
+    from beliefdrift import cot as cot
+    from beliefdrift import data as data
+    from beliefdrift import diagnostics as diagnostics
+    from beliefdrift import metrics as metrics
+    from beliefdrift import prompts as prompts
     from beliefdrift.amortize.trainer import SCTrainer as SCTrainer
     from beliefdrift.backend.adapters import base_model as base_model
     from beliefdrift.backend.adapters import load_adapter as load_adapter
-    from beliefdrift.backend.loading import LanguageModel as LanguageModel
     from beliefdrift.backend.loading import load_model as load_model
+    from beliefdrift.backend.model import LanguageModel as LanguageModel
     from beliefdrift.config.diagnostics import DriftConfig as DriftConfig
     from beliefdrift.config.diagnostics import EMDCommandConfig as EMDCommandConfig
     from beliefdrift.config.diagnostics import EMDConfig as EMDConfig
@@ -155,8 +70,6 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.data.registry import load_dataset as load_dataset
     from beliefdrift.diagnostics.cid import CIDCheck as CIDCheck
     from beliefdrift.diagnostics.cid import cid_check as cid_check
-    from beliefdrift.diagnostics.cid import half_differences as half_differences
-    from beliefdrift.diagnostics.cid import last_answer_test as last_answer_test
     from beliefdrift.diagnostics.drift_test import DriftTest as DriftTest
     from beliefdrift.diagnostics.drift_test import drift_test as drift_test
     from beliefdrift.diagnostics.emd import EMDRow as EMDRow
@@ -168,10 +81,7 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.diagnostics.emd import question_emd as question_emd
     from beliefdrift.diagnostics.marginal import marginal_drift as marginal_drift
     from beliefdrift.diagnostics.marginal import marginal_shift as marginal_shift
-    from beliefdrift.diagnostics.noise_floor import method_floors as method_floors
     from beliefdrift.diagnostics.noise_floor import noise_floor as noise_floor
-    from beliefdrift.diagnostics.noise_floor import question_floor as question_floor
-    from beliefdrift.diagnostics.noise_floor import with_floor as with_floor
     from beliefdrift.engine.estimators import first_step_estimate as first_step_estimate
     from beliefdrift.engine.estimators import martingale_posterior_mean as martingale_posterior_mean
     from beliefdrift.engine.estimators import rao_blackwell_mean as rao_blackwell_mean
@@ -195,13 +105,10 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.metrics.functional import paired_bootstrap as paired_bootstrap
     from beliefdrift.metrics.functional import paired_mean_bootstrap as paired_mean_bootstrap
     from beliefdrift.metrics.functional import paired_summary as paired_summary
-    from beliefdrift.metrics.functional import sign_flip_p as sign_flip_p
-    from beliefdrift.metrics.functional import sign_test_p as sign_test_p
-    from beliefdrift.metrics.functional import studentized_p as studentized_p
     from beliefdrift.metrics.functional import summarize as summarize
-    from beliefdrift.report.paired import PairedComparison as PairedComparison
-    from beliefdrift.report.paired import paired_scores as paired_scores
     from beliefdrift.runs.identity import run_identity as run_identity
+    from beliefdrift.runs.paired import PairedComparison as PairedComparison
+    from beliefdrift.runs.paired import paired_scores as paired_scores
     from beliefdrift.runs.results import Run as Run
     from beliefdrift.runs.results import drift as drift
     from beliefdrift.runs.results import emd as emd
@@ -212,4 +119,5 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.runs.scoring import ScoreRow as ScoreRow
     from beliefdrift.runs.scoring import score_rows as score_rows
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
-    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+    __getattr__, __dir__, __all__ = lazy_exports(__name__)
+    __all__ = ["__version__", *__all__]

@@ -5,47 +5,9 @@ The trained adapter loads with `beliefdrift.backend.adapters.load_adapter(lm, pa
 
 from typing import TYPE_CHECKING
 
-from beliefdrift import lazy_exports
+from beliefdrift.exports import lazy_exports
 
-#: Each module and the public names it defines (imported on first use).
-_EXPORTS = {
-    "beliefdrift.amortize.backward": ("backward_sc_loss",),
-    "beliefdrift.amortize.forward": ("PrefixState", "conditionals", "encode_prefix", "rollout_conditionals"),
-    "beliefdrift.amortize.loss": (
-        "SCLossOutput", "SelfConsistencyLoss", "draw_horizons", "expected_sc_loss", "horizon_pairs", "log_predictive",
-    ),
-    "beliefdrift.amortize.rollouts": (
-        "RolloutGroup", "generate_group", "generate_groups", "group_id", "load_rollouts", "sample_prefix",
-        "sample_rollouts", "save_rollouts",
-    ),
-    "beliefdrift.config.train": ("TrainConfig",),
-    "beliefdrift.amortize.trainer": ("SCTrainer", "plan_updates"),
-}
-__all__ = [
-    "PrefixState",
-    "RolloutGroup",
-    "SCLossOutput",
-    "SCTrainer",
-    "SelfConsistencyLoss",
-    "TrainConfig",
-    "backward_sc_loss",
-    "conditionals",
-    "draw_horizons",
-    "encode_prefix",
-    "expected_sc_loss",
-    "generate_group",
-    "generate_groups",
-    "group_id",
-    "horizon_pairs",
-    "load_rollouts",
-    "log_predictive",
-    "plan_updates",
-    "rollout_conditionals",
-    "sample_prefix",
-    "sample_rollouts",
-    "save_rollouts",
-]
-if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+if TYPE_CHECKING:  # the public names, imported on first use (`beliefdrift.exports`)
     from beliefdrift.amortize.backward import backward_sc_loss as backward_sc_loss
     from beliefdrift.amortize.forward import PrefixState as PrefixState
     from beliefdrift.amortize.forward import conditionals as conditionals
@@ -69,4 +31,4 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.amortize.trainer import plan_updates as plan_updates
     from beliefdrift.config.train import TrainConfig as TrainConfig
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
-    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+    __getattr__, __dir__, __all__ = lazy_exports(__name__)

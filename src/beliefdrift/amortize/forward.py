@@ -22,30 +22,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from beliefdrift.backend import AnswerTokens, compat
-from beliefdrift.backend.loading import cache_argument, input_device, unwrapped
+from beliefdrift.backend.kv_cache import cache_argument, one_pass_cache
 from beliefdrift.backend.path_cache import shares_prefix
 from beliefdrift.backend.shared_prefix import AttentionPass, SharedPrefix
-
-
-class _OnePassLayer(DynamicLayer):
-    """A full cache layer written once per forward pass: a repeated write starts the layer afresh instead of
-    appending to it (the layer's recompute under gradient checkpointing must see what the forward pass saw)."""
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, ...]:
-        self.is_initialized = False  # the parent then re-initialises the layer empty and appends to it
-        return super().update(key_states, value_states, *args, **kwargs)
-
-
-def one_pass_cache() -> DynamicCache:
-    """An empty KV cache for one forward pass from position 0 (see `_OnePassLayer`)."""
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = _OnePassLayer
-    return cache
+from beliefdrift.backend.wrappers import input_device, unwrapped
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:

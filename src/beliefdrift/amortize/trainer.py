@@ -47,7 +47,7 @@ from beliefdrift.amortize.rollouts import (
     sample_rollouts,
     save_rollouts,
 )
-from beliefdrift.backend import AnswerTokens, LanguageModel, load_model
+from beliefdrift.backend import AnswerTokens, LanguageModel, TransformersModel, load_model
 from beliefdrift.backend.shared_prefix import enable_shared_prefix
 from beliefdrift.config.options import as_mapping
 from beliefdrift.config.train import MAX_UPDATES, ROLLOUT_SETTINGS, TrainConfig
@@ -325,8 +325,9 @@ class SCTrainer:
     def check_context(self, lm: LanguageModel, questions: Sequence[MCQuestion], validation: bool = False) -> None:
         """Every question's prompt and the answers an update (the longest prefix, then K − 1 rollout answers) or
         the validation EMD‾ (the longest prefix, then K answers) puts after it fit the model's context, else a
-        UserError naming the question; a model without `max_position_embeddings` fits everything."""
-        limit = getattr(lm.model.config, "max_position_embeddings", None)
+        UserError naming the question; a model whose context is not known (`LanguageModel.context_length`) fits
+        everything."""
+        limit = lm.context_length
         c = self.config
         if validation:
             answers = max(c.eval_prefix_lengths, default=0) + c.eval_horizon
@@ -386,9 +387,9 @@ class SCTrainer:
     def peft_model(self) -> Any:
         return self.accelerator.unwrap_model(self.model)
 
-    def current_lm(self) -> LanguageModel:
+    def current_lm(self) -> TransformersModel:
         """The model being trained, as a `LanguageModel` for the resampling engine."""
-        return LanguageModel(self.peft_model, self.tokenizer, f"{self.name}+sc")
+        return TransformersModel(self.peft_model, self.tokenizer, f"{self.name}+sc")
 
     def tokens(self, question: MCQuestion) -> AnswerTokens:
         if question.id not in self._tokens:

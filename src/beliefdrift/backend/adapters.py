@@ -7,7 +7,8 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from beliefdrift.backend import LanguageModel
+from beliefdrift.backend.local import TransformersModel
+from beliefdrift.backend.model import LanguageModel
 from beliefdrift.errors import UserError, first_line
 
 CONFIG_FILE = "adapter_config.json"
@@ -76,8 +77,8 @@ def non_finite_tensors(weights: Path) -> list[str]:
                   if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not tensor.isfinite().all())
 
 
-def load_adapter(lm: LanguageModel, path: str | Path) -> LanguageModel:
-    """The SC-tuned model: `lm` with the LoRA adapter at `path` (a second LanguageModel, same tokenizer).
+def load_adapter(lm: LanguageModel, path: str | Path) -> TransformersModel:
+    """The SC-tuned model: `lm` with the LoRA adapter at `path` (a second model, same tokenizer and engine settings).
 
     PEFT injects the LoRA layers into `lm.model` in place, so from now on run the base model inside
     `base_model(adapter_lm)`. An adapter that does not fit the model (another base model's, damaged weights) is
@@ -87,6 +88,9 @@ def load_adapter(lm: LanguageModel, path: str | Path) -> LanguageModel:
     from peft import PeftModel
 
     path = check_adapter(path)
+    if not isinstance(lm, TransformersModel):
+        raise UserError(f"--adapter {path}: {lm.name} has no weights here to put it on; serve the adapter with the "
+                        "model (vLLM: --lora-modules) and name it with --model-args served_model=NAME")
     try:
         tuned = PeftModel.from_pretrained(lm.model, str(path))
     except torch.OutOfMemoryError:
@@ -96,9 +100,9 @@ def load_adapter(lm: LanguageModel, path: str | Path) -> LanguageModel:
         raise UserError(f"--adapter {path}: cannot load the adapter onto {lm.name} ({type(err).__name__}: "
                         f"{' '.join(lines) or first_line(err)}); was it trained on this --model?") from err
     tuned.eval()
-    return LanguageModel(model=tuned, tokenizer=lm.tokenizer, name=f"{lm.name}+{path.name}")
+    return TransformersModel(model=tuned, tokenizer=lm.tokenizer, name=f"{lm.name}+{path.name}", engine=lm.engine)
 
 
-def base_model(adapter_lm: LanguageModel | None) -> Any:
+def base_model(adapter_lm: TransformersModel | None) -> Any:
     """Context in which the base model runs without the adapter layers `load_adapter` injected."""
     return adapter_lm.model.disable_adapter() if adapter_lm is not None else nullcontext()

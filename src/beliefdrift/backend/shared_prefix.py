@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 
 import torch
 import transformers
-from transformers import AttentionInterface, Cache, DynamicCache, PreTrainedModel
-from transformers.cache_utils import DynamicLayer, StaticLayer
+from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from beliefdrift.backend import compat
-from beliefdrift.backend.loading import cache_argument
+from beliefdrift.backend.kv_cache import cache_argument, full_cache
 from beliefdrift.errors import first_line
 
 log = logging.getLogger(__name__)
@@ -146,85 +145,11 @@ class PromptRuns:
         return keys, values, lengths
 
 
-class GrowingLayer(DynamicLayer):
-    """A full cache layer with spare room: appended keys/values are written in place into buffers of at least
-    `room` positions (`reserve`), whose length doubles when full, so a decoding step copies only its new tokens
-    instead of the whole cache, and none once the room for a run is reserved. `keys` and `values` are views of the
-    filled part, with the same values `DynamicLayer` would hold. A forward pass reads only the buffers and the
-    `filled` count, never those views (under `torch.compile` a view and its buffer would be two aliased inputs)."""
-
-    def __init__(self):
-        super().__init__()
-        self.filled = 0
-        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        start, end = self.filled, self.filled + key_states.shape[-2]
-        if self._buffers is None or end >= self._buffers[0].shape[-2]:
-            self._grow(key_states, value_states, max(2 * end, 16))
-        self._buffers[0][..., start:end, :].copy_(key_states)
-        self._buffers[1][..., start:end, :].copy_(value_states)
-        self.filled = end
-        self.keys, self.values = (buffer[..., :end, :] for buffer in self._buffers)
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.filled
-
-    def reserve(self, room: int) -> None:
-        """Room for `room` positions in all (the filled ones included), allocated now."""
-        if self._buffers[0].shape[-2] <= room:
-            self._grow(*self._buffers, room)
-
-    def _grow(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
-        """New buffers of `room` positions and one spare (a pass that fills its buffer exactly would be a graph of
-        its own under torch.compile), shaped like `keys`/`values`, holding the filled part of the old ones."""
-        buffers = tuple(t.new_empty(*t.shape[:-2], room + 1, t.shape[-1]) for t in (keys, values))
-        if self.filled:
-            for new, old in zip(buffers, self._buffers, strict=True):
-                new[..., : self.filled, :].copy_(old[..., : self.filled, :])
-        self._buffers = buffers
-
-
-def full_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> DynamicCache:
-    """A cache that keeps every position on every layer (no sliding-window truncation) and appends in place
-    (`GrowingLayer`), holding `rows[i]` = (keys, values) of layer i to start with."""
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = GrowingLayer
-    for layer, (keys, values) in enumerate(rows):
-        cache.update(keys, values, layer)
-    return cache
-
-
-def reserve_room(cache: DynamicCache, room: int) -> None:
-    """Room for `room` positions in every layer a `full_cache` holds."""
-    for layer in cache.layers:
-        layer.reserve(room)
-
-
-def static_cache(rows: Sequence[tuple[torch.Tensor, torch.Tensor]], room: int) -> Cache:
-    """A cache of `room` positions per layer, allocated once and zero-filled (transformers' `StaticLayer`: written in
-    place at a position it keeps on the device, read whole), holding `rows[i]` = (keys, values) of layer i to start
-    with. Every pass sees tensors of the same shapes at the same addresses, as CUDA graphs need; the attention hides
-    the slots past a pass's new tokens (`AttentionPass.suffix_end`)."""
-    cache = Cache(layers=[StaticLayer(room) for _ in rows])
-    for layer, (keys, values) in zip(cache.layers, rows, strict=True):
-        layer.update(keys, values)
-    return cache
-
-
 def no_mask(device: torch.device) -> torch.Tensor:
     """An empty 4D attention mask for the engine's passes: transformers passes a ready 4D mask to the attention as it
     is instead of building one (the shared-prefix attention builds its own masks and never reads it). Building one
     would cost operators every step and, over a `static_cache`, a read of its fill count on the host."""
     return torch.empty(0, 0, 0, 0, device=device)
-
-
-def is_static(cache: object) -> bool:
-    """Whether `cache` is a `static_cache` (its layers allocated once, written in place)."""
-    return isinstance(cache, Cache) and bool(cache.layers) and isinstance(cache.layers[0], StaticLayer)
 
 
 class AttentionPass:

@@ -100,9 +100,8 @@ def summary_table(results: dict[str, list[Any]], questions: list[MCQuestion], st
     caption = (f"**Demo summary.** Each method on all {len(questions)} questions, before quality control: accuracy "
                "(share of questions whose most probable option is the answer), mean confidence (max_a q(a)), mean "
                "valid_mass (the probability the model puts on the answer labels, over every step of every path), and "
-               "QC excl. (questions quality control removes from Tables 1 and 2: a path is off-format when its mean "
-               f"valid_mass is below {quality.qc.path_mass:g}, a question is removed when more than "
-               f"{quality.qc.max_fraction:g} of its paths are). Tables 1 and 2 score the kept questions only, so "
+               "QC excl. (the questions quality control removes from a method in Tables 1 and 2: those on which "
+               f"{quality.qc.describe()}). Tables 1 and 2 score the kept questions only, so "
                "their accuracy differs where QC excl. is not 0.")
     return caption + "\n\n" + markdown_table(
         ["method", "accuracy", "mean confidence", "mean valid_mass", "QC excl."],
@@ -128,9 +127,9 @@ def demo_results(lm: LanguageModel, questions: list[MCQuestion], methods: list[M
                  config: DemoConfig) -> tuple[dict[str, list[MethodResult]], list[ResultRow]]:
     """Every method's result on every question, and the stored rows; each question's stored in `out/run.sqlite` as
     it finishes: an interrupted demo resumes with the questions it had finished."""
-    from beliefdrift import progress_bar
     from beliefdrift.data.question import write_questions
     from beliefdrift.engine.methods import run_methods
+    from beliefdrift.progress import progress_bar
     from beliefdrift.runs.identity import identity_hash, run_identity
     from beliefdrift.runs.scoring import result_row
     from beliefdrift.runs.store import STORE_FILE, RunStore

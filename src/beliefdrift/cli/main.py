@@ -24,11 +24,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from beliefdrift import __version__, show_progress
 from beliefdrift.config.options import CommandParser
 from beliefdrift.credentials import RedactingFilter, redact
 from beliefdrift.errors import UserError
+from beliefdrift.progress import show_progress
 from beliefdrift.registry import did_you_mean
+from beliefdrift.version import __version__
 
 DESCRIPTION = ("Measure and repair belief drift in language models answering multiple-choice questions: prompted "
                "predictive resampling (PPR), answer seeding, and SC fine-tuning (AM-PPR).")
@@ -139,9 +140,9 @@ def error_message(err: BaseException, command: str | None) -> str:
     model cache that cannot be created names `BELIEFDRIFT_CACHE`, any other error its own message."""
     if isinstance(err, memory_errors()) or out_of_host_memory(err):
         return out_of_memory(command, gpu=isinstance(err, memory_errors()))
-    loading = sys.modules.get("beliefdrift.backend.loading")
-    if isinstance(err, OSError) and isinstance(err.filename, str) and loading is not None:
-        cache = loading.cache_dir()
+    model_files = sys.modules.get("beliefdrift.backend.model_files")
+    if isinstance(err, OSError) and isinstance(err.filename, str) and model_files is not None:
+        cache = model_files.cache_dir()
         if Path(err.filename) in (cache, *cache.parents) and Path(err.filename) != Path(cache.anchor):
             return (f"cannot create the model cache {cache} ({err.strerror}: {err.filename}; is HOME writable?); set "
                     "BELIEFDRIFT_CACHE to a writable directory")

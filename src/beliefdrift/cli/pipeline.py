@@ -22,10 +22,11 @@ from typing import Any
 from beliefdrift.config.options import PAPER_PRESETS, ReportOptions, preset_file
 from beliefdrift.credentials import redacted
 from beliefdrift.data.registry import DATA_ENV
-from beliefdrift.errors import UserError, read_yaml
+from beliefdrift.errors import UserError
 from beliefdrift.files import safe_name, write_atomic
 from beliefdrift.registry import did_you_mean
 from beliefdrift.runs.store import STORE_FILE
+from beliefdrift.yaml_files import read_yaml
 
 log = logging.getLogger(__name__)
 

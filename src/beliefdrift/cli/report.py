@@ -103,7 +103,8 @@ def check_run_files(run_dir: Path) -> None:
     import csv
     import json
 
-    from beliefdrift.errors import not_utf8, read_yaml
+    from beliefdrift.errors import not_utf8
+    from beliefdrift.yaml_files import read_yaml
 
     if (run_dir / "config.yaml").is_file():
         read_yaml(run_dir / "config.yaml", str(run_dir / "config.yaml"))

@@ -17,7 +17,6 @@ import logging
 
 from beliefdrift.config.options import add_command, settings_from
 from beliefdrift.config.train import TrainConfig
-from beliefdrift.errors import UserError, check_device, check_model
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +29,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from beliefdrift.amortize.trainer import SCTrainer
-    from beliefdrift.backend.served import is_served
+    from beliefdrift.backend.loading import check_trainable
     from beliefdrift.runs.distributed import leave_run
 
     config = settings_from(args, TrainConfig)
-    if is_served(config.model):
-        raise UserError(f"--model {config.model}: train needs the model's gradients, which a model behind an inference "
-                        "server does not give; train the same weights loaded locally (a hub id, directory or .gguf)")
-    check_device(config.device)
-    check_model(config.model)
+    check_trainable(config)
     trainer = SCTrainer(config=config)
     if trainer.is_main:
         log.info("training %s: %d groups, %d updates per process, %d paths per update (%d per forward pass), %s "

@@ -24,10 +24,11 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 
 from beliefdrift.credentials import redacted
 from beliefdrift.data.registry import DATASETS
-from beliefdrift.errors import UserError, load_yaml, read_yaml
+from beliefdrift.errors import UserError
 from beliefdrift.files import check_inputs_outside, check_output
 from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_ENDING, TEMPLATE_ENDINGS
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, did_you_mean, parse_method
+from beliefdrift.yaml_files import load_yaml, read_yaml
 
 Config = TypeVar("Config")
 #: YAML presets shipped with the package (`configs/` in a source checkout links here).
@@ -328,6 +329,12 @@ class QualityControl:
     def excludes(self, row: Any) -> bool:
         """Whether the stored result `row` (a `store.ResultRow`) fails the rule."""
         return float((row.path_valid_mass < self.path_mass).mean()) > self.max_fraction
+
+    def describe(self) -> str:
+        """The rule in words, with its settings: what a question a method loses had (the run's warnings, the
+        explorer and the demo's caption say it so)."""
+        return (f"more than {self.max_fraction:g} of its paths (direct query: its one answer) had mean label mass "
+                f"below {self.path_mass:g}" + (", for any method (--qc-common)" if self.common else ""))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """R rollouts of thought–answer pairs per question, decoded in one batch on a shared prompt cache.
 
-The prompt is prefilled once (`PromptCache`) and its keys/values are shared by every rollout
-(`backend.path_cache`); each rollout caches only its own suffix. The suffix starts with the prompt's
+The prompt is prefilled once (`PromptCache`, the model's `Rollouts`): on a local model its keys/values are shared
+by every rollout (`backend.path_cache`) and each rollout caches only its own suffix. The suffix starts with the prompt's
 last token and the rollout's reasoning seeds (left-padded to a common length, the padding hidden from
 attention), then all rollouts advance one sampled token per forward pass. A rollout stops after N pairs
 (N-th `</ans>`), at an end-of-sequence token, or after `max_new_tokens` generated tokens; finished
@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from beliefdrift.backend import LanguageModel
-from beliefdrift.backend.path_cache import prefill
+from beliefdrift.backend.model import LanguageModel
+from beliefdrift.backend.sampling import Sampler
+from beliefdrift.backend.sampling import nucleus_sampler as nucleus_sampler  # the sampler rollouts are drawn with
 from beliefdrift.cot.parser import PAIR_SEPARATOR, Pair, PairParser, ParseResult, parse_pairs, render_pair
-from beliefdrift.engine.resampling import inverse_cdf
 from beliefdrift.errors import UserError
 
-Sampler = Callable[[torch.Tensor], torch.Tensor]
 ANSWER_OPEN = re.compile("<[aA][nN][sS]>")  # exactly the strings that lower-case to "<ans>"
 
 
@@ -56,57 +55,6 @@ class DecodeConfig:
             raise ValueError(f"pair counts and token limits must be positive, got {self}")
 
 
-def _draw(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One index per row of non-negative weights [B, K], drawn ∝ weight by inverting the CDF."""
-    uniforms = torch.rand(len(weights), 1, generator=generator, dtype=torch.float64, device=weights.device)
-    return inverse_cdf(weights, uniforms)[:, 0]
-
-
-def _most_likely(probs: torch.Tensor, top_p: float, candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Probabilities [B, K] in descending order and their token ids, K large enough that every row's first
-    K hold `top_p` of its mass: the top `candidates` where that holds (checked on the host, so on the CPU
-    only), else the whole vocabulary."""
-    if probs.is_cpu:
-        top, order = probs.topk(min(candidates, probs.shape[-1]), -1)
-        if not bool((top.sum(-1) < top_p).any()):
-            return top, order
-    return probs.sort(-1, descending=True)
-
-
-def nucleus_sampler(temperature: float, top_p: float, generator: torch.Generator, candidates: int = 256) -> Sampler:
-    """Draw one token per row of logits [B, V] from softmax(logits / T) restricted to the smallest set of
-    most likely tokens whose probability reaches `top_p` (T = 0: greedy).
-
-    Sampling runs on the logits' device, so only the [B] token ids leave it. On the CPU it draws from
-    `generator` and searches the set among the top `candidates` tokens when they hold `top_p` of the mass
-    (then it lies inside them), else in the fully sorted vocabulary. On another device it draws from a
-    generator there, seeded by one draw from `generator` on first use, and always sorts the vocabulary
-    (cheaper there than asking the host whether the candidates suffice)."""
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-    generators = {torch.device("cpu"): generator}
-
-    def generator_on(device: torch.device) -> torch.Generator:
-        if device not in generators:
-            seed = int(torch.randint(2**63 - 1, (), generator=generator))
-            generators[device] = torch.Generator(device).manual_seed(seed)
-        return generators[device]
-
-    def sample(logits: torch.Tensor) -> torch.Tensor:
-        logits = logits.float()
-        if temperature == 0:
-            return logits.argmax(-1)
-        draw_from = generator_on(logits.device)
-        probs = torch.softmax(logits / temperature, -1)
-        if top_p == 1:
-            return _draw(probs, draw_from)
-        top, order = _most_likely(probs, top_p, candidates)
-        keep = (top.cumsum(-1) - top) < top_p  # the most likely token is always kept
-        return order.gather(-1, _draw(top * keep, draw_from)[:, None])[:, 0]
-
-    return sample
-
-
 class PromptCache:
     """A prompt prefilled once. All but its last token form the shared prefix; the last token is fed with
     each rollout's suffix, so the first decoding step yields every rollout's next-token logits."""
@@ -116,10 +64,7 @@ class PromptCache:
             raise ValueError("a prompt needs at least two tokens")
         self.lm = lm
         self.prompt_ids = tuple(prompt_ids)
-        if isinstance(lm.model, torch.nn.Module):
-            self.paths, _ = prefill(lm.model, self.prompt_ids[:-1], logits_to_keep=1)
-        else:  # a model behind an inference server (`backend.served.ServedRollouts`)
-            self.paths = lm.model.rollouts(self.prompt_ids[:-1])
+        self.paths = lm.rollouts(self.prompt_ids[:-1])
 
     @classmethod
     def from_text(cls, lm: LanguageModel, context: str) -> PromptCache:
@@ -289,7 +234,7 @@ GUIDE_TAGS = {
 
 def _end_of_sequence_ids(lm: LanguageModel) -> set[int]:
     ids = {lm.tokenizer.eos_token_id}
-    configured = getattr(lm.model.generation_config, "eos_token_id", None)
+    configured = getattr(lm.generation_config, "eos_token_id", None)
     ids.update(configured if isinstance(configured, list) else [configured])
     return {i for i in ids if i is not None}
 
@@ -303,15 +248,15 @@ def generate_rollouts(
     collect_hidden: bool = True,
 ) -> list[Rollout]:
     """One rollout per entry of `seed_texts` (the text prefilled after the prompt; "" for none), decoded
-    together on `cache`: one forward pass per generated token for the whole batch. On a model behind an inference
-    server one request per running rollout and token instead, whose top log-probabilities determine the draw of
-    `config.nucleus` (`backend.served.nucleus_logits`); such a model gives no hidden states to collect."""
+    together on `cache`: one step of the model's `Rollouts` per generated token for the whole batch (a local model:
+    one forward pass; a model behind an inference server: one request per running rollout, whose top
+    log-probabilities determine the draw of `config.nucleus`, `backend.sampling.nucleus_logits`). A model whose
+    rollouts give no hidden states (`LanguageModel.hidden_states`) cannot collect them."""
     lm = cache.lm
     tokenizer, device = lm.tokenizer, lm.device
-    served = not isinstance(lm.model, torch.nn.Module)
-    if served and collect_hidden:
-        raise UserError(f"{lm.name} runs on its server, which gives no hidden states to embed the pairs with; use "
-                        "--embedding sentence")
+    if collect_hidden and not lm.hidden_states:
+        raise UserError(f"{lm.name} gives no hidden states to embed the pairs with (a model behind an inference "
+                        "server); use --embedding sentence")
     eos = _end_of_sequence_ids(lm)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
     tags = {name: tokenizer(text, add_special_tokens=False)["input_ids"] for name, text in GUIDE_TAGS.items()}
@@ -326,10 +271,7 @@ def generate_rollouts(
     def forward(
         input_ids: torch.Tensor, hidden: bool, padding: torch.Tensor | None = None, active: list[int] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if served:  # only the rollouts still running are asked for
-            return rollouts.extend(input_ids, padding, (*config.nucleus, banned), active), None
-        out = rollouts.extend(input_ids, padding, logits_to_keep=1, output_hidden_states=hidden)
-        return out.logits[:, -1], (out.hidden_states[-1][:, -1] if hidden else None)
+        return rollouts.extend(input_ids, padding, nucleus=(*config.nucleus, banned), hidden=hidden, active=active)
 
     first = torch.tensor([[pad] * (width - len(f)) + f for f in firsts], device=device)
     logits, _ = forward(first, hidden=False, padding=torch.tensor(padding) if any(padding) else None)

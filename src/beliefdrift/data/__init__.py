@@ -2,37 +2,9 @@
 
 from typing import TYPE_CHECKING
 
-from beliefdrift import lazy_exports
+from beliefdrift.exports import lazy_exports
 
-#: Each module and the public names it defines (imported on first use).
-_EXPORTS = {
-    "beliefdrift.data.loaders": (
-        "DataError", "MathProblem", "load_arc", "load_csqa", "load_demo", "load_gpqa_csv", "load_gsm8k",
-        "load_mmlu_csv", "load_tinymmlu",
-    ),
-    "beliefdrift.data.question": ("LETTERS", "MCQuestion"),
-    "beliefdrift.data.registry": ("DATASETS", "FORMATS", "detect_format", "load_dataset", "load_file", "subsample"),
-}
-__all__ = [
-    "DATASETS",
-    "FORMATS",
-    "LETTERS",
-    "DataError",
-    "MCQuestion",
-    "MathProblem",
-    "detect_format",
-    "load_arc",
-    "load_csqa",
-    "load_dataset",
-    "load_demo",
-    "load_file",
-    "load_gpqa_csv",
-    "load_gsm8k",
-    "load_mmlu_csv",
-    "load_tinymmlu",
-    "subsample",
-]
-if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+if TYPE_CHECKING:  # the public names, imported on first use (`beliefdrift.exports`)
     from beliefdrift.data.loaders import DataError as DataError
     from beliefdrift.data.loaders import MathProblem as MathProblem
     from beliefdrift.data.loaders import load_arc as load_arc
@@ -51,4 +23,4 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.data.registry import load_file as load_file
     from beliefdrift.data.registry import subsample as subsample
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
-    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+    __getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -26,7 +26,8 @@ from beliefdrift.data.loaders import (
     require,
 )
 from beliefdrift.data.question import LETTERS, MCQuestion
-from beliefdrift.errors import first_line, read_yaml
+from beliefdrift.errors import first_line
+from beliefdrift.yaml_files import read_yaml
 
 HF_PREFIX = "hf:"
 FIELDS = ("question", "choices", "answer", "labels", "id")

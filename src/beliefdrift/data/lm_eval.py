@@ -18,7 +18,7 @@ Few-shot examples, the task's `description` and its `filter_list` (which post-pr
 A task file's `!function` hooks are Python code that lm-eval imports and runs, as it does in lm-eval itself: load
 task files you trust. Inside `no_task_code()` (a report reading a run's stored settings) a task file is refused
 instead, so viewing a shared run directory never runs code from it. A task file whose YAML aliases expand past
-`errors.YAML_MAX_VALUES` values is refused before lm-eval reads it.
+`yaml_files.YAML_MAX_VALUES` values is refused before lm-eval reads it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from typing import Any
 
 from beliefdrift.data.loaders import DataError, _question
 from beliefdrift.data.question import MCQuestion
-from beliefdrift.errors import first_line, yaml_node
+from beliefdrift.errors import first_line
+from beliefdrift.yaml_files import yaml_node
 
 PREFIX = "lm-eval:"
 EXTRA = "pip install 'beliefdrift[lm-eval]'"

@@ -2,60 +2,9 @@
 
 from typing import TYPE_CHECKING
 
-from beliefdrift import lazy_exports
+from beliefdrift.exports import lazy_exports
 
-#: Each module and the public names it defines (imported on first use).
-_EXPORTS = {
-    "beliefdrift.diagnostics.cid": ("CIDCheck", "cid_check", "half_differences", "last_answer_test"),
-    "beliefdrift.diagnostics.emd": (
-        "DISTANCES", "EMDConfig", "EMDRow", "QuestionEMD", "aggregate_emd", "emd_per_question", "emd_rows",
-        "emd_summary", "kl_divergence", "kstep_drift", "l1_distance", "question_emd",
-    ),
-    "beliefdrift.diagnostics.kstep": (
-        "AnswerProcess", "KStep", "enumerate_continuations", "kstep_exact", "kstep_monte_carlo", "kstep_predictives",
-    ),
-    "beliefdrift.diagnostics.marginal": ("MarginalDrift", "average_drift", "marginal_drift", "marginal_shift"),
-    "beliefdrift.diagnostics.noise_floor": ("method_floors", "noise_floor", "question_floor", "with_floor"),
-    "beliefdrift.diagnostics.prefixes": ("Prefix", "TopPrefixes", "burn_in_prefixes", "pick_prefix", "top_prefixes"),
-}
-__all__ = [
-    "DISTANCES",
-    "AnswerProcess",
-    "CIDCheck",
-    "EMDConfig",
-    "EMDRow",
-    "KStep",
-    "MarginalDrift",
-    "Prefix",
-    "QuestionEMD",
-    "TopPrefixes",
-    "aggregate_emd",
-    "average_drift",
-    "burn_in_prefixes",
-    "cid_check",
-    "emd_per_question",
-    "emd_rows",
-    "emd_summary",
-    "enumerate_continuations",
-    "half_differences",
-    "kl_divergence",
-    "kstep_drift",
-    "kstep_exact",
-    "kstep_monte_carlo",
-    "kstep_predictives",
-    "l1_distance",
-    "last_answer_test",
-    "marginal_drift",
-    "marginal_shift",
-    "method_floors",
-    "noise_floor",
-    "pick_prefix",
-    "question_emd",
-    "question_floor",
-    "top_prefixes",
-    "with_floor",
-]
-if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+if TYPE_CHECKING:  # the public names, imported on first use (`beliefdrift.exports`)
     from beliefdrift.diagnostics.cid import CIDCheck as CIDCheck
     from beliefdrift.diagnostics.cid import cid_check as cid_check
     from beliefdrift.diagnostics.cid import half_differences as half_differences
@@ -83,7 +32,6 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.diagnostics.marginal import marginal_drift as marginal_drift
     from beliefdrift.diagnostics.marginal import marginal_shift as marginal_shift
     from beliefdrift.diagnostics.noise_floor import method_floors as method_floors
-    from beliefdrift.diagnostics.noise_floor import noise_floor as noise_floor
     from beliefdrift.diagnostics.noise_floor import question_floor as question_floor
     from beliefdrift.diagnostics.noise_floor import with_floor as with_floor
     from beliefdrift.diagnostics.prefixes import Prefix as Prefix
@@ -92,4 +40,4 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.diagnostics.prefixes import pick_prefix as pick_prefix
     from beliefdrift.diagnostics.prefixes import top_prefixes as top_prefixes
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
-    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+    __getattr__, __dir__, __all__ = lazy_exports(__name__)

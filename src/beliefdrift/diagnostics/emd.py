@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from beliefdrift.backend import LanguageModel, PathBatch
+from beliefdrift.backend import AnswerPaths, LanguageModel
 from beliefdrift.config.diagnostics import EMDConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.drift_test import DriftTest, drift_test
@@ -136,7 +136,7 @@ class QuestionEMD:
 
 def _root(
     runner: QuestionRunner, num_seeds: int, paths: int, generator: torch.Generator
-) -> tuple[PathBatch, list[list[int]]]:
+) -> tuple[AnswerPaths, list[list[int]]]:
     """`paths` fresh PPR paths, each after its own seed set drawn from the direct-query θ (if seeding)."""
     if not num_seeds:
         return runner.paths(paths), [[] for _ in range(paths)]

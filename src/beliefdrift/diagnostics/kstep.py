@@ -7,8 +7,8 @@ p^(1)_n = θ_n needs no rollouts. Two estimators of the rest:
 - Exact enumeration: p^(k) = Σ_{c ∈ 𝒜^{k-1}} Π_i θ(c_i | a_{1:n}, c_{<i}) · θ(· | a_{1:n}, c), expanded level by level
   on the shared cache (every node forks into |𝒜| children, one forward pass per level, chunked to a row budget).
 
-Both are written against `AnswerProcess`, the part of the `PathBatch` interface they need, so a stub process with a
-known θ can stand in for a model in tests.
+Both are written against `AnswerProcess`, the part of the `backend.AnswerPaths` interface they need, so a stub
+process with a known θ can stand in for a model in tests.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from beliefdrift.engine.resampling import sample_answers
 
 
 class AnswerProcess(Protocol):
-    """A batch of answer histories that can be forked and extended (implemented by `PathBatch`)."""
+    """A batch of answer histories that can be forked and extended (implemented by `backend.AnswerPaths`)."""
 
     dist: AnswerDist  # θ of every path: probs [B, |𝒜|]
 

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from beliefdrift.backend import AnswerDist, LanguageModel
+from beliefdrift.backend.model import EagerPaths
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.emd import EMDConfig, EMDRow, QuestionEMD, aggregate_emd, predictives
 from beliefdrift.diagnostics.kstep import exact_is_affordable
@@ -63,7 +64,7 @@ def urn_step(weight: torch.Tensor) -> torch.Tensor:
     return weight / (1 + weight)
 
 
-class StepProcess:
+class StepProcess(EagerPaths):
     """Paths θ_{t+1} = (1 − w_t) θ_t + w_t e_{A_{t+1}}, A_{t+1} ~ θ_t, as an `AnswerProcess`: θ_t [B, |𝒜|] (float64)
     and the next step's weight w_t [B], updated by `next_weight` (the urn's by default). An exact martingale for
     every schedule of weights in [0, 1] that does not look at the answer drawn."""

@@ -14,9 +14,9 @@ from functools import cached_property
 
 import torch
 
-from beliefdrift.backend import AnswerDist, AnswerTokens, LanguageModel, PathBatch
-from beliefdrift.backend.answer_tokens import resolve_answer_tokens, resolve_single_answer
-from beliefdrift.backend.path_cache import captures_steps, runs_static_steps
+from beliefdrift.backend.answer_tokens import AnswerTokens, resolve_answer_tokens, resolve_single_answer
+from beliefdrift.backend.model import AnswerDist, AnswerPaths, LanguageModel
+from beliefdrift.backend.sampling import inverse_cdf
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.prompts import (
     DEFAULT_PPR_TEMPLATE,
@@ -82,7 +82,7 @@ def ppr_tokens(
 
 def direct_query(lm: LanguageModel, question: MCQuestion, ending: str = DEFAULT_TEMPLATE_ENDING) -> AnswerDist:
     """Exact direct-query θ over the labels (probs [K], valid_mass scalar), on the CPU."""
-    dist = PathBatch.prefill(lm.model, direct_tokens(lm, question, ending)).dist.cpu()
+    dist = lm.prefill(direct_tokens(lm, question, ending)).dist.cpu()
     return AnswerDist(dist.probs[0], dist.valid_mass[0])
 
 
@@ -94,13 +94,6 @@ def draw_labels(probs: torch.Tensor, count: int, generator: torch.Generator, rep
         seed = int(torch.randint(2**63 - 1, (), generator=generator))
         generator = torch.Generator(probs.device).manual_seed(seed)
     return torch.multinomial(probs, count, replacement=replacement, generator=generator)
-
-
-def inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """One index [B, 1] per row of non-negative weights [B, K] for uniforms [B, 1] in [0, 1): the first k with
-    F_k > u·F_K, F the cumulative weights in float64 (so k is drawn with probability w_k / Σ w)."""
-    cdf = weights.double().cumsum(-1)
-    return torch.searchsorted(cdf, uniforms * cdf[:, -1:], right=True).clamp(max=weights.shape[-1] - 1)
 
 
 Streams = Sequence[tuple[int, torch.Generator]]  # (block size, generator) for consecutive blocks of paths
@@ -148,7 +141,7 @@ def draw_seeds(probs: torch.Tensor, num_paths: int, m: int, generator: torch.Gen
 
 
 def sample_answers(
-    batch: PathBatch, steps: int, generator: torch.Generator | Streams
+    batch: AnswerPaths, steps: int, generator: torch.Generator | Streams
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Advance every path of `batch` by `steps` sampled answers.
 
@@ -156,16 +149,16 @@ def sample_answers(
     blocks of paths that must draw their own streams (e.g. one block per method); see `answer_draws`.
     Returns answers [B, steps], θ [B, steps+1, K] (θ before each answer and after the last) and
     valid_mass [B, steps+1], on the model's device (nothing is copied to the host while sampling).
-    A model set to static steps (`path_cache.use_static_steps`) draws up front on every device and runs them as
-    `StaticSteps` where its cache can (the shared prefix; the cache per path keeps the loop).
+    Paths whose answer steps are static (`batch.answer_step`, `backend.EngineSettings`) draw up front on every device
+    and run them as `StaticSteps` where their cache can (the shared prefix; the cache per path keeps the loop).
     """
     streams = [(batch.size, generator)] if isinstance(generator, torch.Generator) else list(generator)
     device = batch.dist.probs.device
-    static = isinstance(batch, PathBatch) and runs_static_steps(batch.cache.model)  # (stubs stand in for a batch)
+    static = batch.answer_step.static
     advance = batch.static_steps(steps) if static and steps else None
     if advance is not None:
         bucket = StaticSteps(batch.dist, up_front_uniforms(streams, steps, device), advance)
-        run_static_steps(bucket, steps, capture=captures_steps(batch.cache.model) and device.type == "cuda")
+        run_static_steps(bucket, steps, capture=batch.answer_step.capture and device.type == "cuda")
         batch.dist = AnswerDist(bucket.thetas[:, -1], bucket.masses[:, -1])
         return bucket.answers, bucket.thetas, bucket.masses
     batch.reserve(steps)
@@ -271,12 +264,11 @@ class QuestionRunner:
         return direct_query(self.lm, self.question, self.template_ending)
 
     @cached_property
-    def ppr_prompt(self) -> PathBatch:
+    def ppr_prompt(self) -> AnswerPaths:
         """The PPR prompt, prefilled once (a single path; fork it, never advance it)."""
-        tokens = ppr_tokens(self.lm, self.question, self.template, ending=self.template_ending)
-        return PathBatch.prefill(self.lm.model, tokens)
+        return self.lm.prefill(ppr_tokens(self.lm, self.question, self.template, ending=self.template_ending))
 
-    def paths(self, num_paths: int, seeds: torch.Tensor | None = None) -> PathBatch:
+    def paths(self, num_paths: int, seeds: torch.Tensor | None = None) -> AnswerPaths:
         """`num_paths` fresh PPR paths, path j's context ending with its seeds (one forward pass)."""
         batch = self.ppr_prompt.fork(num_paths)
         if seeds is not None and seeds.shape[1] > 0:
@@ -292,7 +284,7 @@ class QuestionRunner:
         with fewer seeds are left-padded); each request draws from its own generator, seeds first."""
         return sample_many([(self, requests)])[0]
 
-    def seeded_paths(self, requests: Sequence[PPRRequest]) -> tuple[list[torch.Tensor], PathBatch]:
+    def seeded_paths(self, requests: Sequence[PPRRequest]) -> tuple[list[torch.Tensor], AnswerPaths]:
         """Each request's seeds [J, m] (drawn first from its generator) and its paths, ready to sample."""
         seeds = [
             draw_seeds(self.direct.probs, r.num_paths, r.num_seeds, r.generator)
@@ -300,7 +292,8 @@ class QuestionRunner:
             else torch.empty(r.num_paths, 0, dtype=torch.long)
             for r in requests
         ]
-        return seeds, PathBatch.concat([self.paths(r.num_paths, s) for r, s in zip(requests, seeds, strict=True)])
+        batches = [self.paths(r.num_paths, s) for r, s in zip(requests, seeds, strict=True)]
+        return seeds, batches[0].concat(batches)
 
 
 def sample_many(jobs: Sequence[tuple[QuestionRunner, Sequence[PPRRequest]]]) -> list[list[Trajectories]]:
@@ -316,7 +309,7 @@ def sample_many(jobs: Sequence[tuple[QuestionRunner, Sequence[PPRRequest]]]) -> 
     for members in groups.values():
         requests = [r for i in members for r in jobs[i][1]]
         seeds, batches = zip(*(jobs[i][0].seeded_paths(jobs[i][1]) for i in members), strict=True)
-        batch = PathBatch.concat(list(batches))
+        batch = batches[0].concat(batches)
         steps = max(r.num_steps for r in requests)
         answers, thetas, masses = (
             t.cpu() for t in sample_answers(batch, steps, [(r.num_paths, r.generator) for r in requests])

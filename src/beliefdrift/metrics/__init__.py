@@ -4,21 +4,9 @@ importable from here too (`from beliefdrift.metrics import accuracy`), on first 
 
 from typing import TYPE_CHECKING
 
-from beliefdrift import lazy_exports
+from beliefdrift.exports import lazy_exports
 
-#: Each module and the public names it defines (imported on first use).
-_EXPORTS = {
-    "beliefdrift.metrics.functional": (
-        "METRICS", "METRIC_NAMES", "MetricSpec", "NLL_EPS", "REPORT_METRICS", "SUM_TOLERANCE", "Interval",
-        "MetricWarning", "PairedDelta", "ReliabilityBins", "accuracy", "auroc", "bootstrap_ci", "bounded_mean_p",
-        "brier", "ce2", "ce2_squared", "ce2_interval", "ece", "interval_valid", "nll", "nll_bound", "nll_clipped",
-        "paired_bootstrap", "paired_mean_bootstrap", "paired_summary", "predictions", "reliability_bins",
-        "resample_indices", "sign_flip_p", "sign_test_p", "studentized_p", "summarize", "valid_only",
-    ),
-    "beliefdrift.metrics.stats": ("mean_std",),
-}
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
-if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors and type checkers
+if TYPE_CHECKING:  # the public names, imported on first use (`beliefdrift.exports`)
     from beliefdrift.metrics.functional import METRIC_NAMES as METRIC_NAMES
     from beliefdrift.metrics.functional import METRICS as METRICS
     from beliefdrift.metrics.functional import NLL_EPS as NLL_EPS
@@ -55,4 +43,4 @@ if TYPE_CHECKING:  # the names `lazy_exports` imports on first use, for editors 
     from beliefdrift.metrics.functional import valid_only as valid_only
     from beliefdrift.metrics.stats import mean_std as mean_std
 else:  # (a module `__getattr__` seen by a type checker would let any name pass)
-    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+    __getattr__, __dir__, __all__ = lazy_exports(__name__)

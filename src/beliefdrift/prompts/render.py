@@ -16,13 +16,9 @@ import re
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.errors import UserError, not_utf8
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 DIRECT_TEMPLATE = "direct"
 PPR_TEMPLATES = ("ppr-llama", "ppr-olmo")
@@ -114,13 +110,3 @@ def question_prompt(
         num_choices=question.num_choices,
         gen_len=gen_len,
     )
-
-
-def chat_context(tokenizer: PreTrainedTokenizerBase, user_text: str, prefill: str = "") -> str:
-    """`user_text` as a user turn, then the opened assistant turn with `prefill` already written."""
-    if getattr(tokenizer, "chat_template", None):
-        rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
-        )
-        return rendered + prefill
-    return f"{user_text}\n\n{prefill}"

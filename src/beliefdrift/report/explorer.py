@@ -326,7 +326,8 @@ def explorer_data(run_dirs: Sequence[Path], out: Path, qc: QualityControl | None
     names = {name for run in runs for question in run.get("questions", ()) for name in question["methods"]}
     return {"runs": runs, "compare": run_comparisons(runs, qc, n_resamples), "environment": environment or {},
             "quant": QUANT, "titles": {name: method_title(name) for name in sorted(names)},
-            "metrics": table_metrics(), "estimators": ESTIMATOR_TITLES, "qc": dataclasses.asdict(qc),
+            "metrics": table_metrics(), "estimators": ESTIMATOR_TITLES,
+            "qc": {**dataclasses.asdict(qc), "rule": qc.describe()},
             "drift_level": DRIFT_LEVEL}
 
 

@@ -1,9 +1,10 @@
-"""Paired comparisons of methods on the same questions: Δ = method − baseline in every metric, and in EMD‾.
+"""Paired comparisons of methods on the same questions, as the report writes them: Δ = method − baseline in every
+metric (`runs.paired.paired_scores`), and in EMD‾.
 
-Which pairs (`comparisons`): every method against PPR + NoSEED, and every AM-PPR method against PPR + SEED_5
-(the paper's fair comparison for a seeded AM-PPR). A metric's Δ is taken on the questions quality control keeps
-for both methods, with `metrics.paired_summary`: one bootstrap index matrix over those questions scores both
-methods on the same resamples; the interval is the percentile interval of the resampled Δ*. The two-sided p-value
+Which pairs: every method against PPR + NoSEED, and every AM-PPR method against PPR + SEED_5 (`runs.paired`). A
+metric's Δ is taken on the questions quality control keeps for both methods, with `metrics.paired_summary`: one
+bootstrap index matrix over those questions scores both methods on the same resamples; the interval is the
+percentile interval of the resampled Δ*. The two-sided p-value
 follows one rule at every n (`metrics.paired_bootstrap`): for ACC the exact sign test of the per-question differences,
 for NLL and BS a betting test of their mean within the metric's bound (`metrics.bounded_mean_p`: −log ε for NLL, 2
 for BS; valid at every n for every distribution), for AUC the larger of a within-question swap permutation test and
@@ -22,84 +23,27 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from beliefdrift.diagnostics.emd import DISTANCE_BOUNDS
-from beliefdrift.engine.methods import Method, parse_method
 from beliefdrift.files import write_atomic
-from beliefdrift.metrics.functional import (
-    METRIC_NAMES,
-    PairedDelta,
-    paired_mean_bootstrap,
-    paired_summary,
-)
-from beliefdrift.registry import canonical_methods
+from beliefdrift.metrics.functional import METRIC_NAMES, PairedDelta, paired_mean_bootstrap
 from beliefdrift.report.diagnostic_plots import DISTANCE_LABELS
 from beliefdrift.report.tables import ARROWS_NOTE, DAGGER, MISSING, NOT_DEFINED, NOT_DEFINED_NOTE, arrow, format_value
 from beliefdrift.report.text import markdown_table
-from beliefdrift.runs.scoring import QualityControl, excluded_units
-from beliefdrift.runs.store import STORE_FILE, ResultRow, RunStore
+from beliefdrift.runs.paired import BASELINE, LEVEL, PairedComparison, comparisons, paired_scores
+from beliefdrift.runs.scoring import QualityControl
+from beliefdrift.runs.store import STORE_FILE, RunStore
 
-BASELINE = "ppr"
-#: The baseline of every AM-PPR method, besides `BASELINE`.
-SEEDED_BASELINE = "ppr-seed5"
 PAIRED_MD, PAIRED_CSV = "paired.md", "paired.csv"
 #: How the p-values are computed, as the captions say it: of a mean such as EMD‾ (`EMD_P_RULE`), and of each metric.
 EMD_P_RULE = ("a betting test of the mean within the metric's bound, valid at every n (near 1 where the bound leaves "
               "no power)")
 P_RULE = (f"ACC: exact sign test; NLL, BS, EMD‾: {EMD_P_RULE}; AUC: the larger of a swap permutation test and the "
           "bootstrap p; the same rule at every n")
-#: The level of the paired intervals.
-LEVEL = 0.95
 CSV_COLUMNS = ["dataset", "method", "baseline", "metric", "n", "delta", "low", "high", "p", "level", "n_resamples"]
-
-
-def comparisons(methods: Iterable[str]) -> list[tuple[Method, Method]]:
-    """(method, baseline) pairs among `methods`: each other method against `BASELINE` in table order, then each
-    AM-PPR method against `SEEDED_BASELINE` (a pair needs both methods present)."""
-    given = list(methods)
-    names = canonical_methods(given) if given else ()
-    pairs = [(name, BASELINE) for name in names if name != BASELINE and BASELINE in names]
-    pairs += [(name, SEEDED_BASELINE) for name in names
-              if parse_method(name).needs_adapter and SEEDED_BASELINE in names]
-    return [(parse_method(name), parse_method(baseline)) for name, baseline in pairs]
-
-
-@dataclass(frozen=True)
-class PairedComparison:
-    """Δ = method − baseline per metric name (METRIC_NAMES, or `EMD‾ (L1)` …) over `n` shared questions; `deltas`
-    is empty when no question is shared."""
-
-    method: Method
-    baseline: Method
-    n: int
-    deltas: dict[str, PairedDelta] = field(default_factory=dict)
-
-
-def paired_scores(
-    rows: Sequence[ResultRow], qc: QualityControl | None = None, n_resamples: int = 1000, seed: int = 0
-) -> list[PairedComparison]:
-    """Every pair of `comparisons`, scored with `paired_summary` on the questions both methods keep under `qc`
-    (`scoring.excluded_units`; their own estimates; in question order)."""
-    excluded = excluded_units(rows, qc)
-    kept: dict[str, dict[str, ResultRow]] = {row.method: {} for row in rows}
-    for row in sorted(rows, key=lambda row: row.position):
-        if (row.question_id, row.method) not in excluded:
-            kept[row.method][row.question_id] = row
-    out = []
-    for method, baseline in comparisons(kept):
-        a, b = kept[method.name], kept[baseline.name]
-        shared = [qid for qid in b if qid in a]
-        deltas = paired_summary([a[qid].probs for qid in shared], [b[qid].probs for qid in shared],
-                                np.array([b[qid].target for qid in shared], dtype=np.int64),
-                                n_resamples=n_resamples, seed=seed, level=LEVEL) if shared else {}
-        out.append(PairedComparison(method, baseline, len(shared), deltas))
-    return out
 
 
 def emd_comparisons(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from beliefdrift.backend import LanguageModel
-from beliefdrift.backend.path_cache import questions_per_batch
+from beliefdrift.backend.model import questions_per_batch
 from beliefdrift.config.diagnostics import DiagnosticsConfig, DriftConfig, EMDCommandConfig, EMDConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.cid import CID_TEST

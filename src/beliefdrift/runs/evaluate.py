@@ -13,7 +13,7 @@ from pathlib import Path
 from time import perf_counter
 
 from beliefdrift.backend import LanguageModel
-from beliefdrift.backend.path_cache import questions_per_batch
+from beliefdrift.backend.model import questions_per_batch
 from beliefdrift.config.evaluate import EvalConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.engine.methods import Method, parse_method, run_methods_many

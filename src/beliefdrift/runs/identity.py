@@ -11,16 +11,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from beliefdrift import __version__
-from beliefdrift.backend import REGISTRY
-from beliefdrift.backend.loading import resolve_device, resolve_dtype
-from beliefdrift.backend.served import SERVED_SETTINGS, is_served, served_identity
-from beliefdrift.config.options import is_operational, parse_model_args
+from beliefdrift.backend.loading import pinned_model
+from beliefdrift.backend.model import LanguageModel
+from beliefdrift.config.options import is_operational
 from beliefdrift.credentials import redacted
 from beliefdrift.data.hf import HF_PREFIX
 from beliefdrift.data.registry import DATASETS, fingerprint
 from beliefdrift.files import write_atomic
+from beliefdrift.registry import REGISTRY
 from beliefdrift.runs.store import identity_mismatch
+from beliefdrift.version import __version__
 
 #: Settings naming a file or directory (and a served model's tokenizer): made absolute when they exist, so the same run
 #: from another directory matches.
@@ -34,14 +34,16 @@ def run_identity(
     skipped: Sequence[Any] = (),
     template: str | None = None,
     only: Sequence[str] | None = None,
+    lm: LanguageModel | None = None,
 ) -> dict[str, Any]:
     """The settings dataclass's fields that change a number (all but the operational ones, or `only` these; a
     `when_set` one only where it differs from its default), with dtype and device resolved, local paths absolute,
     the rendered prompt `template` and the `questions` used fingerprinted, the ids of the questions `skipped`, the
-    command and the package version; `sha256` hashes it. A model behind an inference server is pinned by its
-    endpoint, served name, tokenizer and what the server reports about itself (`backend.served.served_identity`)
-    instead of the local-model settings. Credentials in the settings (a key in the model's URL) are replaced by `***`
-    (`credentials.redacted`) before anything is hashed or stored: a run resumes whatever key it is given."""
+    command and the package version; `sha256` hashes it. A model behind an inference server is pinned by its endpoint,
+    served name, tokenizer and what the server reports about itself (`backend.loading.pinned_model`; the connected
+    `lm`'s, when given) instead of the local-model settings. Credentials in the settings (a key in the model's URL)
+    are replaced by `***` (`credentials.redacted`) before anything is hashed or stored: a run resumes whatever key it
+    is given."""
     values: dict[str, Any] = {"command": command}
     for field in dataclasses.fields(settings):
         value = getattr(settings, field.name)
@@ -51,14 +53,7 @@ def run_identity(
             keep = (field.name in only) if only is not None else not is_operational(field)
         if keep:
             values[field.name] = _plain(value)
-    if is_served(str(values.get("model", ""))):
-        for key in SERVED_SETTINGS:
-            values.pop(key, None)
-        values |= served_identity(values["model"], parse_model_args(getattr(settings, "model_args", None)))
-    elif "dtype" in values:
-        device = resolve_device(settings.device)
-        values["dtype"] = str(resolve_dtype(settings.dtype, device)).removeprefix("torch.")
-        values["device"] = device.type
+    values = pinned_model(values, settings, lm)
     for key in PATH_SETTINGS:
         if values.get(key) and values[key] not in REGISTRY and values[key] not in DATASETS:
             values[key] = _local_path_or_name(values[key])

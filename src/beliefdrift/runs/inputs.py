@@ -25,7 +25,7 @@ from beliefdrift.errors import UserError
 from beliefdrift.registry import did_you_mean
 
 if TYPE_CHECKING:  # (loading a model's class loads torch: only when a model is given)
-    from beliefdrift.backend.loading import LanguageModel
+    from beliefdrift.backend.model import LanguageModel
     from beliefdrift.data.loaders import MathProblem
     from beliefdrift.data.question import MCQuestion
 
@@ -84,7 +84,7 @@ def run_inputs(cls: type[Config], config: Config | str | Path | None, questions:
     if isinstance(lm, (str, Path)):
         _given_once(overrides, "model", str(lm), caller, "lm")
     elif lm is not None:
-        from beliefdrift.backend.loading import LanguageModel
+        from beliefdrift.backend.model import LanguageModel
 
         if not isinstance(lm, LanguageModel):
             raise TypeError(f"{caller}(lm=…): expected a LanguageModel (bd.load_model) or a model name, got "

@@ -19,18 +19,19 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
-from beliefdrift import progress_bar as tqdm  # the bars follow --quiet (beliefdrift.show_progress)
-from beliefdrift.backend import LanguageModel
+from beliefdrift.backend import LanguageModel, TransformersModel
 from beliefdrift.backend.adapters import base_model, check_adapter, load_adapter
 from beliefdrift.backend.loading import model_from
-from beliefdrift.backend.path_cache import prepared
+from beliefdrift.config.diagnostics import DiagnosticsConfig
+from beliefdrift.config.evaluate import EvalConfig
 from beliefdrift.data.question import MCQuestion, write_questions
 from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.engine.methods import Method
 from beliefdrift.engine.resampling import direct_tokens, ppr_tokens
 from beliefdrift.errors import UserError
+from beliefdrift.progress import progress_bar as tqdm  # the bars follow --quiet (beliefdrift.show_progress)
 from beliefdrift.prompts import load_template
 from beliefdrift.runs.distributed import Ranks, process_group
 from beliefdrift.runs.identity import run_identity
@@ -47,6 +48,8 @@ class Question(Protocol):
 
 
 Q = TypeVar("Q", bound=Question)
+#: The settings of a multiple-choice command (`evaluate`, `drift`, `emd`).
+MCConfig: TypeAlias = "EvalConfig | DiagnosticsConfig"
 #: (position in the run's question list, question)
 Positioned = tuple[int, Q]
 #: The units of a batch of questions, all missing the same unit names: {question id: what to store for it}
@@ -136,17 +139,17 @@ class Models:
     """The base model and, with an adapter, the tuned one (loading the adapter patches the base model's modules)."""
 
     base: LanguageModel
-    tuned: LanguageModel | None = None
+    tuned: TransformersModel | None = None
 
     @classmethod
-    def load(cls, config: Any, lm: LanguageModel | None = None) -> Models:
+    def load(cls, config: MCConfig, lm: LanguageModel | None = None) -> Models:
         """The model `config` names (`lm` when it is loaded already), prepared for its `compile`/`cuda_graphs`,
         and its `adapter` when set (checked before the model loads)."""
         if config.adapter:
             check_adapter(config.adapter)
         if lm is None:
             log.info("loading %s ...", config.model)
-        base = prepared(lm or model_from(config), config.compile, config.cuda_graphs)
+        base = (lm or model_from(config)).prepared(config.compile, config.cuda_graphs)
         return cls(base, load_adapter(base, config.adapter) if config.adapter else None)
 
     def groups(self, methods: Sequence[Method]) -> Iterator[tuple[LanguageModel, list[Method]]]:
@@ -159,11 +162,11 @@ class Models:
         if base:
             with base_model(self.tuned):
                 yield self.base, base
-        if tuned:
+        if tuned and self.tuned is not None:
             yield self.tuned, tuned
 
 
-def load_questions(config: Any, command: str, given: Sequence[Any] | None = None) -> list[MCQuestion]:
+def load_questions(config: MCConfig, command: str, given: Sequence[Any] | None = None) -> list[MCQuestion]:
     """The run's multiple-choice questions: `given` (the Python API's `questions=`), else those of `config`
     (`dataset`, `split`, `n`, `seed`, `fields`); other items (math problems) are an error."""
     if given is not None:
@@ -195,8 +198,8 @@ def split_long_prompts(
     skip: bool,
 ) -> tuple[list[MCQuestion], list[MCQuestion]]:
     """(questions that fit the model's context, questions that do not); with `skip` false a question that does not
-    fit is a UserError naming it. Models without `max_position_embeddings` fit everything."""
-    limit = getattr(lm.model.config, "max_position_embeddings", None)
+    fit is a UserError naming it. Models whose context is not known (`LanguageModel.context_length`) fit everything."""
+    limit = lm.context_length
     if limit is None:
         return list(questions), []
     kept, skipped = [], []
@@ -223,7 +226,7 @@ class Prepared:
     identity: dict[str, Any]
 
 
-def prepare(command: str, config: Any, methods: Sequence[Method], answers: int, *,
+def prepare(command: str, config: MCConfig, methods: Sequence[Method], answers: int, *,
             questions: Sequence[MCQuestion] | None = None, lm: LanguageModel | None = None,
             ranks: Ranks | None = None) -> Prepared:
     """Load `config`'s questions (or take those given) and models (or take `lm`, the model `config` names) once,
@@ -244,5 +247,5 @@ def prepare(command: str, config: Any, methods: Sequence[Method], answers: int, 
                     len(questions) + len(skipped), ", ".join(q.id for q in skipped))
     # the settings that determine the results, the questions run and skipped: resuming with any changed is refused
     identity = run_identity(command, config, questions, skipped, load_template(config.template,
-                                                                               config.template_ending))
+                                                                               config.template_ending), lm=models.base)
     return Prepared(models, questions, list(methods), identity)

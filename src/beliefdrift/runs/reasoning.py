@@ -182,8 +182,8 @@ def _from_units(units: dict[str, dict]) -> dict:
 
 def check_context(lm: LanguageModel, tasks: Sequence[ReasoningTask], config: ReasoningConfig) -> None:
     """Refuse, before any work, a task whose pairs prompt + m seed pairs (at most `seed_max_new_tokens` each) +
-    `max_new_tokens` generated tokens exceed the model's positions (`max_position_embeddings`, when it has one)."""
-    limit = getattr(lm.model.config, "max_position_embeddings", None)
+    `max_new_tokens` generated tokens exceed the model's positions (`LanguageModel.context_length`, when known)."""
+    limit = lm.context_length
     if limit is None:
         return
     for task in tasks:

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from beliefdrift.config.evaluate import EvalConfig
     from beliefdrift.config.reasoning import ReasoningCommandConfig
     from beliefdrift.diagnostics.emd import EMDRow
-    from beliefdrift.report.paired import PairedComparison
     from beliefdrift.runs.inputs import Model, Questions
+    from beliefdrift.runs.paired import PairedComparison
     from beliefdrift.runs.scoring import QualityReport, ScoreRow
 
 #: `beliefdrift export --format` values.
@@ -90,9 +90,9 @@ class Run:
         return quality_report(rows, qc or self.qc)
 
     def paired(self, qc: QualityControl | None = None, n_resamples: int = 1000) -> list[PairedComparison]:
-        """Each method against its baseline on the questions both keep (`report.paired.paired_scores`: Δ of each
+        """Each method against its baseline on the questions both keep (`runs.paired.paired_scores`: Δ of each
         metric with its paired bootstrap interval and p), as in the report's paired.md."""
-        from beliefdrift.report.paired import paired_scores
+        from beliefdrift.runs.paired import paired_scores
 
         with self._store() as store:
             rows = store.rows(trajectories=False)

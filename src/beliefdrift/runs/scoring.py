@@ -179,9 +179,7 @@ class QualityReport:
 
     def warnings(self) -> list[str]:
         """One line per method that lost questions; a louder one for a method that lost them all."""
-        rule = (f"more than {self.qc.max_fraction:g} of its paths (direct query: its one answer) had mean label mass "
-                f"below {self.qc.path_mass:g}"
-                + (", for any method (--qc-common)" if self.qc.common else ""))
+        rule = self.qc.describe()
         lines = []
         for m in self.methods:
             if len(m.excluded) == m.total and m.total:

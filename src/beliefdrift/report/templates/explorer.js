@@ -59,12 +59,10 @@ function estimateTitle(name, estimator) {
   return `${title(name)} (${(DATA.estimators || {})[estimator] || estimator})`;
 }
 
-/** Quality control's rule, with the settings of this page: why it excluded a question from a method's metrics. */
+/** Quality control's rule, with the settings of this page (`QualityControl.describe`): why it excluded a question
+ *  from a method's metrics. */
 function exclusionRule() {
-  const qc = DATA.qc || {};
-  let rule = `more than ${fmt(100 * qc.max_fraction, 0)}% of the paths have a mean label mass below ${qc.path_mass}`;
-  if (qc.common) rule += " (--qc-common: for this method or for another)";
-  return rule;
+  return (DATA.qc || {}).rule || "";
 }
 
 /** A table sorted by clicking a header; `columns`: [{label, value(row), text(row), cls, title(row)}];
