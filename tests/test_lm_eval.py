@@ -230,7 +230,8 @@ def test_a_task_file_of_an_alias_bomb_is_refused_before_lm_eval_reads_it(tmp_pat
 
 def test_report_html_never_runs_the_code_of_a_task_file_a_run_names(tiny_model_dir: Path, tmp_path: Path) -> None:
     """A run directory someone shares names a task file in its stored settings; its `!function` hook is Python that
-    lm-eval imports and runs. Viewing the run (report --html) runs none of it: the page lists the question ids."""
+    lm-eval imports and runs. Viewing the run (report --html) runs none of it: the page shows the questions the run
+    stored beside its store (questions.jsonl), not the task's loader's."""
     marker = tmp_path / "hook-ran"
     (tmp_path / "hooks.py").write_text(f"from pathlib import Path\nPath({str(marker)!r}).touch()\n"
                                        "def choices(doc):\n    return doc['o']\n")
@@ -247,4 +248,4 @@ def test_report_html_never_runs_the_code_of_a_task_file_a_run_names(tiny_model_d
     assert main(["report", str(out), "--html", "--out", str(tmp_path / "page")]) == 0
     assert not marker.exists()
     page = (tmp_path / "page" / "explorer.html").read_text()
-    assert "hooked/0" in page and "question 0?" not in page
+    assert "hooked/0" in page and "question 0?" in page  # from questions.jsonl: the task file was not loaded
