@@ -14,10 +14,8 @@ import contextlib
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,10 @@ from servers import (
     HAS_LLAMA_CPP,
     NO_LLAMA_CPP,
     SERVERS,
+    LoopbackServer,
+    Proxy,
     default_gguf,
+    forward,
     free_port,
     llama_cpp_python_server,
     llama_cpp_server,
@@ -198,83 +199,6 @@ def cpp_reference(history_template: str, tmp_path_factory: pytest.TempPathFactor
     with llama_cpp_server(free_port(), *args) as url:
         assert main(evaluate_args(url, out, history_template, QUICK + model_args)) == 0
     return out
-
-
-Fault = Callable[[str, str, int], "int | Callable[[int, bytes], tuple[int, bytes]] | None"]
-
-
-class LoopbackServer:
-    """An HTTP server on 127.0.0.1 run in a thread while in a `with` block, which gives its OpenAI API root; the
-    subclass answers every request (`handle`)."""
-
-    def __init__(self) -> None:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                owner.handle(self)
-
-            do_POST = do_GET
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-
-    def handle(self, request: BaseHTTPRequestHandler) -> None:
-        raise NotImplementedError
-
-    @staticmethod
-    def reply(request: BaseHTTPRequestHandler, status: int, data: bytes) -> None:
-        request.send_response(status)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
-
-    def __enter__(self) -> str:
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.http.server_address[1]}/v1"
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-
-
-class Proxy(LoopbackServer):
-    """A loopback HTTP proxy in front of a server's root. `fault(method, path, count)` (count: the requests to that
-    path so far, this one included) says what to do: None forwards, a status answers with it (an OpenAI error body),
-    a function of the server's (status, body) gives what to send instead."""
-
-    def __init__(self, upstream: str, fault: Fault):
-        super().__init__()
-        self.upstream = upstream.removesuffix("/v1")
-        self.fault = fault
-        self.counts: dict[str, int] = {}
-
-    def handle(self, request: BaseHTTPRequestHandler) -> None:
-        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
-        path = request.path.split("?")[0]
-        self.counts[path] = self.counts.get(path, 0) + 1
-        action = self.fault(request.command, path, self.counts[path])
-        if isinstance(action, int):
-            status, data = action, json.dumps({"error": {"message": f"injected {action}"}}).encode()
-        else:
-            status, data = forward(self.upstream + request.path, request.command, body)
-            if action is not None:
-                status, data = action(status, data)
-        self.reply(request, status, data)
-
-
-def forward(url: str, method: str, body: bytes) -> tuple[int, bytes]:
-    """(status, body) of one request to `url`."""
-    sent = urllib.request.Request(url, data=body or None, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(sent, timeout=60) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
 
 
 def completions(path: str) -> bool:
