@@ -419,6 +419,20 @@ def test_a_model_swapped_under_the_same_name_is_refused(made_up, reference, hist
     assert len(partial) < 4 and all(stored(expected)[key] == row for key, row in partial.items())
 
 
+@pytest.mark.parametrize("fault, probes", [(503, 0), (429, 0), (dropped(), 1), (trickled(0.5), 1)])
+def test_the_probe_is_asked_again_after_a_reconnect_only(fault, probes, made_up, reference, history_template,
+                                                        tmp_path):
+    """One completion failing mid-run: after a 503 or 429 (the server alive) the run checks /v1/models only; after a
+    dropped or timed-out connection (perhaps a restarted server) it asks the probe again too. Either way it stores
+    the uninterrupted run's numbers (the made-up model's do not depend on what it computed before)."""
+    expected, asked = reference
+    proxy = Proxy(made_up[1], lambda method, path, count: fault if path == "/v1/completions" and count == 5 else None)
+    with proxy as url:
+        assert main(run_args(url, tmp_path / "out", history_template, "retries=1,backoff=0.01,timeout=1")) == 0
+    assert proxy.counts["/v1/completions"] == asked + 1 + probes and proxy.counts["/v1/models"] == 2
+    assert stored(tmp_path / "out") == stored(expected)
+
+
 def test_a_full_endpoint_url_runs(made_up, reference, history_template, tmp_path):
     """`--model openai:…/v1/completions` (lm-eval's base_url) runs, and names the same run as `…/v1`."""
     from beliefdrift.runs.store import STORE_FILE, RunStore

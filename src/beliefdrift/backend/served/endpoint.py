@@ -35,9 +35,10 @@ PROPS_FACTS = ("model_path", "build_info")
 CACHED_CONTEXTS = 1 << 16
 #: The top log-probabilities the probe asks for (as many as every server gives).
 PROBE_LOGPROBS = 5
-#: How far a log-probability of the probe, asked again after a retry, may move with the model unchanged: the server's
-#: own rounding of one prompt between calls (llama.cpp re-evaluating a cached context's last token alone: 7e-3,
-#: docs/serving.md). Another model under the same name moves them further.
+#: How far a log-probability of the probe, asked again after a reconnect, may move with the model unchanged: the
+#: server's own rounding of one prompt between calls. The probe is one token, evaluated alone whatever the server's
+#: cache holds (|Δℓ| = 0 measured on llama-server and llama-cpp-python after other prompts); a GPU server's kernels
+#: may round otherwise in another batch. Another model under the same name moves them further.
 PROBE_TOLERANCE = 0.02
 T = TypeVar("T")
 #: (temperature, top_p, banned token ids): the sampler a rollout's next token is drawn with (`nucleus_logits`).
@@ -135,7 +136,7 @@ class Endpoint:
                 refused = refusal(response)
                 continue
             top = self._top_logprobs(self._reply(response), len(ids))
-            self._probe_answer = (body, len(ids), top)  # asked again after a retry (`check_model`)
+            self._probe_answer = (body, len(ids), top)  # asked again after a reconnect (`check_model`)
             return as_ids, extensions, tokenize_path, keyed_by_id(top)
         raise AssertionError("unreachable: the last form returns or raises")
 
@@ -284,16 +285,18 @@ class Endpoint:
     def _run(self, coroutine: Awaitable[T]) -> T:
         """`coroutine`'s result on the transport; where one of its requests needed a retry (the server may have
         restarted), only once `check_model` found the same model."""
-        self.transport.retried = False
+        self.transport.retried = self.transport.reconnected = False
         result = self.transport.run(coroutine)
         if self.transport.retried:
-            self.check_model()
+            self.check_model(probe=self.transport.reconnected)
         return result
 
-    def check_model(self) -> None:
+    def check_model(self, probe: bool) -> None:
         """The server still serves the model we connected to: it describes itself as then (a restarted server may
-        serve another), and answers the probe of `_probe` as then, each log-probability within `PROBE_TOLERANCE` (a
-        model swapped under the same name does not)."""
+        serve another), and (with `probe`: after a connection failed, as a restart makes it) answers the probe of
+        `_probe` as then, each log-probability within `PROBE_TOLERANCE` (a model swapped under the same name does
+        not). (The probe is not asked after every retry: a server whose numbers depend on its cache, as llama.cpp's
+        do, computes the next context otherwise after it.)"""
         changed = "the served model changed during the run; serve the run's model again and resume"
         try:
             _, facts = self.transport.run(server_facts(self.transport, self.name))
@@ -301,6 +304,8 @@ class Endpoint:
             raise ServedError(f"{changed} ({err})") from None
         if facts != self.facts:
             raise ServedError(f"{self.transport.url} now reports {facts}, not {self.facts}: {changed}")
+        if not probe:
+            return
         body, prompt_tokens, then = self._probe_answer
         now = self.transport.run(self.transport.request("POST", self.dialect.path, body))
         top = self._top_logprobs(self._reply(now), prompt_tokens)

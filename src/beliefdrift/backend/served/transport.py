@@ -212,6 +212,7 @@ class Transport:
         self.headers = {**options.headers(), "Accept-Encoding": ", ".join(ENCODINGS)}
         self.verify = _verify(options)
         self.retried = False  # a request needed a retry since the flag was last cleared
+        self.reconnected = False  # … after its connection failed (refused, dropped or silent): the server may be new
         self.answered = False  # the server has answered a request (so a refused connection may pass: a restart)
         self._loop = _Loop()
         self._client: httpx.AsyncClient | None = None
@@ -253,12 +254,15 @@ class Transport:
             except (httpx.ConnectError, httpx.ConnectTimeout) as err:
                 if not self.answered:
                     raise ServedError(self._unreachable(err)) from None
-                failure = f"nothing answers at {self.url} now ({first_line(err)})"
+                failure, connection = f"nothing answers at {self.url} now ({first_line(err)})", True
             except (asyncio.TimeoutError, httpx.TimeoutException):
                 failure = f"no complete answer within {self.options.timeout:g} s (--model-args timeout=…)"
+                connection = True
             except httpx.TransportError as err:
                 failure = f"{type(err).__name__}: {first_line(err) if str(err) else 'the connection was dropped'}"
+                connection = True
             else:
+                connection = False
                 self.answered = True
                 if response.status_code not in RETRIED or not retry:
                     return response
@@ -267,6 +271,7 @@ class Transport:
                 wait = wait if asked is None else asked
             if attempt + 1 < attempts:
                 self.retried = True
+                self.reconnected |= connection
                 await asyncio.sleep(min(wait, MAX_WAIT))
         tries = (f" (after {attempts} attempts in {time.monotonic() - started:.0f} s; --model-args retries=…)"
                  if attempts > 1 else "")
@@ -316,7 +321,7 @@ class Transport:
         try:
             return response.json()
         except json.JSONDecodeError as err:
-            if err.pos >= len(err.doc.rstrip()):
+            if err.msg.startswith("Unterminated") or err.pos >= len(err.doc.rstrip()):
                 raise ServedError(f"{where}: the response is not complete JSON (cut short?): "
                                   f"{response.text[-80:]!r}") from None
             raise ServedError(f"{where}: the response is not JSON ({first_line(err)})") from None
