@@ -273,6 +273,28 @@ def test_theta_from_the_server_is_llama_cpp_in_process(name, request, history_te
 
 
 @needs_server
+@pytest.mark.parametrize("name", SERVERS)
+def test_the_probe_is_answered_alike_after_other_prompts(name, request):
+    """The probe the client asks again after a reconnect (`endpoint.PROBE_TOLERANCE`): its top log-probabilities,
+    asked after other prompts (one sharing its token), equal those asked first, to the last digit, on both servers."""
+    from beliefdrift.backend.served.endpoint import PROBE_LOGPROBS
+
+    url = request.getfixturevalue(FIXTURES[name][0])
+
+    def top(prompt: str) -> dict[str, float]:
+        body = json.dumps({"prompt": prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": PROBE_LOGPROBS}).encode()
+        logprobs = json.loads(forward(url + "/completions", "POST", body)[1])["choices"][0]["logprobs"]
+        if "content" in logprobs:  # llama-server's
+            return {entry["token"]: entry["logprob"] for entry in logprobs["content"][0]["top_logprobs"]}
+        return logprobs["top_logprobs"][0]
+
+    first = top("Hello")
+    for other in ("The capital of France is", "Hello world, the sky is blue."):
+        top(other)
+        assert top("Hello") == first
+
+
+@needs_server
 def test_commands_run_through_the_server(server, reference, history_template, tmp_path):
     """evaluate, drift and emd through the server store their units with the server in the run identity (never the
     request settings), and a second start finds everything done and changes nothing."""

@@ -255,6 +255,22 @@ def test_lm_eval_model_args_are_read():
         served_options("openai:http://h/v1", {"tokenizer_backend": "remote"})
 
 
+def test_the_serving_page_lists_every_setting():
+    """docs/serving.md's table of `--model-args` names every option of a served model (`header` as `header.NAME`) and
+    every lm-eval alias, each in its row."""
+    from dataclasses import fields
+
+    from beliefdrift.backend.served.options import ALIASES, HEADER_PREFIX
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| `")}
+    named = {name.strip("` ") for key in rows for name in key.split(",")}
+    options = {f.name for f in fields(ServerOptions)} - {"header"} | {f"{HEADER_PREFIX}NAME"}
+    assert options <= named, options - named
+    for alias, ours in ALIASES.items():
+        assert any(f"`{alias}`" in line for key, line in rows.items() if f"`{ours}`" in key), alias
+
+
 def test_custom_headers_are_sent_and_a_secret_one_is_never_shown():
     secret = "sk-header-0123456789"
     proxy = Proxy(None, always(401))
