@@ -169,7 +169,7 @@ class LoopbackServer:
         request.wfile.write(data)
 
     def __enter__(self) -> str:
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        threading.Thread(target=self.http.serve_forever, args=(0.02,), daemon=True).start()  # (a quick shutdown)
         return f"http://127.0.0.1:{self.http.server_address[1]}/v1"
 
     def __exit__(self, *exc: object) -> None:

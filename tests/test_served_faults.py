@@ -283,6 +283,8 @@ def test_custom_headers_are_sent_and_a_secret_one_is_never_shown():
 
     ServerOptions.from_args({"header.X-Api-Key": secret})
     assert redact(f"echo {secret}") == "echo ***"
+    with pytest.raises(UserError, match="api_key_env=BELIEFDRIFT_TEST_KEY and header.Authorization: give the key one"):
+        ServerOptions(api_key_env="BELIEFDRIFT_TEST_KEY", header=(("Authorization", "Bearer x"),)).headers()
 
 
 def test_the_full_endpoint_is_a_base_url():

@@ -309,9 +309,9 @@ class Transport:
         that is not JSON (cut short, a key given twice, …)."""
         where, status = self.where(path), response.status_code
         if 300 <= status < 400:
-            raise ServedError(f"{where}: the server redirects (HTTP {status}) to "
-                              f"{response.headers.get('location') or 'no Location'}; redirects are not followed: give "
-                              "the server's OpenAI API root as --model openai:…")
+            location = (response.headers.get("location") or "no Location")[:200]
+            raise ServedError(f"{where}: the server redirects (HTTP {status}) to {location}; redirects are not "
+                              "followed: give the server's OpenAI API root as --model openai:…")
         if status >= 400:
             message = f"HTTP {status}: {_message(response)}"
             if status in (401, 403):
