@@ -152,14 +152,10 @@ class _Body:
         self.size = 0  # bytes decompressed
         self.parts: list[bytes] = []
 
-    def too_large(self) -> ServedError:
-        return ServedError(f"{self.where}: the response is larger than {self.limit} bytes "
-                           f"(--model-args max_response_bytes=…)")
-
     def add(self, chunk: bytes) -> None:
         self.received += len(chunk)
         if self.received > self.limit:
-            raise self.too_large()
+            raise _too_large(self.where, self.limit)
         if self.decoder is None:
             piece = chunk
         else:
@@ -169,7 +165,7 @@ class _Body:
                 raise ServedError(f"{self.where}: the response's {self.encoding} body is corrupt ({err})") from None
         self.size += len(piece)
         if self.size > self.limit:
-            raise self.too_large()
+            raise _too_large(self.where, self.limit)
         self.parts.append(piece)
 
     def content(self) -> bytes:
@@ -177,6 +173,11 @@ class _Body:
         if self.decoder is not None and not self.decoder.eof:
             raise ServedError(f"{self.where}: the response's {self.encoding} body is cut short")
         return b"".join(self.parts)
+
+
+def _too_large(where: str, limit: int) -> ServedError:
+    """The error for a response to `where` larger than `limit` bytes."""
+    return ServedError(f"{where}: the response is larger than {limit} bytes (--model-args max_response_bytes=…)")
 
 
 def _verify(options: ServerOptions) -> ssl.SSLContext | bool:
@@ -284,7 +285,7 @@ class Transport:
         async with self._client.stream(method, path, json=body) as response:
             declared = response.headers.get("content-length", "")
             if re.fullmatch(r"[0-9]{1,30}", declared) and int(declared) > limit:
-                raise _Body("", limit, where).too_large()
+                raise _too_large(where, limit)
             reader = _Body(response.headers.get("content-encoding", ""), limit, where)
             async for chunk in response.aiter_raw():
                 reader.add(chunk)
