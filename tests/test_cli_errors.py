@@ -878,13 +878,12 @@ def test_a_key_in_the_model_url_is_never_printed_or_written(tmp_path: Path, caps
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """`--model openai:http://u:KEY@host/v1` or `…/v1?api_key=KEY` to a server that refuses it, echoing what it was
     sent: the error line, the `--debug` traceback and the progress notes say `***` where the key was, and no file
-    under --out holds it; a key registered at run time (from `api_key_env`) is masked in the server's echo too."""
+    under --out holds it; the key the client reads from `api_key_env` (which it registers) is masked in the server's
+    echo too."""
     pytest.importorskip("httpx")
-    from beliefdrift.credentials import environment_secret
-
     key = "sk-url-" + os.urandom(8).hex()
-    monkeypatch.setenv("BELIEFDRIFT_TEST_KEY", "sk-env-" + os.urandom(8).hex())
-    registered = environment_secret("BELIEFDRIFT_TEST_KEY", "--model-args api_key_env=BELIEFDRIFT_TEST_KEY")
+    registered = "sk-env-" + os.urandom(8).hex()
+    monkeypatch.setenv("BELIEFDRIFT_TEST_KEY", registered)
     with RefusingServer() as host:
         for spec, extra, debug in ((f"openai:http://u:{key}@{host}/v1", [], []),
                                    (f"openai:http://{host}/v1?api_key={key}", [], ["--debug"]),

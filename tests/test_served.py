@@ -14,10 +14,8 @@ import contextlib
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,10 @@ from servers import (
     HAS_LLAMA_CPP,
     NO_LLAMA_CPP,
     SERVERS,
+    LoopbackServer,
+    Proxy,
     default_gguf,
+    forward,
     free_port,
     llama_cpp_python_server,
     llama_cpp_server,
@@ -200,83 +201,6 @@ def cpp_reference(history_template: str, tmp_path_factory: pytest.TempPathFactor
     return out
 
 
-Fault = Callable[[str, str, int], "int | Callable[[int, bytes], tuple[int, bytes]] | None"]
-
-
-class LoopbackServer:
-    """An HTTP server on 127.0.0.1 run in a thread while in a `with` block, which gives its OpenAI API root; the
-    subclass answers every request (`handle`)."""
-
-    def __init__(self) -> None:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                owner.handle(self)
-
-            do_POST = do_GET
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-
-    def handle(self, request: BaseHTTPRequestHandler) -> None:
-        raise NotImplementedError
-
-    @staticmethod
-    def reply(request: BaseHTTPRequestHandler, status: int, data: bytes) -> None:
-        request.send_response(status)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
-
-    def __enter__(self) -> str:
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.http.server_address[1]}/v1"
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-
-
-class Proxy(LoopbackServer):
-    """A loopback HTTP proxy in front of a server's root. `fault(method, path, count)` (count: the requests to that
-    path so far, this one included) says what to do: None forwards, a status answers with it (an OpenAI error body),
-    a function of the server's (status, body) gives what to send instead."""
-
-    def __init__(self, upstream: str, fault: Fault):
-        super().__init__()
-        self.upstream = upstream.removesuffix("/v1")
-        self.fault = fault
-        self.counts: dict[str, int] = {}
-
-    def handle(self, request: BaseHTTPRequestHandler) -> None:
-        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
-        path = request.path.split("?")[0]
-        self.counts[path] = self.counts.get(path, 0) + 1
-        action = self.fault(request.command, path, self.counts[path])
-        if isinstance(action, int):
-            status, data = action, json.dumps({"error": {"message": f"injected {action}"}}).encode()
-        else:
-            status, data = forward(self.upstream + request.path, request.command, body)
-            if action is not None:
-                status, data = action(status, data)
-        self.reply(request, status, data)
-
-
-def forward(url: str, method: str, body: bytes) -> tuple[int, bytes]:
-    """(status, body) of one request to `url`."""
-    sent = urllib.request.Request(url, data=body or None, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(sent, timeout=60) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
-
-
 def completions(path: str) -> bool:
     return path.endswith("/completions")
 
@@ -349,6 +273,28 @@ def test_theta_from_the_server_is_llama_cpp_in_process(name, request, history_te
 
 
 @needs_server
+@pytest.mark.parametrize("name", SERVERS)
+def test_the_probe_is_answered_alike_after_other_prompts(name, request):
+    """The probe the client asks again after a reconnect (`endpoint.PROBE_TOLERANCE`): its top log-probabilities,
+    asked after other prompts (one sharing its token), equal those asked first, to the last digit, on both servers."""
+    from beliefdrift.backend.served.endpoint import PROBE_LOGPROBS
+
+    url = request.getfixturevalue(FIXTURES[name][0])
+
+    def top(prompt: str) -> dict[str, float]:
+        body = json.dumps({"prompt": prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": PROBE_LOGPROBS}).encode()
+        logprobs = json.loads(forward(url + "/completions", "POST", body)[1])["choices"][0]["logprobs"]
+        if "content" in logprobs:  # llama-server's
+            return {entry["token"]: entry["logprob"] for entry in logprobs["content"][0]["top_logprobs"]}
+        return logprobs["top_logprobs"][0]
+
+    first = top("Hello")
+    for other in ("The capital of France is", "Hello world, the sky is blue."):
+        top(other)
+        assert top("Hello") == first
+
+
+@needs_server
 def test_commands_run_through_the_server(server, reference, history_template, tmp_path):
     """evaluate, drift and emd through the server store their units with the server in the run identity (never the
     request settings), and a second start finds everything done and changes nothing."""
@@ -404,7 +350,7 @@ def test_a_killed_server_resumes_to_the_same_numbers(name, request, history_temp
             time.sleep(0.05)
     run.join(timeout=120)
     assert codes == [2]
-    one_line_error(capsys, "ConnectError")
+    one_line_error(capsys, "nothing answers at", "now", "(after 4 attempts")
     partial = stored_results(out)
     assert partial and len(partial) < 6 and all(row == stored_results(reference)[key] for key, row in partial.items())
     gguf = f"{quick},tokenizer={default_gguf()}"
@@ -461,7 +407,7 @@ def test_bad_servers_are_one_line_and_store_nothing(case, server, history_templa
 
     model_args = {"wrong model": f"{QUICK},served_model=nope", "too few log-probabilities": f"{QUICK},max_logprobs=1",
                   "other tokenizer": f"{QUICK},tokenizer={tiny_model_dir}"}.get(case, QUICK)
-    expected = {"unreachable": ["ConnectError", "after 4 attempts"], "wrong model": ["served_model=nope", "serves"],
+    expected = {"unreachable": ["nothing answers at"], "wrong model": ["served_model=nope", "serves"],
                 "401": ["HTTP 401", "api_key_env"],
                 "too few log-probabilities": ["top 1 log-probabilities", "leave out", "max_logprobs"],
                 "truncated": ["not complete JSON"], "model changed": ["changed during the run", "another-model"],

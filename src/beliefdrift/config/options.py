@@ -257,8 +257,8 @@ class ModelOptions(Settings):
                                             "trust_remote_code)", when_set=True)
     model_args: str | None = option(None, "more from_pretrained keywords as key=value,… (like lm-eval's "
                                           "--model_args), e.g. low_cpu_mem_usage=True,subfolder=main; for openai:… "
-                                          "the server's: served_model, tokenizer, api_key_env, concurrency, timeout, "
-                                          "retries, backoff, logprobs, max_logprobs, api=chat (docs/serving.md)",
+                                          "the client's settings (served_model, tokenizer, api, timeout, … and "
+                                          "lm-eval's names: docs/serving.md)",
                                     metavar="KEY=VALUE,…", when_set=True)
 
     def pretrained_kwargs(self) -> dict[str, Any]:

@@ -13,10 +13,10 @@ meant. After a request needed a retry, the server's model is checked again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -26,16 +26,20 @@ from beliefdrift.backend.served.completions import Reply
 from beliefdrift.backend.served.options import ServerOptions
 from beliefdrift.backend.served.spec import ServedError, base_url
 from beliefdrift.backend.served.tokens import TokenMap, generation_config, keyed_by_id, load_tokenizer
-from beliefdrift.backend.served.transport import Transport, refusal
-
-if TYPE_CHECKING:
-    import httpx
+from beliefdrift.backend.served.transport import Response, Transport, refusal
 
 #: Server facts kept in the run identity: fields of the served model's /v1/models entry, /version, llama.cpp's /props.
 MODEL_FACTS = ("id", "root", "parent", "owned_by", "max_model_len")
 PROPS_FACTS = ("model_path", "build_info")
 #: The most contexts whose options' ℓ an endpoint keeps (then it starts afresh).
 CACHED_CONTEXTS = 1 << 16
+#: The top log-probabilities the probe asks for (as many as every server gives).
+PROBE_LOGPROBS = 5
+#: How far a log-probability of the probe, asked again after a reconnect, may move with the model unchanged: the
+#: server's own rounding of one prompt between calls. The probe is one token, evaluated alone whatever the server's
+#: cache holds (|Δℓ| = 0 measured on llama-server and llama-cpp-python after other prompts); a GPU server's kernels
+#: may round otherwise in another batch. Another model under the same name moves them further.
+PROBE_TOLERANCE = 0.02
 T = TypeVar("T")
 #: (temperature, top_p, banned token ids): the sampler a rollout's next token is drawn with (`nucleus_logits`).
 Nucleus = tuple[float, float, Sequence[int]]
@@ -126,12 +130,13 @@ class Endpoint:
                                       "no tokenize endpoint, so nothing checks that it reads the prompts' tokens as we "
                                       "do; serve the model with vLLM, SGLang or llama.cpp's llama-server")
             last = not as_ids and not extensions
-            body = self.dialect.body(ids if as_ids else self.tokenizer.decode(ids), 1, (), extensions)
+            body = self.dialect.body(ids if as_ids else self.tokenizer.decode(ids), PROBE_LOGPROBS, (), extensions)
             response = await self.transport.request("POST", self.dialect.path, body, retry=last)
             if response.status_code != 200 and not last and response.status_code not in (401, 403, 404):
                 refused = refusal(response)
                 continue
             top = self._top_logprobs(self._reply(response), len(ids))
+            self._probe_answer = (body, len(ids), top)  # asked again after a reconnect (`check_model`)
             return as_ids, extensions, tokenize_path, keyed_by_id(top)
         raise AssertionError("unreachable: the last form returns or raises")
 
@@ -155,7 +160,7 @@ class Endpoint:
 
     # ------------------------------------------------------------------ one completion: ℓ at the next position
 
-    def _reply(self, response: httpx.Response) -> Reply:
+    def _reply(self, response: Response) -> Reply:
         """What a completion response says (`dialect.parse`); an error status, a body cut short or one that holds no
         completion is a ServedError."""
         where = self.transport.where(self.dialect.path)
@@ -271,26 +276,44 @@ class Endpoint:
         checked again before any θ is returned."""
         todo = {c: t for t, c in zip(prompts, contexts, strict=True) if c not in self._cache}
         if todo:
-            self.transport.retried = False
-            values = self.transport.run(self._gather(list(todo.values()), list(todo), label_ids))
-            if self.transport.retried:
-                self.check_model()
+            values = self._run(self._gather(list(todo.values()), list(todo), label_ids))
             if len(self._cache) + len(todo) > CACHED_CONTEXTS:
                 self._cache.clear()
             self._cache.update(zip(todo, values, strict=True))
         return torch.stack([self._cache[c] for c in contexts]) if contexts else torch.empty(0, len(label_ids))
 
-    def check_model(self) -> None:
-        """The server still serves the model we connected to, as it described itself then (a restarted server may
-        serve another)."""
+    def _run(self, coroutine: Awaitable[T]) -> T:
+        """`coroutine`'s result on the transport; where one of its requests needed a retry (the server may have
+        restarted), only once `check_model` found the same model."""
+        self.transport.retried = self.transport.reconnected = False
+        result = self.transport.run(coroutine)
+        if self.transport.retried:
+            self.check_model(probe=self.transport.reconnected)
+        return result
+
+    def check_model(self, probe: bool) -> None:
+        """The server still serves the model we connected to: it describes itself as then (a restarted server may
+        serve another), and (with `probe`: after a connection failed, as a restart makes it) answers the probe of
+        `_probe` as then, each log-probability within `PROBE_TOLERANCE` (a model swapped under the same name does
+        not). (The probe is not asked after every retry: a server whose numbers depend on its cache, as llama.cpp's
+        do, computes the next context otherwise after it.)"""
+        changed = "the served model changed during the run; serve the run's model again and resume"
         try:
             _, facts = self.transport.run(server_facts(self.transport, self.name))
         except ServedError as err:
-            raise ServedError(f"the served model changed during the run ({err}); serve the run's model again and "
-                              "resume") from None
+            raise ServedError(f"{changed} ({err})") from None
         if facts != self.facts:
-            raise ServedError(f"{self.transport.url} now reports {facts}, not {self.facts}: the served model changed "
-                              "during the run; serve the run's model again and resume")
+            raise ServedError(f"{self.transport.url} now reports {facts}, not {self.facts}: {changed}")
+        if not probe:
+            return
+        body, prompt_tokens, then = self._probe_answer
+        now = self.transport.run(self.transport.request("POST", self.dialect.path, body))
+        top = self._top_logprobs(self._reply(now), prompt_tokens)
+        shared = then.keys() & top.keys()
+        moved = max((abs(then[key] - top[key]) for key in shared), default=float("inf"))
+        if len(shared) < min(len(then), len(top)) / 2 or moved > PROBE_TOLERANCE:
+            raise ServedError(f"{self.transport.url} answers the probe {self.dialect.probe_text()!r} otherwise than at "
+                              f"the start (top log-probabilities {_rounded(then)}, now {_rounded(top)}): {changed}")
 
     # ------------------------------------------------------------------ generation (cot): next-token logits
 
@@ -315,7 +338,7 @@ class Endpoint:
         async def every() -> list[torch.Tensor]:
             return await asyncio.gather(*(self._next_logits(c, nucleus) for c in contexts))
 
-        rows = self.transport.run(every())
+        rows = self._run(every())
         return torch.stack(rows) if rows else torch.empty(0, len(self.tokenizer))
 
     @property
@@ -328,3 +351,8 @@ class Endpoint:
         if not self.ids and self.tokenize_path and tuple(prompt_ids) not in self._checked:
             self.transport.run(self._check_ids(list(prompt_ids)))
             self._checked.add(tuple(prompt_ids))
+
+
+def _rounded(top: dict[str, float]) -> str:
+    """The top log-probabilities `top` in an error line: the first few, to 3 decimals."""
+    return "{" + ", ".join(f"{key!r}: {value:.3f}" for key, value in list(top.items())[:PROBE_LOGPROBS]) + "}"

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -15,7 +15,7 @@ from beliefdrift.backend.model import LanguageModel
 from beliefdrift.backend.served.endpoint import Endpoint, server_facts
 from beliefdrift.backend.served.options import ServerOptions
 from beliefdrift.backend.served.paths import ServedBatch, ServedRollouts
-from beliefdrift.backend.served.spec import base_url
+from beliefdrift.backend.served.spec import SERVED_PREFIX, ServedError, base_url, named_api
 from beliefdrift.backend.served.transport import Transport
 from beliefdrift.errors import UserError
 
@@ -87,9 +87,23 @@ def connect(spec: str, model_args: Mapping[str, Any] | None = None, revision: st
             trust_remote_code: bool = False) -> ServedModel:
     """The model served at `openai:BASE_URL`, checked: reachable, serving the model named (or exactly one), giving
     log-probabilities, reading our tokens (`Endpoint`)."""
-    options = ServerOptions.from_args(model_args or {})
+    options = served_options(spec, model_args or {})
     endpoint = Endpoint(spec, options, revision, trust_remote_code)
     return ServedModel(model=endpoint, tokenizer=endpoint.tokenizer, name=spec)
+
+
+def served_options(spec: str, model_args: Mapping[str, Any]) -> ServerOptions:
+    """The `--model-args` of the model served at `spec` (`ServerOptions.from_args`), `api` read from the endpoint
+    that `spec` names in full (lm-eval's `base_url`: `…/v1/chat/completions` is `api=chat`)."""
+    options = ServerOptions.from_args(model_args)
+    named = named_api(spec)
+    if named is not None and "api" in model_args and options.api != named:
+        raise ServedError(f"--model {spec} names the {named} endpoint and --model-args api={options.api} another; "
+                          "give one")
+    if options.tokenizer_backend == "remote":  # the hook for tokenizing on the server (issue 51.7)
+        raise ServedError("--model-args tokenizer_backend=remote: tokenizing on the server is not implemented; give "
+                          "the served model's tokenizer with --model-args tokenizer=… (a hub id, directory or .gguf)")
+    return replace(options, api=named) if named else options
 
 
 def served_model(options: Any) -> ServedModel:
@@ -104,7 +118,7 @@ def served_model(options: Any) -> ServedModel:
 def served_identity(spec: str, model_args: Mapping[str, Any]) -> dict[str, Any]:
     """What a served run's identity records instead of dtype, device and from_pretrained keywords: the endpoint, the
     served model's name, the tokenizer's source and the server's facts (`server_facts`; never the API key)."""
-    options = ServerOptions.from_args(model_args)
+    options = served_options(spec, model_args)
     transport = Transport(base_url(spec), options)
     try:
         name, facts = transport.run(server_facts(transport, options.served_model))
@@ -114,6 +128,8 @@ def served_identity(spec: str, model_args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _served_entries(spec: str, options: ServerOptions, name: str, facts: dict[str, Any]) -> dict[str, Any]:
-    """The run identity's entries of the model `name` served at `spec` (`facts`: `server_facts`)."""
+    """The run identity's entries of the model `name` served at `spec` (`facts`: `server_facts`): the server's API
+    root however `spec` spells it (`…/v1/`, `…/v1/completions`), so that each spelling names one run."""
     api = {"api": options.api} if options.api != "completions" else {}
-    return {"model": spec, "served_model": name, "tokenizer": options.tokenizer or name, **api, "server": facts}
+    return {"model": SERVED_PREFIX + base_url(spec), "served_model": name, "tokenizer": options.tokenizer or name,
+            **api, "server": facts}
