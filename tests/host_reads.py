@@ -1,7 +1,10 @@
 """Counting the reads that make the host wait for a GPU, on a GPU or standing in for one on a CPU: so the suite checks
-on every machine that the engine's step loop reads nothing back and that CoT sampling copies no logits per token."""
+on every machine that the engine's step loop reads nothing back and that CoT sampling copies no logits per token; and
+the tensors a step allocates (`FreshTensors`), so it checks that a static step keeps none."""
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -72,4 +75,21 @@ class HostReads(TorchDispatchMode):
             self._count(1)
         elif not self.on_cpu and isinstance(out, torch.Tensor) and out.device.type == "cpu":
             self._count(out.numel())  # a copy to the host (`.cpu()`, `.tolist()`, a host tensor's `copy_`)
+        return out
+
+
+class FreshTensors(TorchDispatchMode):
+    """Weak references to every tensor an operator allocates (an output its schema does not alias to an input: not a
+    view, not an in-place or `out=` result)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[weakref.ref] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        for returned, tensor in zip(func._schema.returns, outputs, strict=False):
+            if isinstance(tensor, torch.Tensor) and returned.alias_info is None:
+                self.made.append(weakref.ref(tensor))
         return out

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import weakref
 from collections.abc import Mapping
 
 import numpy as np
 import pytest
 import torch
-from host_reads import HostReads
+from host_reads import FreshTensors, HostReads
 from tiny_model import FAMILIES, SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from beliefdrift.backend import EngineSettings, PathBatch, StepMode, load_model
 from beliefdrift.backend.path_cache import shares_prefix
@@ -68,23 +66,6 @@ def test_static_steps_store_the_eager_numbers(family, up_front, monkeypatch, his
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     first, second = eager[2], eager[2 + 4 * len(METHODS)]  # θ of each question's PPR paths
     assert (first - second).abs().max() > 1e-3, "the two questions' θ differ, so a mix-up would show"
-
-
-class FreshTensors(TorchDispatchMode):
-    """Weak references to every tensor an operator allocates (an output its schema does not alias to an input: not a
-    view, not an in-place or `out=` result)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: list[weakref.ref] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        outputs = out if isinstance(out, (tuple, list)) else (out,)
-        for returned, tensor in zip(func._schema.returns, outputs, strict=False):
-            if isinstance(tensor, torch.Tensor) and returned.alias_info is None:
-                self.made.append(weakref.ref(tensor))
-        return out
 
 
 def bucket(family: str, template: str, steps: int = 4) -> tuple[StaticSteps, PathBatch]:
