@@ -3,7 +3,7 @@
 The prompt is prefilled once (`PromptCache`, the model's `Rollouts`): on a local model its keys/values are shared
 by every rollout (`backend.path_cache`) and each rollout caches only its own suffix. The suffix starts with the prompt's
 last token and the rollout's reasoning seeds (left-padded to a common length, the padding hidden from
-attention), then all rollouts advance one sampled token per forward pass (`cot.decoding`: on growing caches, or as
+attention), then all rollouts advance one sampled token per forward pass (`cot/decoding.py`: on growing caches, or as
 static steps a CUDA graph replays). A rollout stops after N pairs (N-th `</ans>`), at an end-of-sequence token, or
 after `max_new_tokens` generated tokens; finished rollouts are fed a pad token (static steps: what they draw) until
 the batch is done and everything they "generate" then is ignored.
@@ -252,7 +252,7 @@ def generate_rollouts(
     """One rollout per entry of `seed_texts` (the text prefilled after the prompt; "" for none), decoded
     together on `cache`: one step of the model's `Rollouts` per generated token for the whole batch (a local model:
     one forward pass, as a static step where its `EngineSettings.decode_step` says so and `sampler` is a
-    `NucleusSampler`, `cot.decoding`; a model behind an inference server: one request per running rollout, whose top
+    `NucleusSampler`, `cot/decoding.py`; a model behind an inference server: one request per running rollout, whose top
     log-probabilities determine the draw of `config.nucleus`, `backend.sampling.nucleus_logits`). A model whose
     rollouts give no hidden states (`LanguageModel.hidden_states`) cannot collect them."""
     lm = cache.lm
