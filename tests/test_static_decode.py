@@ -6,14 +6,12 @@ outlives it, keeps every buffer where it is, reads nothing back to the host and 
 
 from __future__ import annotations
 
-import gc
 import json
 
 import pytest
 import torch
-from host_reads import FreshTensors, HostReads
+from host_reads import assert_a_step_keeps_nothing, counting_replays, traced_graphs
 from tiny_model import FAMILIES, tiny_family_lm
-from torch._dynamo.utils import counters
 
 from beliefdrift.backend import EngineSettings, StepMode, TransformersModel
 from beliefdrift.backend.sampling import NucleusSampler
@@ -126,17 +124,11 @@ def buffers(steps: StaticDecode, rollouts) -> list[torch.Tensor]:
 @pytest.mark.parametrize("family", ["llama", "gemma2", "qwen3"])
 def test_a_static_decode_step_allocates_nothing_that_outlives_it_and_reads_nothing_back(family):
     """After the first step: no tensor a step allocates survives it, every buffer stays at its address, and no call
-    reads a value back to the host (`tests/host_reads.py`); the step wrote the hidden states and the next tokens."""
+    reads a value back to the host (`host_reads.assert_a_step_keeps_nothing`); the step wrote the hidden states and
+    the next tokens."""
     steps, rollouts = started(family)
     steps.step()
-    addresses = [t.data_ptr() for t in buffers(steps, rollouts)]
-    with HostReads("cpu") as host, FreshTensors() as fresh:
-        steps.step()
-    gc.collect()
-    assert host.calls == 0
-    assert fresh.made, "the step's operators were seen"
-    assert not [ref for ref in fresh.made if ref() is not None], "a tensor made by the step outlived it"
-    assert [t.data_ptr() for t in buffers(steps, rollouts)] == addresses
+    assert_a_step_keeps_nothing(steps.step, lambda: buffers(steps, rollouts))
     assert int(steps.count) == 2 and torch.equal(steps.feed, steps.drawn[:, 2])
     assert steps.hidden[:, 1].abs().sum() > 0 and not steps.hidden[:, 2].any()
 
@@ -150,12 +142,7 @@ def test_every_static_decode_step_is_one_graph():
         eager.step()
     traced, _ = started("mistral")
     traced.step()
-    torch._dynamo.reset()
-    counters.clear()
-    step = torch.compile(traced.step, fullgraph=True, backend="eager", dynamic=False)
-    for _ in range(4):
-        step()
-    assert counters["stats"]["unique_graphs"] == 1
+    assert traced_graphs(traced.step, 4) == 1
     assert torch.equal(traced.drawn, eager.drawn) and torch.equal(traced.hidden, eager.hidden)
 
 
@@ -192,18 +179,6 @@ def test_drawing_up_front_draws_what_each_call_draws(temperature, top_p, candida
 def on_cuda(family: str) -> TransformersModel:
     tiny = tiny_family_lm(family)
     return TransformersModel(tiny.model.to("cuda"), tiny.tokenizer, tiny.name)
-
-
-def counting_replays(monkeypatch) -> list[int]:
-    replays = [0]
-    replay = torch.cuda.CUDAGraph.replay
-
-    def counted(graph):
-        replays[0] += 1
-        return replay(graph)
-
-    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
-    return replays
 
 
 @pytest.mark.cuda

@@ -6,15 +6,13 @@ and is one graph for every step (dynamo's full-graph trace, no compiler: what th
 from __future__ import annotations
 
 import dataclasses
-import gc
 from collections.abc import Mapping
 
 import numpy as np
 import pytest
 import torch
-from host_reads import FreshTensors, HostReads
+from host_reads import assert_a_step_keeps_nothing, traced_graphs
 from tiny_model import FAMILIES, SKY_QUESTION, tiny_family_lm
-from torch._dynamo.utils import counters
 
 from beliefdrift.backend import EngineSettings, PathBatch, StepMode, load_model
 from beliefdrift.backend.path_cache import shares_prefix
@@ -86,20 +84,12 @@ def buffers(static: StaticSteps, batch: PathBatch) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("family", SHARED)
 def test_a_static_step_allocates_nothing_that_outlives_it_and_reads_nothing_back(family, history_template):
-    """After the first step: no tensor a step allocates survives it (its temporaries are what a CUDA graph keeps in
-    its private pool), every buffer stays at its address, and no call reads a value back to the host (`.item()`,
-    `.cpu()`, `.tolist()`, a tensor's truth value, an operator whose output shape depends on values)."""
+    """After the first step: no tensor a step allocates survives it, every buffer stays at its address, and no call
+    reads a value back to the host (`host_reads.assert_a_step_keeps_nothing`)."""
     static, batch = bucket(family, history_template)
     static.step()
-    addresses = [t.data_ptr() for t in buffers(static, batch)]
     answers = static.answers.clone()
-    with HostReads("cpu") as host, FreshTensors() as fresh:
-        static.step()
-    gc.collect()
-    assert host.calls == 0
-    assert fresh.made, "the step's operators were seen"
-    assert not [ref for ref in fresh.made if ref() is not None], "a tensor made by the step outlived it"
-    assert [t.data_ptr() for t in buffers(static, batch)] == addresses
+    assert_a_step_keeps_nothing(static.step, lambda: buffers(static, batch))
     assert int(static.count) == 2 and torch.equal(static.answers[:, 0], answers[:, 0])
     assert not torch.equal(static.thetas[:, 2], torch.zeros_like(static.thetas[:, 2])), "the step wrote θ_2"
 
@@ -113,12 +103,7 @@ def test_every_static_step_is_one_graph(family, history_template):
     for _ in range(4):
         eager.step()
     traced, _ = bucket(family, history_template)
-    torch._dynamo.reset()
-    counters.clear()
-    step = torch.compile(traced.step, fullgraph=True, backend="eager", dynamic=False)
-    for _ in range(4):
-        step()
-    assert counters["stats"]["unique_graphs"] == 1
+    assert traced_graphs(traced.step, 4) == 1
     assert torch.equal(traced.answers, eager.answers) and torch.equal(traced.thetas, eager.thetas)
 
 
