@@ -12,7 +12,8 @@
 #   static   the same sweep with the answer steps as static steps, uncaptured (the baseline of a CUDA-graph capture)
 #   compile  --compile against eager, 3 methods × 32 paths, N=100, on growing and on static steps
 #   capture  --cuda-graphs against eager and uncaptured static steps at 1 and 16 questions, and the capture time
-#   cot      chain-of-thought tokens/s against generate, and per-token cost early and late in a long rollout
+#   cot      chain-of-thought tokens/s at R = 1, 8, 32: the growing, static and CUDA-graph decodes against generate and
+#            the weight-read floor (issue 50's targets); per-token cost early and late in a long rollout
 #   train    peak memory of SC training (LoRA) against paths per update, with and without checkpointing
 #   shapes   the eager sweep on OLMo-2-7B's and Qwen2.5-7B's shapes
 #   paper    `beliefdrift evaluate` from the CLI on a saved random model of the shape (in DIR/paper, ~16 GB for 8B):
@@ -53,7 +54,7 @@ torch.cuda.get_device_name(), 'transformers', transformers.__version__, 'peft', 
       "$py" bench/compile.py --shape "$shape" --paths 32 "${sweep[@]}" --static-steps ;;
     capture) "$py" bench/cuda_graphs.py --shape "$shape" "${sweep[@]}" ;;
     cot) "$py" bench/reasoning.py --shape "$shape" --device "$device" --dtype bfloat16 --rollouts 1 8 32 \
-      --tokens 128 --long-tokens 1024 "${extra[@]}" ;;
+      --tokens 128 --long-tokens 512 "${extra[@]}" ;;
     train) "$py" bench/train.py --memory --shape "$shape" --device "$device" --checkpointing ;;
     shapes) "$py" bench/rollout.py --shape olmo-2-7b "${sweep[@]}" &&
       "$py" bench/rollout.py --shape qwen2.5-7b "${sweep[@]}" ;;

@@ -1,9 +1,17 @@
 """Counting the reads that make the host wait for a GPU, on a GPU or standing in for one on a CPU: so the suite checks
-on every machine that the engine's step loop reads nothing back and that CoT sampling copies no logits per token."""
+on every machine that the engine's step loop reads nothing back and that CoT sampling copies no logits per token; the
+tensors a step allocates (`FreshTensors`), so it checks that a static step keeps none (`assert_a_step_keeps_nothing`);
+the graphs dynamo traces of a step (`traced_graphs`); and, on a GPU, the replays of CUDA graphs (`counting_replays`)."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+from collections.abc import Callable
+
+import pytest
 import torch
+from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Tensor methods that copy a tensor to the host or read a value there. (`.to(device)` is left out: on a CPU, a move to
@@ -73,3 +81,59 @@ class HostReads(TorchDispatchMode):
         elif not self.on_cpu and isinstance(out, torch.Tensor) and out.device.type == "cpu":
             self._count(out.numel())  # a copy to the host (`.cpu()`, `.tolist()`, a host tensor's `copy_`)
         return out
+
+
+class FreshTensors(TorchDispatchMode):
+    """Weak references to every tensor an operator allocates (an output its schema does not alias to an input: not a
+    view, not an in-place or `out=` result)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[weakref.ref] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        for returned, tensor in zip(func._schema.returns, outputs, strict=False):
+            if isinstance(tensor, torch.Tensor) and returned.alias_info is None:
+                self.made.append(weakref.ref(tensor))
+        return out
+
+
+def assert_a_step_keeps_nothing(step: Callable[[], None], buffers: Callable[[], list[torch.Tensor]]) -> None:
+    """One call of `step` (a static step, after its first) allocates no tensor that outlives it (its temporaries are
+    what a CUDA graph keeps in its private pool), keeps every tensor of `buffers()` at its address, and reads nothing
+    back to the host (`.item()`, `.cpu()`, `.tolist()`, a tensor's truth value, an operator whose output shape depends
+    on values)."""
+    addresses = [t.data_ptr() for t in buffers()]
+    with HostReads("cpu") as host, FreshTensors() as fresh:
+        step()
+    gc.collect()
+    assert host.calls == 0
+    assert fresh.made, "the step's operators were seen"
+    assert not [ref for ref in fresh.made if ref() is not None], "a tensor made by the step outlived it"
+    assert [t.data_ptr() for t in buffers()] == addresses
+
+
+def traced_graphs(step: Callable[[], None], calls: int) -> int:
+    """The graphs dynamo traces over `calls` calls of `step`, each whole (`fullgraph`: a host read, a branch on a value
+    or an unsupported call fails it; no compiler)."""
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(step, fullgraph=True, backend="eager", dynamic=False)
+    for _ in range(calls):
+        compiled()
+    return counters["stats"]["unique_graphs"]
+
+
+def counting_replays(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-element list that counts the replays of every `torch.cuda.CUDAGraph` from now on (the test's end)."""
+    replays = [0]
+    replay = torch.cuda.CUDAGraph.replay
+
+    def counted(graph: torch.cuda.CUDAGraph) -> None:
+        replays[0] += 1
+        replay(graph)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
+    return replays

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from host_reads import counting_replays
 from tiny_model import SKY_QUESTION, tiny_family_lm
 from torch._dynamo.utils import counters
 
@@ -95,14 +96,7 @@ def test_evaluate_on_a_gpu_replays_cuda_graphs_by_default(tiny_model_dir, tmp_pa
     from beliefdrift.cli.main import main
     from beliefdrift.runs.store import RunStore
 
-    replays = [0]
-    replay = torch.cuda.CUDAGraph.replay
-
-    def counted(graph):
-        replays[0] += 1
-        return replay(graph)
-
-    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
+    replays = counting_replays(monkeypatch)
 
     def stored(*flags: str) -> dict:
         out = tmp_path / ("without" if flags else "default")

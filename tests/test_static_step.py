@@ -6,17 +6,13 @@ and is one graph for every step (dynamo's full-graph trace, no compiler: what th
 from __future__ import annotations
 
 import dataclasses
-import gc
-import weakref
 from collections.abc import Mapping
 
 import numpy as np
 import pytest
 import torch
-from host_reads import HostReads
+from host_reads import assert_a_step_keeps_nothing, traced_graphs
 from tiny_model import FAMILIES, SKY_QUESTION, tiny_family_lm
-from torch._dynamo.utils import counters
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from beliefdrift.backend import EngineSettings, PathBatch, StepMode, load_model
 from beliefdrift.backend.path_cache import shares_prefix
@@ -70,23 +66,6 @@ def test_static_steps_store_the_eager_numbers(family, up_front, monkeypatch, his
     assert (first - second).abs().max() > 1e-3, "the two questions' θ differ, so a mix-up would show"
 
 
-class FreshTensors(TorchDispatchMode):
-    """Weak references to every tensor an operator allocates (an output its schema does not alias to an input: not a
-    view, not an in-place or `out=` result)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: list[weakref.ref] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        outputs = out if isinstance(out, (tuple, list)) else (out,)
-        for returned, tensor in zip(func._schema.returns, outputs, strict=False):
-            if isinstance(tensor, torch.Tensor) and returned.alias_info is None:
-                self.made.append(weakref.ref(tensor))
-        return out
-
-
 def bucket(family: str, template: str, steps: int = 4) -> tuple[StaticSteps, PathBatch]:
     """A batch of two questions' paths, one of them seeded (left padding), ready for `steps` static steps."""
     lm = tiny_family_lm(family)
@@ -105,20 +84,12 @@ def buffers(static: StaticSteps, batch: PathBatch) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("family", SHARED)
 def test_a_static_step_allocates_nothing_that_outlives_it_and_reads_nothing_back(family, history_template):
-    """After the first step: no tensor a step allocates survives it (its temporaries are what a CUDA graph keeps in
-    its private pool), every buffer stays at its address, and no call reads a value back to the host (`.item()`,
-    `.cpu()`, `.tolist()`, a tensor's truth value, an operator whose output shape depends on values)."""
+    """After the first step: no tensor a step allocates survives it, every buffer stays at its address, and no call
+    reads a value back to the host (`host_reads.assert_a_step_keeps_nothing`)."""
     static, batch = bucket(family, history_template)
     static.step()
-    addresses = [t.data_ptr() for t in buffers(static, batch)]
     answers = static.answers.clone()
-    with HostReads("cpu") as host, FreshTensors() as fresh:
-        static.step()
-    gc.collect()
-    assert host.calls == 0
-    assert fresh.made, "the step's operators were seen"
-    assert not [ref for ref in fresh.made if ref() is not None], "a tensor made by the step outlived it"
-    assert [t.data_ptr() for t in buffers(static, batch)] == addresses
+    assert_a_step_keeps_nothing(static.step, lambda: buffers(static, batch))
     assert int(static.count) == 2 and torch.equal(static.answers[:, 0], answers[:, 0])
     assert not torch.equal(static.thetas[:, 2], torch.zeros_like(static.thetas[:, 2])), "the step wrote θ_2"
 
@@ -132,12 +103,7 @@ def test_every_static_step_is_one_graph(family, history_template):
     for _ in range(4):
         eager.step()
     traced, _ = bucket(family, history_template)
-    torch._dynamo.reset()
-    counters.clear()
-    step = torch.compile(traced.step, fullgraph=True, backend="eager", dynamic=False)
-    for _ in range(4):
-        step()
-    assert counters["stats"]["unique_graphs"] == 1
+    assert traced_graphs(traced.step, 4) == 1
     assert torch.equal(traced.answers, eager.answers) and torch.equal(traced.thetas, eager.thetas)
 
 

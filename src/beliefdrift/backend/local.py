@@ -75,12 +75,13 @@ class TransformersModel(LanguageModel):
 
     def rollouts(self, prompt_ids: Sequence[int]) -> CacheRollouts:
         cache, _ = prefill(self.model, prompt_ids, self.forward, logits_to_keep=1)
-        return CacheRollouts(cache)
+        return CacheRollouts(cache, self.engine.decode_step)
 
     def prepared(self, compile: bool = False, cuda_graphs: bool | None = None) -> TransformersModel:
-        """This model with `engine.compile` set by `compile` and its answer steps static and replayed as CUDA graphs
-        when `cuda_graphs` is (no compiler; None: where the model is on one CUDA device, measured faster there,
-        docs/gpu.md): a new `TransformersModel` on the same module where that changes its engine, else this one."""
+        """This model with `engine.compile` set by `compile` and its answer steps and chain-of-thought decoding steps
+        static and replayed as CUDA graphs when `cuda_graphs` is (no compiler; None: where the model is on one CUDA
+        device, measured faster there for the answer step, docs/gpu.md): a new `TransformersModel` on the same module
+        where that changes its engine, else this one."""
         if cuda_graphs and self.device.type != "cuda":
             raise UserError(f"--cuda-graphs: the model is on {self.device}; CUDA graphs need --device cuda")
         if cuda_graphs is None:
@@ -88,7 +89,7 @@ class TransformersModel(LanguageModel):
             cuda_graphs = self.device.type == "cuda" and len(devices) <= 1
         engine = self.engine
         if cuda_graphs:
-            engine = dataclasses.replace(engine, answer_step=CAPTURED)
+            engine = dataclasses.replace(engine, answer_step=CAPTURED, decode_step=CAPTURED)
         if compile:
             engine = dataclasses.replace(engine, compile=True)
         return self if engine == self.engine else dataclasses.replace(self, engine=engine)

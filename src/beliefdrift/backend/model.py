@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
@@ -65,10 +65,10 @@ class AnswerDist:
 
 @dataclass(frozen=True)
 class StepMode:
-    """How a step the engine repeats (an answer step; later a decoding step) runs: eagerly on growing caches, or
-    `static` (every tensor it touches allocated once, the step a CUDA graph captures) and, with `capture`, recorded
-    as a CUDA graph once per batch on a CUDA device and replayed for the others. The numbers equal the eager steps'
-    with the same draws up to rounding (the static cache's empty slots are attended with weight zero)."""
+    """How a step the engine repeats (an answer step, a chain-of-thought decoding step) runs: eagerly on growing
+    caches, or `static` (every tensor it touches allocated once, the step a CUDA graph captures) and, with `capture`,
+    recorded as a CUDA graph once per batch on a CUDA device and replayed for the others. The numbers equal the eager
+    steps' with the same draws up to rounding (the static cache's empty slots are attended with weight zero)."""
 
     static: bool = False
     capture: bool = False
@@ -86,10 +86,12 @@ CAPTURED = StepMode(static=True, capture=True)
 class EngineSettings:
     """How a local model runs the engine's forward passes: `compile` (`--compile`: through `torch.compile`, one set of
     graphs for every prompt length, path count and step) and each repeated step's `StepMode` (`--cuda-graphs`: the
-    answer step static and captured). Plain data: the model holds it and hands it to every batch it makes."""
+    answer step and the chain-of-thought decoding step static and captured). Plain data: the model holds it and hands
+    it to every batch and set of rollouts it makes."""
 
     compile: bool = False
     answer_step: StepMode = field(default=EAGER)
+    decode_step: StepMode = field(default=EAGER)
 
 
 # ------------------------------------------------------------------------------ what a model gives
@@ -162,6 +164,25 @@ class Rollouts(Protocol):
         `nucleus` (temperature, top_p, banned ids: what a model that gives only its top log-probabilities needs to
         make logits the sampler draws from as from its full ones); the last hidden state [B, H] of the last token
         when `hidden`, else None). The rows not in `active` may hold anything."""
+
+
+@runtime_checkable
+class StaticRollouts(Rollouts, Protocol):
+    """Rollouts whose decoding steps can run as static steps, the step a CUDA graph captures (`backend.paths.
+    CacheRollouts`, a local model's): `decode_step` says whether they do (`EngineSettings.decode_step`)."""
+
+    #: How `cot.generation` runs these rollouts' decoding steps.
+    decode_step: StepMode
+
+    @property
+    def hidden_size(self) -> int:
+        """The size of the last hidden state a pass gives."""
+
+    def static_steps(self, tokens: int, hidden: bool) -> Callable[[torch.Tensor], tuple[torch.Tensor,
+                                                                                        torch.Tensor | None]] | None:
+        """`tokens` passes of one token per rollout with every tensor they touch allocated now (the rollouts are
+        theirs from then on), as a function that feeds token ids [B] and returns (the next-token logits [B, vocab],
+        the last hidden state [B, H] when `hidden`, else None); None where these rollouts cannot run them."""
 
 
 class LanguageModel(ABC):

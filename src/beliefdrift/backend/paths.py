@@ -11,6 +11,7 @@ import torch
 from beliefdrift.backend.answer_tokens import AnswerTokens
 from beliefdrift.backend.model import EAGER, AnswerDist, StepMode
 from beliefdrift.backend.path_cache import Forward, PathCache, concat, prefill
+from beliefdrift.backend.wrappers import transformers_model
 
 
 class PathBatch:
@@ -96,18 +97,25 @@ class PathBatch:
 
 
 class CacheRollouts:
-    """Chain-of-thought rollouts on a local model's path cache (`Rollouts`): every rollout's keys and values of the
-    prompt shared, each its own suffix."""
+    """Chain-of-thought rollouts on a local model's path cache (`Rollouts`, `StaticRollouts`): every rollout's keys and
+    values of the prompt shared, each its own suffix; `decode_step` is how the model runs their decoding steps
+    (`EngineSettings`)."""
 
-    def __init__(self, cache: PathCache):
+    def __init__(self, cache: PathCache, decode_step: StepMode = EAGER):
         self.cache = cache
+        self.decode_step = decode_step
 
     @property
     def size(self) -> int:
         return self.cache.size
 
+    @property
+    def hidden_size(self) -> int:
+        """The input size of the model's output layer: the size of the last hidden state."""
+        return transformers_model(self.cache.model).get_output_embeddings().weight.shape[-1]
+
     def select(self, index: torch.Tensor) -> CacheRollouts:
-        return CacheRollouts(self.cache.select(index))
+        return CacheRollouts(self.cache.select(index), self.decode_step)
 
     def reserve(self, tokens: int) -> None:
         self.cache.reserve(tokens)
@@ -118,3 +126,21 @@ class CacheRollouts:
         """One forward pass of every rollout (`nucleus` and `active` aside: the full logits of every row are there)."""
         out = self.cache.extend(input_ids, padding, logits_to_keep=1, output_hidden_states=hidden)
         return out.logits[:, -1], (out.hidden_states[-1][:, -1] if hidden else None)
+
+    def static_steps(self, tokens: int, hidden: bool) -> Callable[[torch.Tensor], tuple[torch.Tensor,
+                                                                                        torch.Tensor | None]] | None:
+        """`tokens` passes of one token per rollout on the cache's `StaticPasses` (every tensor they touch allocated
+        now; the rollouts are theirs from then on), as a function that writes token ids [B] into the passes' input,
+        runs one pass and returns its next-token logits [B, vocab] and, with `hidden`, last hidden states [B, H];
+        None where the cache cannot (the cache per path)."""
+        passes = self.cache.static_passes(1, tokens)
+        if passes is None:
+            return None
+
+        @torch.no_grad()
+        def advance(token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            passes.input_ids.copy_(token[:, None])
+            out = passes(logits_to_keep=1, output_hidden_states=hidden)
+            return out.logits[:, -1], (out.hidden_states[-1][:, -1] if hidden else None)
+
+        return advance

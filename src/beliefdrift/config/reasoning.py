@@ -10,6 +10,7 @@ from typing import ClassVar
 from beliefdrift.config.options import (
     MAX_COUNT,
     RUN_OUTPUTS,
+    BatchingOptions,
     DataOptions,
     ModelOptions,
     SamplingOptions,
@@ -92,6 +93,12 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
                          "free: prompt only (the paper's)", choices=("guided", "free"))
     embedding: str = option(DEFAULTS.embedding, "hidden: mean last hidden state of the model; sentence: "
                                                 "all-MiniLM-L6-v2 (extra)", choices=EMBEDDINGS)
+    cuda_graphs: bool | None = retuned(BatchingOptions, "cuda_graphs", None,
+                                       "run the decoding steps as static steps and replay one recorded step of each "
+                                       "batch of rollouts as a CUDA graph (no compiler; the host still reads the "
+                                       "tokens, every step in the guided format): on a GPU a step is bound by "
+                                       "launching kernels. Default: on where the model is on one CUDA device "
+                                       "(--no-cuda-graphs: off)")
     out: Path = out_option("beliefdrift-out/reasoning")
 
     def __post_init__(self) -> None:

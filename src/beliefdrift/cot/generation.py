@@ -3,9 +3,10 @@
 The prompt is prefilled once (`PromptCache`, the model's `Rollouts`): on a local model its keys/values are shared
 by every rollout (`backend.path_cache`) and each rollout caches only its own suffix. The suffix starts with the prompt's
 last token and the rollout's reasoning seeds (left-padded to a common length, the padding hidden from
-attention), then all rollouts advance one sampled token per forward pass. A rollout stops after N pairs
-(N-th `</ans>`), at an end-of-sequence token, or after `max_new_tokens` generated tokens; finished
-rollouts are fed a pad token until the batch is done and everything they "generate" then is ignored.
+attention), then all rollouts advance one sampled token per forward pass (`cot/decoding.py`: on growing caches, or as
+static steps a CUDA graph replays). A rollout stops after N pairs (N-th `</ans>`), at an end-of-sequence token, or
+after `max_new_tokens` generated tokens; finished rollouts are fed a pad token (static steps: what they draw) until
+the batch is done and everything they "generate" then is ignored.
 Per step, only the R sampled token ids leave the model's device; the text is detokenized incrementally.
 
 ψ(R_n) needs the last hidden state of every generated token. It is collected while decoding, for free:
@@ -26,6 +27,7 @@ import torch
 from beliefdrift.backend.model import LanguageModel
 from beliefdrift.backend.sampling import Sampler
 from beliefdrift.backend.sampling import nucleus_sampler as nucleus_sampler  # the sampler rollouts are drawn with
+from beliefdrift.cot.decoding import READ_AHEAD, decode, static_decoding
 from beliefdrift.cot.parser import PAIR_SEPARATOR, Pair, PairParser, ParseResult, parse_pairs, render_pair
 from beliefdrift.errors import UserError
 
@@ -249,7 +251,8 @@ def generate_rollouts(
 ) -> list[Rollout]:
     """One rollout per entry of `seed_texts` (the text prefilled after the prompt; "" for none), decoded
     together on `cache`: one step of the model's `Rollouts` per generated token for the whole batch (a local model:
-    one forward pass; a model behind an inference server: one request per running rollout, whose top
+    one forward pass, as a static step where its `EngineSettings.decode_step` says so and `sampler` is a
+    `NucleusSampler`, `cot/decoding.py`; a model behind an inference server: one request per running rollout, whose top
     log-probabilities determine the draw of `config.nucleus`, `backend.sampling.nucleus_logits`). A model whose
     rollouts give no hidden states (`LanguageModel.hidden_states`) cannot collect them."""
     lm = cache.lm
@@ -264,41 +267,26 @@ def generate_rollouts(
     width = max(len(f) for f in firsts)
     padding = [width - len(f) for f in firsts]
     rollouts = cache.paths.select(torch.zeros(len(firsts), dtype=torch.long))
-    rollouts.reserve(width + config.max_new_tokens)  # the first tokens and every token generated after them
-
+    # the first tokens, and every token generated after them unless the steps are static (their own cache)
+    rollouts.reserve(width + (0 if static_decoding(rollouts) else config.max_new_tokens))
     banned = sorted(eos) if config.guided else []
-
-    def forward(
-        input_ids: torch.Tensor, hidden: bool, padding: torch.Tensor | None = None, active: list[int] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return rollouts.extend(input_ids, padding, nucleus=(*config.nucleus, banned), hidden=hidden, active=active)
-
     first = torch.tensor([[pad] * (width - len(f)) + f for f in firsts], device=device)
-    logits, _ = forward(first, hidden=False, padding=torch.tensor(padding) if any(padding) else None)
+    logits, _ = rollouts.extend(first, torch.tensor(padding) if any(padding) else None,
+                                nucleus=(*config.nucleus, banned))
+    steps = decode(rollouts, logits, sampler, banned=banned, nucleus=config.nucleus, budget=config.max_new_tokens,
+                   hidden=collect_hidden, dtype=lm.dtype, pad=pad, read_ahead=0 if config.guided else READ_AHEAD)
     states = [_RolloutState(tokenizer, config, tags) for _ in seed_texts]
-    # Row r's state at step t is that of its token t (rows are fed from the start until they stop).
-    hidden_steps: torch.Tensor | None = None  # [R, max_new_tokens, H] on the device, filled up to `steps`
-    steps = 0
-    banned_ids = torch.tensor(banned, device=device) if banned else None
+    # Row r's state at pass t is that of its token t (rows are fed from the start until they stop).
     while True:
-        if banned_ids is not None:
-            logits[:, banned_ids] = float("-inf")
-        tokens = sampler(logits).tolist()
+        tokens = steps.tokens()
         fed = [r for r, state in enumerate(states) if state.stop is None and state.step(tokens[r], eos)]
         running = any(state.stop is None for state in states)
         if not fed or not (running or collect_hidden):
             break
-        feed = torch.tensor([state.ids[-1] if r in fed else pad for r, state in enumerate(states)], device=device)
-        active = [r for r in fed if states[r].stop is None]
-        logits, hidden = forward(feed[:, None], hidden=collect_hidden, active=active)
-        if hidden is not None:
-            if hidden_steps is None:
-                hidden_steps = hidden.new_empty((len(states), config.max_new_tokens, hidden.shape[-1]))
-            hidden_steps[:, steps] = hidden
-            steps += 1
+        steps.advance({r: states[r].ids[-1] for r in fed}, [r for r in fed if states[r].stop is None])
         if not running:
             break
-    hidden = None if hidden_steps is None else hidden_steps[:, :steps].to("cpu", torch.float32, copy=True)
+    hidden = steps.hidden_states()
     return [state.finish(None if hidden is None else hidden[r], seed_texts[r]) for r, state in enumerate(states)]
 
 

@@ -210,25 +210,44 @@ class StaticSteps:
 CAPTURE_WARM_UP = 2
 
 
+class ReplayedStep:
+    """A static step (its tensors allocated once, the same work at every call), run on each call: with `capture` (a
+    CUDA device) the first `CAPTURE_WARM_UP` calls eagerly on a side stream, the next recorded as a CUDA graph
+    (recording runs nothing) and that graph replayed for it and every later call, one launch per step. The replays
+    compute what the eager steps compute, kernel for kernel; the host may read and write the step's buffers between
+    calls."""
+
+    def __init__(self, step: Callable[[], None], capture: bool = False):
+        self.step = step
+        self.capture = capture
+        self._warm = 0
+        self._side: torch.cuda.Stream | None = None
+        self._graph: torch.cuda.CUDAGraph | None = None
+
+    def __call__(self) -> None:
+        if not self.capture:
+            self.step()
+        elif self._warm < CAPTURE_WARM_UP:
+            side = self._side = self._side or torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.step()
+            torch.cuda.current_stream().wait_stream(side)
+            self._warm += 1
+        else:
+            if self._graph is None:
+                self._graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self._graph):
+                    self.step()
+            self._graph.replay()
+
+
 def run_static_steps(bucket: StaticSteps, steps: int, capture: bool = False) -> None:
-    """`steps` steps of `bucket`. With `capture` (a CUDA device): `CAPTURE_WARM_UP` of them eagerly on a side stream,
-    the next recorded as a CUDA graph (recording runs nothing) and that graph replayed for it and every later step,
-    one launch per step. The replays compute what the eager steps compute, kernel for kernel."""
-    if not capture or steps <= CAPTURE_WARM_UP:
-        for _ in range(steps):
-            bucket.step()
-        return
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(CAPTURE_WARM_UP):
-            bucket.step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        bucket.step()
-    for _ in range(steps - CAPTURE_WARM_UP):
-        graph.replay()
+    """`steps` steps of `bucket`, with `capture` (a CUDA device) replayed from one recorded step (`ReplayedStep`;
+    not where the warm-up would be all of them)."""
+    step = ReplayedStep(bucket.step, capture and steps > CAPTURE_WARM_UP)
+    for _ in range(steps):
+        step()
 
 
 @dataclass(frozen=True)

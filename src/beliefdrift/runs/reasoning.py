@@ -24,6 +24,7 @@ import torch
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.loading import model_from
+from beliefdrift.backend.sampling import NucleusSampler
 from beliefdrift.config.reasoning import ReasoningConfig
 from beliefdrift.cot.answers import MIN_PARSED, answer_totals, answer_view, few_parsed, majority_accuracy
 from beliefdrift.cot.drift import CurveStats, centroids, cosine_matrix, curve_stats, lag_curve
@@ -32,7 +33,6 @@ from beliefdrift.cot.generation import (
     DecodeConfig,
     PromptCache,
     Rollout,
-    Sampler,
     generate_rollouts,
     nucleus_sampler,
     render_seeds,
@@ -90,11 +90,6 @@ def draw_seed_pairs(
     return [seed_pair(r) for r in rollouts], rollouts
 
 
-def _row_groups(samplers: Sequence[Sampler], size: int) -> Sampler:
-    """A sampler whose consecutive blocks of `size` rows each draw from their own sampler."""
-    return lambda logits: torch.cat([s(logits[i * size : (i + 1) * size]) for i, s in enumerate(samplers)])
-
-
 def condition_result(
     rollouts: Sequence[Rollout], embeddings: Sequence[torch.Tensor], task: ReasoningTask, config: ReasoningConfig
 ) -> dict:
@@ -149,7 +144,7 @@ def run_question(
         cache,
         seed_texts,
         decode_config(config, config.pairs, config.max_new_tokens),
-        _row_groups(samplers, R),
+        NucleusSampler.in_blocks(samplers, R),
         collect_hidden=embedder is None,
     )
     embeddings = pair_embeddings(rollouts, embedder)
@@ -249,13 +244,14 @@ def reasoning_tasks(settings: ReasoningCommandConfig,
 def run_reasoning(settings: ReasoningCommandConfig, *, questions: Sequence[Any] | None = None,
                   lm: LanguageModel | None = None, progress: bool = True) -> dict | None:
     """`beliefdrift reasoning`: its questions (`questions` when given as objects) and model (`lm` when loaded
-    already), pinned to its run identity, through `run_experiment` into `settings.out`; the summary (None on a rank
-    other than 0)."""
+    already; prepared for `cuda_graphs`), pinned to its run identity, through `run_experiment` into `settings.out`; the
+    summary (None on a rank other than 0)."""
     config = settings.experiment
     tasks, items, template = reasoning_tasks(settings, questions)
     if lm is None:
         log.info("loading %s ...", settings.model)
         lm = model_from(settings)
+    lm = lm.prepared(cuda_graphs=settings.cuda_graphs)
     log.info("%d %s questions, J=%d, N=%d, m=%d, τ=%d, %s format (%s, %s)", len(tasks), settings.dataset,
              config.rollouts, config.pairs, config.seeds, config.tau, settings.format, lm.dtype, lm.device)
     identity = run_identity("reasoning", settings, items, template=template)
