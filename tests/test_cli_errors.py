@@ -816,7 +816,8 @@ def test_a_flipped_bit_in_stored_thetas_or_alternatives_is_refused(finished_run:
 def test_the_reliability_page_counts_the_cases(tmp_path: Path) -> None:
     """docs/reliability.md's table: the bad inputs and the numeric options (values) of each command, as tested here."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
-    rows = {cells[0]: cells[1:3] for line in page.splitlines() if line.startswith("| ") and not line.startswith(
+    section = page.split("## Cases by command", 1)[1].split("\n## ", 1)[0]
+    rows = {cells[0]: cells[1:3] for line in section.splitlines() if line.startswith("| ") and not line.startswith(
         "| command") for cells in [[cell.strip(" *") for cell in line.strip().strip("|").split("|")]]}
     bad = Counter(argv(tmp_path / "model", tmp_path)[0] for argv, _ in BAD_INPUTS.values())
     options, values = Counter(), Counter()
