@@ -29,7 +29,7 @@ def bars(centers: np.ndarray, width: float, heights: np.ndarray, bottoms: np.nda
     tops = bottoms + heights
     corners = [(left, bottoms), (right, bottoms), (right, tops), (left, tops)]
     # one [bars, 4, 2] array, which `PolyCollection.set_verts` takes on its fast path (its stub says a sequence)
-    polygons = cast("Sequence[ArrayLike]", np.stack([np.stack(corner, axis=-1) for corner in corners], axis=1))
+    polygons = cast(Sequence[ArrayLike], np.stack([np.stack(corner, axis=-1) for corner in corners], axis=1))
     collection = PolyCollection(polygons, **style)
     collection.sticky_edges.y.append(0.0)
     return collection
