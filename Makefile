@@ -61,8 +61,10 @@ demo: setup
 test: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q
 
+# ruff, then mypy with pyproject.toml's [tool.mypy] settings (tests/test_code.py runs the same check under `make test`)
 lint: setup
 	$(BIN)/ruff check src tests bench docs
+	$(BIN)/mypy
 
 # The CLI reference is regenerated from the parsers, then the site is built into site/ (warnings fail).
 docs: setup

@@ -1,4 +1,5 @@
-"""The code base itself: one name per concept across the package, and nothing dead (vulture, where installed)."""
+"""The code base itself: one name per concept across the package, nothing dead (vulture, where installed) and no
+type error (mypy, where installed)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ PACKAGE = ROOT / "src" / "beliefdrift"
 INTERFACES = {("cli", "add_parser"), ("cli", "run")}
 
 
+def is_overload(node: ast.stmt) -> bool:
+    """Whether `node` is an `@overload` signature (of the function defined after it)."""
+    decorators = getattr(node, "decorator_list", [])
+    return any(isinstance(d, ast.Name) and d.id == "overload" or isinstance(d, ast.Attribute) and d.attr == "overload"
+               for d in decorators)
+
+
 def test_no_two_functions_or_classes_share_a_name() -> None:
     """A module-level function or class name means one thing in the whole package (`evaluate` is the Python API's,
     `run_evaluation` the run loop's): a reader, a `grep` and an editor's "go to definition" land on one place."""
@@ -26,7 +34,7 @@ def test_no_two_functions_or_classes_share_a_name() -> None:
         folder = path.relative_to(PACKAGE).parts[0]
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
-                    (folder, node.name) not in INTERFACES):
+                    (folder, node.name) not in INTERFACES) and not is_overload(node):
                 where[node.name].append(str(path.relative_to(PACKAGE)))
     shared = {name: paths for name, paths in where.items() if len(paths) > 1}
     assert not shared, f"one name, several definitions: {shared}"
@@ -72,3 +80,13 @@ def test_nothing_in_src_is_dead() -> None:
     found = subprocess.run([sys.executable, "-m", "vulture", "src", "tests/vulture_whitelist.py"], cwd=ROOT,
                            capture_output=True, text=True)
     assert found.returncode == 0 and not found.stdout, found.stdout + found.stderr
+
+
+def test_the_package_type_checks(pytestconfig: pytest.Config, tmp_path: Path) -> None:
+    """mypy, with pyproject.toml's `[tool.mypy]` settings (what `make lint` runs), finds no error in the package;
+    its cache (pytest's) makes a second run take about a second."""
+    api = pytest.importorskip("mypy.api", reason="mypy is not installed (it is in the dev extra)")
+    cache = pytestconfig.cache.mkdir("mypy-package") if getattr(pytestconfig, "cache", None) else tmp_path
+    stdout, stderr, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache),
+                                      str(PACKAGE)])
+    assert status == 0, stdout + stderr

@@ -138,7 +138,7 @@ class SavedTensorMeter:
     def __exit__(self, *exc: object) -> None:
         self._hooks.__exit__(*exc)
 
-    def _pack(self, tensor: torch.Tensor) -> object:
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor | _Saved:
         address = tensor.untyped_storage().data_ptr()
         if address in self._parameters or not address:
             return tensor
@@ -149,8 +149,8 @@ class SavedTensorMeter:
         return _Saved(self, tensor.detach(), address)  # detached: a saved output would reference its own node
 
     @staticmethod
-    def _unpack(saved: object) -> torch.Tensor:
-        return saved.tensor if isinstance(saved, _Saved) else saved  # type: ignore[return-value]
+    def _unpack(saved: torch.Tensor | _Saved) -> torch.Tensor:
+        return saved.tensor if isinstance(saved, _Saved) else saved
 
     def _release(self, tensor: torch.Tensor, address: int) -> None:
         self._held[address] -= 1

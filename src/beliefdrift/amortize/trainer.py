@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
@@ -64,6 +64,9 @@ from beliefdrift.runs.identity import pin_identity, run_identity
 from beliefdrift.runs.inputs import Model, Questions, run_inputs
 from beliefdrift.runs.loop import prompt_positions
 from beliefdrift.runs.store import StoreError
+
+if TYPE_CHECKING:  # (accelerate is imported where a trainer is made)
+    from accelerate import Accelerator
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +208,8 @@ class SCTrainer:
     """
 
     def __init__(self, *, questions: Questions | None = None, lm: Model | None = None,
-                 config: TrainConfig | str | Path | None = None, accelerator: Any = None, **settings: Any):
+                 config: TrainConfig | str | Path | None = None, accelerator: Accelerator | None = None,
+                 **settings: Any):
         from accelerate import Accelerator
 
         inputs = run_inputs(TrainConfig, config, questions, lm, settings, "SCTrainer")
@@ -239,6 +243,10 @@ class SCTrainer:
         config = self.config
         base = lm or load_model(config.model, device=str(self.accelerator.device), dtype=config.dtype,
                                 attn_implementation=config.attn_implementation, **config.pretrained_kwargs())
+        if not isinstance(base, TransformersModel):  # a model behind an inference server: no weights to adapt
+            raise UserError(f"SCTrainer(lm={base.name!r}): train needs the model's gradients, which a model behind an "
+                            "inference server does not give; load the same weights locally (bd.load_model of a hub "
+                            "id, directory or .gguf)")
         self.groups = self._rollout_groups(base)
         self.updates = plan_updates(len(self.groups), config, self.accelerator.process_index,
                                     self.accelerator.num_processes)
@@ -328,13 +336,15 @@ class SCTrainer:
         UserError naming the question; a model whose context is not known (`LanguageModel.context_length`) fits
         everything."""
         limit = lm.context_length
+        if limit is None:
+            return
         c = self.config
         if validation:
             answers = max(c.eval_prefix_lengths, default=0) + c.eval_horizon
             flags = "--eval-prefix-lengths or --eval-horizon"
         else:
             answers, flags = max(c.prefix_lengths) + c.horizon - 1, "--prefix-lengths or -K/--horizon"
-        for question in questions if limit is not None else []:
+        for question in questions:
             needed = prompt_positions(lm, question, [parse_method("ppr")], answers, c.template, c.template_ending)
             if needed > limit:
                 raise UserError(f"question {question.id} ({question.source or 'no source'}) needs {needed} positions "
@@ -424,7 +434,8 @@ class SCTrainer:
         torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))  # LoRA dropout masks
         device = self.accelerator.device
         rollouts = self.update_rollouts(group, generator, k2 - 1).to(device)
-        forecast = group.forecast.to(device) if self.config.anchor else None  # the anchor's target, only if used
+        # the anchor's target, only if used (every group has one then: `_rollout_groups`)
+        forecast = group.forecast.to(device) if self.config.anchor and group.forecast is not None else None
 
         def loss_fn(conditionals: Conditionals) -> SCLossOutput:
             return self.loss(conditionals.log_theta, rollouts, k1, k2, forecast, conditionals.log_mass)

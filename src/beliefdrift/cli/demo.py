@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from beliefdrift.config.diagnostics import EMDCommandConfig
 from beliefdrift.config.options import (
@@ -30,7 +30,7 @@ from beliefdrift.config.options import (
     retuned,
     settings_from,
 )
-from beliefdrift.data.registry import load_dataset
+from beliefdrift.data.registry import load_dataset, require_kind
 from beliefdrift.files import write_atomic
 from beliefdrift.registry import parse_method
 from beliefdrift.report.text import markdown_table, plus_minus
@@ -47,10 +47,6 @@ DEMO_METHODS = ("direct", "ppr", "ppr-seed1", "ppr-seed5")
 #: The settings that change the stored results (a resumed demo must match them).
 IDENTITY_SETTINGS = ("model", "dtype", "template", "template_ending", "paths", "steps", "seed", "n")
 EMD_METHODS = ("ppr", "ppr-seed5")
-#: The EMD section's settings, small enough for a laptop CPU: K = 4 (exact enumeration of 5^3 continuations), two
-#: prefix lengths, J = 8, L1 only, no urn floor (model, template, seed and N are the demo's).
-DEMO_EMD = {"horizon": 4, "prefix_lengths": [0, 2], "top_k": 3, "paths": 8, "burn_in": 4, "lookahead": 4,
-            "distance": ["l1"], "noise_floor_replicates": 0}
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def summary_rows(results: dict[str, list[Any]], targets: list[int]) -> list[tuple[str, float, float, float]]:
+def summary_rows(results: dict[str, list[MethodResult]], targets: list[int]) -> list[tuple[str, float, float, float]]:
     """(method, accuracy, mean confidence, mean valid_mass) per method (`results`: each method's `MethodResult`s);
     accuracy as Table 1 computes it (`metrics.accuracy`), on every question."""
     import torch
@@ -89,7 +85,8 @@ def summary_rows(results: dict[str, list[Any]], targets: list[int]) -> list[tupl
     return rows
 
 
-def summary_table(results: dict[str, list[Any]], questions: list[MCQuestion], stored: list[ResultRow]) -> str:
+def summary_table(results: dict[str, list[MethodResult]], questions: list[MCQuestion], stored: list[ResultRow]
+                  ) -> str:
     """The demo's first table, titled: each method on every question before quality control, with how many questions
     quality control removes from Tables 1 and 2 (`scoring.warn_quality` says which, on stderr)."""
     from beliefdrift.runs.scoring import warn_quality
@@ -169,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     from beliefdrift.runs.store import STORE_FILE
 
     config = settings_from(args, DemoConfig)
-    questions = load_dataset("demo", n=config.n or None, seed=config.seed)
+    questions = require_kind(load_dataset("demo", n=config.n or None, seed=config.seed), "demo", "demo")
     methods = [parse_method(name) for name in DEMO_METHODS]
     log.info("loading %s ...", config.model)
     lm = model_from(config)
@@ -185,8 +182,9 @@ def run(args: argparse.Namespace) -> int:
 
     index = next((i for i, q in enumerate(questions) if q.id == config.plot_question), 0)
     question = questions[index]
-    panels = [(results[name][index].method.title, marginal_drift(results[name][index].trajectories))
-              for name in ("ppr", "ppr-seed5")]
+    shown = [results[name][index] for name in ("ppr", "ppr-seed5")]  # PPR methods: each stores its paths
+    panels = [(result.method.title, marginal_drift(result.trajectories)) for result in shown
+              if result.trajectories is not None]
     written = plot_marginal_drift(panels, question.labels, Path(config.out) / "marginal_drift",
                                   title=f"{question.id}: {question.stem[:70]}")
     runs = [config.out]
@@ -213,15 +211,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def emd_section(lm: Any, questions: list[Any], config: DemoConfig) -> str:
-    """EMD‾ (L1, k = 2 … K) and EMD_k(b) of PPR with and without seeds on a few questions (`lm`: a
-    `LanguageModel`), stored as an emd run in `out/emd` (`DEMO_EMD`; its summary and figures beside it)."""
+def emd_section(lm: LanguageModel, questions: list[MCQuestion], config: DemoConfig) -> str:
+    """EMD‾ (L1, k = 2 … K) and EMD_k(b) of PPR with and without seeds on a few questions, stored as an emd run in
+    `out/emd` (its summary and figures beside it)."""
     from beliefdrift.report.diagnostics import write_emd_report
     from beliefdrift.runs.diagnostics import run_emd
 
+    # small enough for a laptop CPU: K = 4 (exact enumeration of 5^3 continuations), two prefix lengths, J = 8, L1
+    # only, no urn floor (model, template, seed and N are the demo's)
     settings = EMDCommandConfig(**{f.name: getattr(config, f.name) for f in fields(ModelOptions)},
-                                **DEMO_EMD, steps=config.steps, seed=config.seed, dataset="demo",
-                                n=len(questions), methods=list(EMD_METHODS), out=config.out / "emd")
+                                horizon=4, prefix_lengths=[0, 2], top_k=3, paths=8, burn_in=4, lookahead=4,
+                                distance=["l1"], noise_floor_replicates=0, steps=config.steps, seed=config.seed,
+                                dataset="demo", n=len(questions), methods=list(EMD_METHODS), out=config.out / "emd")
     log.info("EMD on %d questions (K=%d, prefixes n ∈ %s) ...", len(questions), settings.horizon,
              settings.prefix_lengths)
     run = run_emd(settings, questions=questions, lm=lm, progress=False)

@@ -108,6 +108,12 @@ def memory_errors() -> tuple[type[BaseException], ...]:
     return (torch.OutOfMemoryError,) if torch is not None else ()
 
 
+def fixable_errors() -> tuple[type[BaseException], ...]:
+    """The errors `main` tells the user in one line (exit 2; a RuntimeError only where memory ran out), torch's
+    out-of-memory error among them once torch is loaded (`memory_errors`): read when an error is raised."""
+    return (OSError, ValueError, MemoryError, RuntimeError, *memory_errors())
+
+
 def out_of_host_memory(err: BaseException) -> bool:
     """Whether `err` says the machine's memory ran out (numpy's MemoryError, torch's CPU allocator)."""
     return isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
@@ -225,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"\nbeliefdrift {args.command}: {interrupted(args)}", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(err, Terminated) else 130
-    except (OSError, ValueError, MemoryError, RuntimeError, *memory_errors()) as err:  # the user can fix these
+    except fixable_errors() as err:
         if isinstance(err, RuntimeError) and not out_of_host_memory(err) and not isinstance(err, memory_errors()):
             redact_messages(err)
             raise  # a bug: its traceback

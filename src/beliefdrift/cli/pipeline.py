@@ -101,8 +101,9 @@ def load_paper_preset(spec: str) -> Preset:
                             f"{', '.join(STAGE_COMMANDS)} and keys among {', '.join(sorted(STAGE_KEYS))}")
         for key, (kind, expected) in STAGE_VALUES.items():
             value = entry.get(key)
-            if value is not None and not (isinstance(value, kind) and (kind is str or all(
-                    isinstance(item, str) for item in value))):
+            strings = isinstance(value, str) or (isinstance(value, (list, dict))
+                                                 and all(isinstance(item, str) for item in value))
+            if value is not None and not (isinstance(value, kind) and strings):
                 raise UserError(f"--preset {path}: stage {name}: {key}: expected {expected}, got {value!r}")
         config = entry.get("config")
         stages.append(Stage(name, entry["command"], entry.get("about", ""),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,7 +109,8 @@ def check_run_files(run_dir: Path) -> None:
 
     if (run_dir / "config.yaml").is_file():
         read_yaml(run_dir / "config.yaml", str(run_dir / "config.yaml"))
-    readers = {"summary.json": json.loads, "log.csv": lambda text: list(csv.DictReader(text.splitlines()))}
+    readers: dict[str, Callable[[str], object]] = {"summary.json": json.loads,
+                                                   "log.csv": lambda text: list(csv.DictReader(text.splitlines()))}
     for name, parse in readers.items():
         path = run_dir / name
         if not path.is_file():

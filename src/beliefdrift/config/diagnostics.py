@@ -126,7 +126,7 @@ class EMDCommandConfig(DiagnosticsConfig):
                                     metavar="R")
     out: Path = out_option("beliefdrift-out/emd")
 
-    def check_memory(self) -> None:
+    def check_memory(self, questions: int | None = None) -> None:
         """The k-step estimates of one question: its prefixes (|𝒩| and burn-in paths × (burn-in + 1)) × J
         continuations × max(K, k) steps × labels float32s, and the noise floor's R replicates of each estimate."""
         prefixes = len(self.prefix_lengths) + self.burn_in_paths * (self.burn_in + 1)
@@ -138,7 +138,7 @@ class EMDCommandConfig(DiagnosticsConfig):
                       f"--noise-floor-replicates {self.noise_floor_replicates} × {BYTES_PER_VALUE} bytes))", needed,
                       "-J/--paths, -K/--horizon, -k/--lookahead, --burn-in, --burn-in-paths or "
                       "--noise-floor-replicates")
-        super().check_memory()
+        super().check_memory(questions)
 
     @property
     def emd(self) -> EMDConfig:

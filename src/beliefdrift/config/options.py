@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar, overload
 
 from beliefdrift.credentials import redacted
 from beliefdrift.data.registry import DATASETS
@@ -30,7 +30,10 @@ from beliefdrift.prompts.render import DEFAULT_PPR_TEMPLATE, DEFAULT_TEMPLATE_EN
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, did_you_mean, parse_method
 from beliefdrift.yaml_files import load_yaml, read_yaml
 
-Config = TypeVar("Config")
+#: A command's settings dataclass.
+Config = TypeVar("Config", bound="Settings")
+#: What argparse fills when a caller gives its own namespace object.
+NamespaceT = TypeVar("NamespaceT")
 #: YAML presets shipped with the package (`configs/` in a source checkout links here).
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 #: `beliefdrift paper --preset` names and their bundled files.
@@ -114,13 +117,13 @@ def option(default: Any, help: str, *aliases: str, operational: bool = False, ch
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def retuned(group: type, name: str, default: Any, help: str | None = None) -> Any:
+def retuned(group: type[Settings], name: str, default: Any, help: str | None = None) -> Any:
     """Option `name` of `group` with a command's own default (and help line), the same flags otherwise."""
     meta = dict(group.__dataclass_fields__[name].metadata)
-    bounds = meta.pop("range") or Range()
-    low, high = ("above" if bounds.low_open else "minimum"), ("below" if bounds.high_open else "maximum")
-    return option(default, help or meta.pop("help"), *meta.pop("aliases", ()), **{low: bounds.low, high: bounds.high},
-                  **{k: v for k, v in meta.items() if k != "help"})
+    own_help, bounds = meta.pop("help"), meta.pop("range") or Range()
+    meta["above" if bounds.low_open else "minimum"] = bounds.low
+    meta["below" if bounds.high_open else "maximum"] = bounds.high
+    return option(default, help or own_help, *meta.pop("aliases", ()), **meta)
 
 
 def is_operational(field: dataclasses.Field) -> bool:
@@ -160,6 +163,8 @@ class Settings:
     #: there that one of them names is refused (`check_inputs`); the commands' tests check every file they write
     #: against it.
     outputs: ClassVar[tuple[str, ...]] = ()
+    #: The `--help` section of the option group (or command) that declares a field.
+    _argument_group_name: ClassVar[str]
 
     def output_directories(self) -> dict[str, Path]:
         """{flag: directory} of the output directories set."""
@@ -174,9 +179,10 @@ class Settings:
         for flag, directory in self.output_directories().items():
             check_inputs_outside(directory, flag, {**inputs, **(extra or {})}, self.outputs)
 
-    def check_memory(self) -> None:
+    def check_memory(self, questions: int | None = None) -> None:
         """A command whose sizes multiply into the memory it needs checks their product here (`memory_needed`),
-        before anything loads; the base has none."""
+        before anything loads (`questions`: how many a run has, where known before its settings); the base has
+        none."""
 
 
 def check_distinct_methods(names: Sequence[str]) -> None:
@@ -290,14 +296,14 @@ class SamplingOptions(Settings):
     seed: int = option(0, "run seed (each question × method derives its own random stream)", minimum=0,
                        maximum=MAX_SEED)
 
-    def check_memory(self) -> None:
+    def check_memory(self, questions: int | None = None) -> None:
         """θ of the paths of one engine batch: questions × J × (N + 1) × labels float32s (`runs.store.ResultRow.thetas`,
         at most `MAX_LABELS` labels), before the model's own caches, which grow with the same sizes."""
         batch = max(getattr(self, "batch_questions", 0), 1)
         memory_needed(f"the θ_n of a batch's paths ({batch} questions × -J {self.paths} × N + 1 = {self.steps + 1} × "
                       f"{MAX_LABELS} labels × 4 bytes)", batch * self.paths * (self.steps + 1) * MAX_LABELS * 4,
                       "-J/--paths, -N/--steps or --batch-questions" if batch > 1 else "-J/--paths or -N/--steps")
-        super().check_memory()
+        super().check_memory(questions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,11 +364,11 @@ class ReportOptions(Settings):
     def check_memory(self, questions: int | None = None) -> None:
         """The bootstrap's index matrix: resamples × questions int64s (`metrics.functional.resample_indices`), where
         the number of questions is known (`questions`, or a run's -n)."""
-        questions = questions or getattr(self, "n", None)
-        if questions:
-            memory_needed(f"the bootstrap's resamples (--bootstrap {self.bootstrap} × {questions} questions × "
-                          f"{BYTES_PER_VALUE} bytes)", self.bootstrap * questions * BYTES_PER_VALUE, "--bootstrap")
-        super().check_memory()
+        count = questions or getattr(self, "n", None)
+        if count:
+            memory_needed(f"the bootstrap's resamples (--bootstrap {self.bootstrap} × {count} questions × "
+                          f"{BYTES_PER_VALUE} bytes)", self.bootstrap * count * BYTES_PER_VALUE, "--bootstrap")
+        super().check_memory(questions)
 
 
 #: What every run-store command writes into its output directory (see `Settings.outputs`): the store and its
@@ -404,11 +410,11 @@ class CommandParser(argparse.ArgumentParser):
     """A command's parser: the fields of its settings dataclasses as flags (grouped by option group), plus
     `--config FILE` whose YAML mapping becomes the defaults the flags override. Errors are one line."""
 
-    def __init__(self, dataclass_types: type | Iterable[type] | None = None, **kwargs: Any):
+    def __init__(self, dataclass_types: type[Settings] | Iterable[type[Settings]] | None = None, **kwargs: Any):
         kwargs.setdefault("formatter_class", HelpFormatter)
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(**kwargs)
-        if dataclasses.is_dataclass(dataclass_types):
+        if isinstance(dataclass_types, type):
             dataclass_types = [dataclass_types]
         self.dataclass_types = list(dataclass_types or [])
         for dtype in self.dataclass_types:
@@ -418,7 +424,7 @@ class CommandParser(argparse.ArgumentParser):
                               help="YAML mapping of settings (the flags' names with underscores), or the name of a "
                                    f"bundled preset ({', '.join(bundled_presets())}); flags override it")
 
-    def _add_dataclass_arguments(self, dtype: type) -> None:
+    def _add_dataclass_arguments(self, dtype: type[Settings]) -> None:
         hints = typing.get_type_hints(dtype)
         groups: dict[str, argparse._ArgumentGroup] = {}
         for cls in [*dtype.__mro__[1:], dtype]:  # the shared groups first (model, data, …), the command's last
@@ -426,8 +432,8 @@ class CommandParser(argparse.ArgumentParser):
             if name and name not in groups:
                 groups[name] = self.add_argument_group(name)
         def group(field: dataclasses.Field) -> str:
-            owner = next(cls for cls in reversed(dtype.__mro__) if field.name in getattr(cls, "__dataclass_fields__",
-                                                                                        {}))
+            owner = next(cls for cls in reversed(dtype.__mro__)
+                         if issubclass(cls, Settings) and field.name in cls.__dataclass_fields__)
             return owner._argument_group_name
 
         order = list(groups)  # the usage line lists the flags group by group, as --help does
@@ -437,7 +443,14 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (see {self.prog} --help)")
 
-    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    @overload  # argparse's three signatures
+    def parse_args(self, args: Iterable[str] | None = None, namespace: None = None) -> argparse.Namespace: ...
+    @overload
+    def parse_args(self, args: Iterable[str] | None, namespace: NamespaceT) -> NamespaceT: ...
+    @overload
+    def parse_args(self, *, namespace: NamespaceT) -> NamespaceT: ...
+
+    def parse_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
         """As argparse's, but an unknown flag is refused by the command's parser with the closest flag it knows."""
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
@@ -456,7 +469,16 @@ class CommandParser(argparse.ArgumentParser):
                 return action.choices[command]
         return self
 
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+    @overload
+    def parse_known_args(self, args: Iterable[str] | None = None,
+                         namespace: None = None) -> tuple[argparse.Namespace, list[str]]: ...
+    @overload
+    def parse_known_args(self, args: Iterable[str] | None, namespace: NamespaceT) -> tuple[NamespaceT, list[str]]: ...
+    @overload
+    def parse_known_args(self, *, namespace: NamespaceT) -> tuple[NamespaceT, list[str]]: ...
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        """As argparse's, with the `--config` file's settings as the defaults and `given` set on the result."""
         args = list(sys.argv[1:] if args is None else args)
         path = _config_path(args)
         if path is not None and self.dataclass_types:
@@ -531,8 +553,8 @@ def bundled_presets() -> list[str]:
     return sorted(path.stem for path in PRESET_DIR.glob("*.yaml"))
 
 
-def add_command(subparsers: argparse._SubParsersAction, name: str, settings: type | Sequence[type], help: str,
-                description: str | None) -> CommandParser:
+def add_command(subparsers: argparse._SubParsersAction, name: str, settings: type[Settings] | Sequence[type[Settings]],
+                help: str, description: str | None) -> CommandParser:
     """A `beliefdrift <name>` parser whose flags are the fields of `settings` (one dataclass or several)."""
     return subparsers.add_parser(name, dataclass_types=settings, help=help, description=description)
 
@@ -540,8 +562,8 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, settings: typ
 def settings_from(args: argparse.Namespace, cls: type[Config]) -> Config:
     """The `cls` dataclass from parsed arguments (flags over `--config` over the built-in defaults); the `--config`
     file is an input like the others (it may not lie in an output directory, where it could be replaced)."""
-    settings = cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init})  # type: ignore
-    if getattr(args, "config", None) and isinstance(settings, Settings):
+    settings = cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init})
+    if getattr(args, "config", None):
         settings.check_inputs({"--config": preset_file(args.config)})
     return settings
 
@@ -554,7 +576,7 @@ def flag_name(field: dataclasses.Field) -> str:
 # ---------------------------------------------------------------------------------------------- YAML
 
 
-def read_settings(path: Path, classes: Iterable[type]) -> dict[str, Any]:
+def read_settings(path: Path, classes: Iterable[type[Settings]]) -> dict[str, Any]:
     """A YAML mapping of settings checked against the fields of `classes`: an unknown key or a value of the wrong
     type is one error naming the file and the key."""
     if not path.is_file():
@@ -566,7 +588,7 @@ def read_settings(path: Path, classes: Iterable[type]) -> dict[str, Any]:
     return checked_settings(values, classes, f"--config {path}: ")
 
 
-def checked_settings(values: Mapping[str, Any], classes: Iterable[type], where: str = "") -> dict[str, Any]:
+def checked_settings(values: Mapping[str, Any], classes: Iterable[type[Settings]], where: str = "") -> dict[str, Any]:
     """`values` read as the fields of `classes` (see `coerce`); an unknown key or a wrong type is a UserError
     starting with `where`."""
     classes = list(classes)
@@ -650,7 +672,7 @@ def load_settings(cls: type[Config], path: str | Path | None = None,
     return cls(**{**values, **checked_settings(overrides or {}, [cls])})
 
 
-def as_mapping(settings: Any) -> Mapping[str, Any]:
+def as_mapping(settings: Settings) -> Mapping[str, Any]:
     """A settings dataclass as a plain mapping (paths as strings, lists as lists, credentials replaced by `***`:
     `credentials.redacted`), for YAML and JSON."""
     return redacted({k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(settings).items()})

@@ -68,8 +68,11 @@ class ReasoningCommandConfig(ModelOptions, DataOptions, SamplingOptions):
     _argument_group_name = "rollouts"
     outputs: ClassVar[tuple[str, ...]] = (*RUN_OUTPUTS, "summary.json")
 
-    template: str | None = retuned(ModelOptions, "template", None, "pairs prompt: a .txt file with {num_lines} and "
-                                                                   "{question} (default: the dataset's)")
+    # Not the PPR prompt the other commands fill (never None there) but the pairs prompt, None: the dataset's own;
+    # the same flag, so the same field, with a type the option group's does not allow.
+    template: str | None = retuned(ModelOptions, "template", None,  # type: ignore[assignment]
+                                   "pairs prompt: a .txt file with {num_lines} and {question} (default: the "
+                                   "dataset's)")
     template_ending: str = retuned(ModelOptions, "template_ending", DEFAULT_TEMPLATE_ENDING,
                                    "fence only: the pairs prompt has no question fence to end (paper applies to the "
                                    "multiple-choice commands)")

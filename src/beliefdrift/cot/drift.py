@@ -63,7 +63,8 @@ def curve_stats(curves: Sequence[Sequence[float | None]]) -> CurveStats:
     length = max((len(c) for c in curves), default=0)
     mean, std, count = [], [], []
     for n in range(length):
-        values = [c[n] for c in curves if n < len(c) and c[n] is not None and not math.isnan(c[n])]
+        at_n = (c[n] for c in curves if n < len(c))
+        values = [v for v in at_n if v is not None and not math.isnan(v)]
         column = torch.tensor(values, dtype=torch.float64)
         mean.append(column.mean().item() if values else math.nan)
         std.append(column.std(unbiased=False).item() if values else math.nan)

@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from beliefdrift.cot.generation import Rollout
 
@@ -58,7 +58,7 @@ class SentenceEmbedder:
         self.batch_size = batch_size
 
     @cached_property
-    def _model(self) -> tuple[torch.nn.Module, object]:
+    def _model(self) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
         model = AutoModel.from_pretrained(self.model_dir).to(self.device).eval()
         return model, AutoTokenizer.from_pretrained(self.model_dir)
 

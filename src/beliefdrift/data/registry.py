@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from beliefdrift.data.hf import HF_PREFIX, load_hf
 from beliefdrift.data.lm_eval import is_task_spec, load_lm_eval
@@ -172,7 +172,14 @@ KINDS: dict[type, str] = {
 }
 
 
-def require_kind(items: Sequence[Any], dataset: str, command: str, kinds: tuple[type, ...] = (MCQuestion,),
+@overload  # multiple-choice questions only (the default), or either kind
+def require_kind(items: Sequence[object], dataset: str, command: str, *, flag: str = ...) -> list[MCQuestion]: ...
+@overload
+def require_kind(items: Sequence[object], dataset: str, command: str, kinds: tuple[type[MCQuestion], type[MathProblem]],
+                 flag: str = ...) -> list[MCQuestion | MathProblem]: ...
+
+
+def require_kind(items: Sequence[object], dataset: str, command: str, kinds: tuple[type, ...] = (MCQuestion,),
                  flag: str = "--dataset") -> list[Any]:
     """`items` when every one is of `kinds` (what `command` works on), else a DataError naming the dataset, what it
     holds and what the command needs: checked before a command loads its model."""
@@ -209,7 +216,7 @@ def load_file(path: PathLike, fmt: str | None = None, seed: int = 0) -> list[MCQ
     return items
 
 
-def fingerprint(items: Sequence[MCQuestion] | Sequence[MathProblem]) -> str:
+def fingerprint(items: Sequence[MCQuestion | MathProblem]) -> str:
     """sha256 (16 hex digits) of the items' canonical JSON without `source` (where their file lay), so a run
     identity covers what the questions say, not just the dataset's name."""
     payload = [{key: value for key, value in asdict(item).items() if key != "source"} for item in items]

@@ -168,8 +168,8 @@ def question_emd(
 
     root, _ = _root(runner, num_seeds, config.burn_in_paths, generator)
     first, kth, burn_in_sq, burn_in_exact, burn_in_bets = [], [], [], [], []
-    for _, batch, _ in burn_in_prefixes(root, config.burn_in, generator):
-        predictive = predictives(batch, config.k, config, generator)
+    for _, extended, _ in burn_in_prefixes(root, config.burn_in, generator):
+        predictive = predictives(extended, config.k, config, generator)
         first.append(predictive.p(1))
         kth.append(predictive.p(config.k))
         burn_in_sq.append(predictive.sq_drift()[:, -1])
@@ -229,8 +229,22 @@ class EMDRow:
     burn_in_floor_high: list[float] | None = None
     questions_above_floor: int | None = None  # questions whose own EMD‾ is above their own floor (its p ≤ 2.5%)
 
+    @property
+    def floor_band(self) -> tuple[float, float, float] | None:
+        """(floor, low, high) of EMD‾'s noise floor and its 95% interval; None without a floor."""
+        if self.floor is None or self.floor_low is None or self.floor_high is None:
+            return None
+        return self.floor, self.floor_low, self.floor_high
 
-def aggregate_emd(method: str, summaries: Sequence[dict[str, Any]], distance: str) -> EMDRow:
+    @property
+    def burn_in_floor_band(self) -> tuple[list[float], list[float], list[float]] | None:
+        """(floor, low, high) of each EMD_k(b)'s noise floor and its 95% interval, b = 0 … B; None without a floor."""
+        if self.burn_in_floor is None or self.burn_in_floor_low is None or self.burn_in_floor_high is None:
+            return None
+        return self.burn_in_floor, self.burn_in_floor_low, self.burn_in_floor_high
+
+
+def aggregate_emd(method: str, summaries: Sequence[Mapping[str, Any]], distance: str) -> EMDRow:
     """Mean ± std over questions of per-question `QuestionEMD.summary` dicts (as computed or as read back)."""
     if not summaries:
         raise ValueError(f"no EMD results for {method}")

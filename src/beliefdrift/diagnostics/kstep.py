@@ -81,7 +81,8 @@ class KStep:
         if self.cross is None or self.least is None or self.most is None or self.spread is None:
             raise ValueError("the drift test's increments need Monte Carlo rollouts")
         columns = slice(1, None) if k is None else slice(k - 1, k)
-        terms = bet_terms(*(part[..., columns].sum(-1) for part in (self.cross, self.least, self.most)), self.spread)
+        cross, least, most = (part[..., columns].sum(-1) for part in (self.cross, self.least, self.most))
+        terms = bet_terms(cross, least, most, self.spread)
         return terms[:, 1:]
 
 

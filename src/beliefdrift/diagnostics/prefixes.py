@@ -73,7 +73,8 @@ def top_prefixes(
     if root.size != 1:
         raise ValueError(f"top_prefixes needs a single root path, got {root.size}")
     width = max(k, beam_width or k)
-    beam, nodes, dropped = root, [Prefix((), 0.0)], []
+    beam, nodes = root, [Prefix((), 0.0)]
+    dropped: list[Prefix] = []
     for depth in range(1, length + 1):
         candidates = _ranked(_children(beam, nodes))
         if depth == length:

@@ -3,7 +3,7 @@ and their summary over questions."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -82,7 +82,7 @@ def _quantities(traj: Trajectories, question_id: str, method: Method, seed: int)
     }
 
 
-def cid_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+def cid_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """‖D̄‖₁ mean ± std over questions, how many questions the c.i.d. check rejects and how many it could not reject
     whatever their last answers (smallest attainable p > `CID_ALPHA`)."""
     mean, std = mean_std([r["cid_l1"] for r in records], ddof=1)

@@ -34,10 +34,11 @@ def plot_emd_bars(groups: Mapping[str, Sequence[EMDRow]], path: Path, title: str
                 x.append(g - 0.4 + (i + 0.5) * width)
                 height.append(row.emd_bar)
                 err.append(row.emd_bar_std)
-                if row.floor_replicates:
+                band = row.floor_band
+                if band is not None:
                     # The mean of skewed replicates can lie just outside their 95% interval: bars never go negative.
-                    floors.append((x[-1], row.floor, max(0.0, row.floor - row.floor_low),
-                                   max(0.0, row.floor_high - row.floor)))
+                    floor, low, high = band
+                    floors.append((x[-1], floor, max(0.0, floor - low), max(0.0, high - floor)))
         ax.bar(x, height, width, yerr=err, capsize=3, label=figure_text(method, LABEL_LENGTH))
         if floors:
             fx, level, below, above = zip(*floors, strict=True)
@@ -65,13 +66,14 @@ def plot_curves(
     are distances); `floors[i]` = (floor, low, high) draws curve i's noise floor dashed over its hatched 95%
     interval."""
     fig, ax = plt.subplots(figsize=(4.6, 3.4))
-    for i, (name, mean, std) in enumerate(curves):
-        mean, std = np.asarray(mean), np.asarray(std)
+    for i, (name, means, stds) in enumerate(curves):
+        mean, std = np.asarray(means), np.asarray(stds)
         steps = np.arange(len(mean))
         (line,) = ax.plot(steps, mean, marker="o", ms=3, lw=1.6, label=figure_text(name, LABEL_LENGTH))
         ax.fill_between(steps, np.clip(mean - std, 0, None), mean + std, alpha=0.15)
-        if i < len(floors) and floors[i] is not None:
-            level, low, high = floors[i]
+        floor = floors[i] if i < len(floors) else None
+        if floor is not None:
+            level, low, high = floor
             ax.plot(steps, level, ls="--", lw=1, color=line.get_color(),
                     label=figure_text(f"{name}: noise floor", LABEL_LENGTH))
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.1, hatch="///", lw=0)
@@ -95,6 +97,5 @@ def plot_emd_burn_in(rows: Sequence[EMDRow], k: int, path: Path, title: str = ""
         rf"$\mathrm{{EMD}}_{{{k}}}(b)$ ({distance})",
         path,
         title,
-        [(row.burn_in_floor, row.burn_in_floor_low, row.burn_in_floor_high) if row.floor_replicates else None
-         for row in rows],
+        [row.burn_in_floor_band for row in rows],
     )

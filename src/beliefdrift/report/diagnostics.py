@@ -77,7 +77,7 @@ def drift_report(
     for method in methods:
         shift_mean, shift_std = mean_std([r["marginal_shift"] for r in records[method.name]], ddof=1)
         summary[method.name] = {"marginal_shift_mean": shift_mean.tolist(), "marginal_shift_std": shift_std.tolist(),
-                                **cid_summary(list(records[method.name]))}
+                                **cid_summary(records[method.name])}
         s = summary[method.name]
         _warn_untestable(method, s)
         rows.append([method.title, str(len(questions)), plus_minus(shift_mean[-1], shift_std[-1]),
@@ -122,7 +122,7 @@ def emd_report(
     replicates = len(next(iter(floors.values()))) if floors else 0
     blocks = [f"**Expected martingale drift, {dataset}.** {_emd_legend(horizon, lookahead, burn_in, replicates)}"]
     for distance in distances:
-        emd_rows = [aggregate_emd(m.title, list(records[m.name]), distance) for m in methods]
+        emd_rows = [aggregate_emd(m.title, records[m.name], distance) for m in methods]
         if floors:  # exact predictives have no noise: no floor (it would be 0 [0, 0] with p = 1/(R + 1))
             emd_rows = [row if exact[m.name] else with_floor(row, records[m.name], floors[m.name])
                         for m, row in zip(methods, emd_rows, strict=True)]
@@ -144,7 +144,7 @@ def emd_report(
         stored = [row.drift, *(row.burn_in_drift[b] for b in points)] if row.burn_in_drift else None
         tests = stored or [None] * (len(points) + 1)
         drift_rows.append([method.title, *map(_drift_cell, tests)])
-        cid = cid_summary(list(records[method.name]))
+        cid = cid_summary(records[method.name])
         _warn_untestable(method, cid)
         summary[method.name]["cid"] = cid
         summary[method.name]["kstep_exact"] = all(r["kstep_exact"] for r in records[method.name])
@@ -200,18 +200,20 @@ def _emd_legend(horizon: int, lookahead: int, burn_in: int, replicates: int) -> 
 def _emd_cells(row: EMDRow, points: list[int], floor_columns: bool) -> list[str]:
     """EMD‾ and EMD_k(b) at the burn-in `points` as mean ± std, each followed by its floor when `floor_columns`
     (`exact` where the row has none because its predictives were enumerated)."""
-    none = "exact" if floor_columns and not row.floor_replicates else None
+    band, curve_band = row.floor_band, row.burn_in_floor_band
+    none = "exact" if floor_columns and band is None else None
     cells = [plus_minus(row.emd_bar, row.emd_bar_std, 4)]
-    if row.floor_replicates:
-        cells += [f"{fixed(row.floor)} [{fixed(row.floor_low)}, {fixed(row.floor_high)}]",
+    if band is not None:
+        floor, low, high = band
+        cells += [f"{fixed(floor)} [{fixed(low)}, {fixed(high)}]",
                   f"{'yes' if row.above_floor else 'no'} ({row.floor_p:.3f}); {row.questions_above_floor}/"
                   f"{row.questions} questions"]
     cells += [none, none] if none else []
     for b in points:
         cells.append(plus_minus(row.burn_in[b], row.burn_in_std[b], 4))
-        if row.floor_replicates:
-            low, high = row.burn_in_floor_low[b], row.burn_in_floor_high[b]
-            cells.append(f"{fixed(row.burn_in_floor[b])} [{fixed(low)}, {fixed(high)}]")
+        if curve_band is not None:
+            floors, lows, highs = curve_band
+            cells.append(f"{fixed(floors[b])} [{fixed(lows[b])}, {fixed(highs[b])}]")
         cells += [none] if none else []
     return cells
 

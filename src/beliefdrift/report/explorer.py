@@ -153,10 +153,9 @@ def spread(thetas: np.ndarray | None) -> float:
     return math.nan if thetas is None or len(thetas) < 2 else float(thetas[:, -1].std(axis=0).mean())
 
 
-def trajectory_file(row: ResultRow) -> dict[str, Any]:
+def trajectory_file(thetas: np.ndarray, answers: np.ndarray | None, seeds: np.ndarray | None) -> dict[str, Any]:
     """One method's paths on one question for the sidecar: quantised θ, answers, seeds."""
-    return {"shape": list(row.thetas.shape), "theta": quantised(row.thetas),
-            "answers": row.answers, "seeds": row.seeds}
+    return {"shape": list(thetas.shape), "theta": quantised(thetas), "answers": answers, "seeds": seeds}
 
 
 def evaluate_run(tag: str, directory: Path, config: Mapping[str, Any], qc: QualityControl, n_resamples: int,
@@ -195,7 +194,7 @@ def evaluate_run(tag: str, directory: Path, config: Mapping[str, Any], qc: Quali
             "excluded": (row.question_id, row.method) in excluded,
             "mass": row.valid_mass_mean, "alternatives": dict(row.alternatives)}
         if row.thetas is not None:
-            paths.setdefault(row.question_id, {})[row.method] = trajectory_file(row)
+            paths.setdefault(row.question_id, {})[row.method] = trajectory_file(row.thetas, row.answers, row.seeds)
     sidecar.mkdir(parents=True, exist_ok=True)
     for i, (qid, methods) in enumerate(paths.items()):
         questions[qid]["paths"] = f"{sidecar.name}/{tag}-{i}.js"
@@ -251,8 +250,8 @@ def stored_seconds(directory: Path, command: str, rows: Sequence[ResultRow] = ()
             units = store.record_units()
             times = {qid: store.records(qid, condition).get("seconds", 0.0) for qid, condition in units}
         return sum(times.values()) if times else None
-    times = train_log(directory).get("seconds") if command == "train" else None
-    return sum(v for v in times if v is not None) if times else None
+    logged = train_log(directory).get("seconds") if command == "train" else None
+    return sum(v for v in logged if v is not None) if logged else None
 
 
 def run_entry(tag: str, name: str, directory: Path, qc: QualityControl, n_resamples: int, sidecar: Path,

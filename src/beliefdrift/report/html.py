@@ -55,8 +55,12 @@ FIGURE_CAPTIONS = (
 
 
 class StageSpec(Protocol):
-    name: str
-    command: str
+    """What the page reads of a `paper` stage (`cli.pipeline.Stage`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def command(self) -> str: ...
 
 
 @dataclass(frozen=True)

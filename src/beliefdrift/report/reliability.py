@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 from matplotlib.collections import PolyCollection
+from numpy.typing import ArrayLike
 
 from beliefdrift.files import safe_name
 from beliefdrift.metrics.functional import ece, reliability_bins
@@ -19,14 +21,16 @@ from beliefdrift.runs.scoring import MethodScore
 
 
 def bars(centers: np.ndarray, width: float, heights: np.ndarray, bottoms: np.ndarray | float = 0.0,
-         **style: object) -> PolyCollection:
-    """Bars as one collection, their baseline sticky like `Axes.bar`'s (which adds a patch and updates the data
-    limits per bar: most of a diagram's drawing time)."""
+         **style: Any) -> PolyCollection:
+    """Bars as one collection (`style`: its matplotlib properties), their baseline sticky like `Axes.bar`'s (which
+    adds a patch and updates the data limits per bar: most of a diagram's drawing time)."""
     left, right = centers - width / 2, centers + width / 2
     bottoms = np.broadcast_to(bottoms, np.shape(heights))
     tops = bottoms + heights
     corners = [(left, bottoms), (right, bottoms), (right, tops), (left, tops)]
-    collection = PolyCollection(np.stack([np.stack(corner, axis=-1) for corner in corners], axis=1), **style)
+    # one [bars, 4, 2] array, which `PolyCollection.set_verts` takes on its fast path (its stub says a sequence)
+    polygons = cast(Sequence[ArrayLike], np.stack([np.stack(corner, axis=-1) for corner in corners], axis=1))
+    collection = PolyCollection(polygons, **style)
     collection.sticky_edges.y.append(0.0)
     return collection
 

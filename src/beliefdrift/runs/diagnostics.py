@@ -15,7 +15,7 @@ from typing import Any
 
 from beliefdrift.backend import LanguageModel
 from beliefdrift.backend.model import questions_per_batch
-from beliefdrift.config.diagnostics import DiagnosticsConfig, DriftConfig, EMDCommandConfig, EMDConfig
+from beliefdrift.config.diagnostics import DriftConfig, EMDCommandConfig, EMDConfig
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.diagnostics.cid import CID_TEST
 from beliefdrift.diagnostics.drift_test import DRIFT_TEST
@@ -67,7 +67,7 @@ def compute_batch(
     return results
 
 
-def diagnose(command: str, config: DiagnosticsConfig, compute: ComputeUnits, answers: int, *,
+def diagnose(command: str, config: DriftConfig | EMDCommandConfig, compute: ComputeUnits, answers: int, *,
              questions: Sequence[MCQuestion] | None = None, lm: LanguageModel | None = None,
              progress: bool = True) -> Diagnosed:
     """Store `compute(units)` for every question × method of `config` not stored yet in `config.out`'s run store,

@@ -8,9 +8,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,7 @@ class Ranks:
         if self.world_size > 1:
             dist.barrier()
 
-    def from_rank0(self, value: Any) -> Any:
+    def from_rank0(self, value: T) -> T:
         """`value` as computed on rank 0, on every rank."""
         if self.world_size == 1:
             return value
@@ -54,7 +59,7 @@ def process_group(ranks: Ranks) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def leave_run(accelerator: Any, code: int = 0) -> int:
+def leave_run(accelerator: Accelerator, code: int = 0) -> int:
     """End an accelerate run: every process leaves its process group; a process of a multi-process run then exits
     at once (output flushed), with `code`. Letting Python free a DDP model afterwards can deadlock in gloo's teardown:
     the freeing thread holds the GIL while it joins a gloo worker thread that waits for the GIL to release the last

@@ -13,9 +13,11 @@ from typing import Any
 
 from beliefdrift.backend.loading import pinned_model
 from beliefdrift.backend.model import LanguageModel
-from beliefdrift.config.options import is_operational
+from beliefdrift.config.options import Settings, is_operational
 from beliefdrift.credentials import redacted
 from beliefdrift.data.hf import HF_PREFIX
+from beliefdrift.data.loaders import MathProblem
+from beliefdrift.data.question import MCQuestion
 from beliefdrift.data.registry import DATASETS, fingerprint
 from beliefdrift.files import write_atomic
 from beliefdrift.registry import REGISTRY
@@ -29,9 +31,9 @@ PATH_SETTINGS = ("model", "dataset", "eval_dataset", "adapter", "rollout_dir", "
 
 def run_identity(
     command: str,
-    settings: Any,
-    questions: Sequence[Any],
-    skipped: Sequence[Any] = (),
+    settings: Settings,
+    questions: Sequence[MCQuestion | MathProblem],
+    skipped: Sequence[MCQuestion] = (),
     template: str | None = None,
     only: Sequence[str] | None = None,
     lm: LanguageModel | None = None,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
-from beliefdrift.config.options import checked_settings, load_settings
+from beliefdrift.config.options import Settings, checked_settings, load_settings
 from beliefdrift.errors import UserError
 from beliefdrift.registry import did_you_mean
 
@@ -41,7 +41,8 @@ SELECTING = ("split", "n", "fields")
 #: Settings of a loaded model's own: its dtype as the `--dtype` value.
 DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16"}
 
-Config = TypeVar("Config")
+#: The command's settings dataclass.
+Config = TypeVar("Config", bound=Settings)
 
 
 @dataclass(frozen=True)
@@ -94,11 +95,11 @@ def run_inputs(cls: type[Config], config: Config | str | Path | None, questions:
         _given_once(overrides, "device", str(loaded.device), caller, "lm")
         if str(loaded.dtype) in DTYPES:
             _given_once(overrides, "dtype", DTYPES[str(loaded.dtype)], caller, "lm")
-    settings = dataclasses.replace(base, **overrides) if base is not None else cls(**overrides)  # type: ignore[type-var]
+    settings = dataclasses.replace(base, **overrides) if base is not None else cls(**overrides)
     return Inputs(settings, given, loaded)
 
 
-def _checked(cls: type, keywords: Mapping[str, Any], caller: str) -> dict[str, Any]:
+def _checked(cls: type[Settings], keywords: Mapping[str, Any], caller: str) -> dict[str, Any]:
     """`keywords` as the fields of `cls` (`config.options.checked_settings`: types checked and read as YAML's are);
     an unknown one is a UserError with the closest setting."""
     names = _names(cls)
@@ -110,7 +111,7 @@ def _checked(cls: type, keywords: Mapping[str, Any], caller: str) -> dict[str, A
     return checked_settings(plain, [cls], f"{caller}(): ")
 
 
-def _names(cls: type) -> list[str]:
+def _names(cls: type[Settings]) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.init]
 
 

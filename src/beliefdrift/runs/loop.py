@@ -103,8 +103,9 @@ def run_loop(
     stored_units, save = TABLES[table]
     with process_group(ranks):
         with open_run_store(path, identity, ranks) as store:
-            if ranks.rank == 0 and questions and all(isinstance(q, MCQuestion) for q in questions):
-                write_questions(path.parent, questions)  # their texts, for the explorer whatever the dataset
+            multiple_choice = [q for q in questions if isinstance(q, MCQuestion)]
+            if ranks.rank == 0 and questions and len(multiple_choice) == len(questions):
+                write_questions(path.parent, multiple_choice)  # their texts, for the explorer whatever the dataset
             mine = [(i, q) for i, q in enumerate(questions) if ranks.owns(i)]
             stored = stored_units(store)
             done = sum((q.id, name) in stored for _, q in mine for name in names)

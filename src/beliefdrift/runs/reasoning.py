@@ -349,4 +349,5 @@ def demo_section(lm: LanguageModel, out: Path, seed: int = 0, num_questions: int
     config = config or replace(DEMO_CONFIG, seed=seed)
     summary = run_experiment(lm, tasks, config, out, {"command": "demo", "model": lm.name, "dataset": "demo",
                                                       "config": asdict(config)}, progress=False)
+    assert summary is not None, "the demo runs in one process: rank 0, which returns the summary"
     return summary_markdown(summary)

@@ -38,8 +38,8 @@ def result_row(position: int, question: MCQuestion, result: MethodResult, second
     """A method's result on a question in storable form (direct query: valid_mass as a [1, 1] array)."""
     traj = result.trajectories
 
-    def array(tensor: torch.Tensor | None) -> np.ndarray | None:
-        return None if tensor is None else tensor.detach().cpu().numpy()
+    def array(tensor: torch.Tensor) -> np.ndarray:
+        return tensor.detach().cpu().numpy()
 
     return ResultRow(
         question_id=question.id,

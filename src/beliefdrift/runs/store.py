@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
@@ -140,6 +140,12 @@ class ResultRow:
         return self.valid_mass.mean(axis=1)
 
 
+@overload
+def to_blob(array: np.ndarray) -> bytes: ...
+@overload
+def to_blob(array: None) -> None: ...
+
+
 def to_blob(array: np.ndarray | None) -> bytes | None:
     """An array as `.npy` bytes (dtype and shape included, bit-exact)."""
     if array is None:
@@ -150,13 +156,19 @@ def to_blob(array: np.ndarray | None) -> bytes | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], str]:
+def npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], Literal["C", "F"]]:
     """dtype, shape and memory order of a version-1.0 `.npy` header (`np.load` spends most of a small array's
     time parsing it; a run's arrays share a few headers)."""
     buffer = io.BytesIO(header)
     np.lib.format.read_magic(buffer)
     shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(buffer)
     return dtype, shape, "F" if fortran_order else "C"
+
+
+@overload
+def from_blob(blob: bytes) -> np.ndarray: ...
+@overload
+def from_blob(blob: None) -> None: ...
 
 
 def from_blob(blob: bytes | None) -> np.ndarray | None:
@@ -606,7 +618,8 @@ class RunStore:
         before the checksums, opened read-only."""
         if not self._checked:
             return {}
-        query, args = "SELECT question_id, method, digest, paths, parts FROM checksums WHERE kind = ?", [kind]
+        query = "SELECT question_id, method, digest, paths, parts FROM checksums WHERE kind = ?"
+        args: list[str | None] = [kind]
         if question_id is not None:
             query, args = query + " AND question_id = ? AND method = ?", [kind, question_id, method]
         return {(qid, m): tuple(stored) for qid, m, *stored in self._db.execute(query, args)}
@@ -662,11 +675,11 @@ class RunStore:
         """{quantity: value} of one question × method, in the order written ({} when none are stored)."""
         query = "SELECT quantity, value FROM records WHERE question_id = ? AND method = ? ORDER BY rowid"
         texts = self._db.execute(query, (question_id, method)).fetchall()
-        stored = self._checksums("records", question_id, method).get((question_id, method))
+        checksums = self._checksums("records", question_id, method)
         if texts and self._checked:
-            if stored is None:
+            if (question_id, method) not in checksums:
                 self._require_checksums("records", [(question_id, method)])
-            self._verify("records", question_id, method, stored,
+            self._verify("records", question_id, method, checksums[(question_id, method)],
                          records_parts(texts, self._key(question_id, method)))
         try:
             return {name: json.loads(text) for name, text in texts}
