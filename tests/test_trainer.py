@@ -20,7 +20,7 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-from servers import HAS_LLAMA_CPP, NO_LLAMA_CPP, free_port, llama_cpp_python_server
+from servers import MadeUpModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from beliefdrift.amortize.backward import SavedTensorMeter, backward_sc_loss
@@ -159,11 +159,10 @@ def test_the_trainer_takes_questions_and_a_model_as_objects(tiny_model_dir, temp
                                                                                  fingerprint(questions))
 
 
-@pytest.mark.skipif(not HAS_LLAMA_CPP, reason=NO_LLAMA_CPP)
-def test_the_trainer_refuses_a_served_model(template, tmp_path):
+def test_the_trainer_refuses_a_served_model(template, tiny_model_dir, tmp_path):
     """A model behind an inference server gives no gradients: `SCTrainer(lm=…)` refuses it in one line before it
     samples a rollout, as `beliefdrift train --model openai:…` does (tests/test_served.py)."""
-    with llama_cpp_python_server(free_port()) as url:
+    with MadeUpModel(str(tiny_model_dir), vocab=256) as url:  # a vLLM-shaped server of the tiny model's tokenizer
         lm = load_model(f"openai:{url}")
         with pytest.raises(UserError, match="train needs the model's gradients"):
             SCTrainer(lm=lm, template=template, dataset="demo", n=1, eval_n=0, out=tmp_path / "run")
