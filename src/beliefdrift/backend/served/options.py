@@ -25,7 +25,8 @@ class ServerOptions:
     api: str = "completions"  # or "chat": /v1/chat/completions, the server applying the model's chat template
     tokenizer: str | None = None  # registry name, hub id, directory or .gguf (unset: the served model's name)
     api_key_env: str | None = None  # the environment variable holding the API key (never stored)
-    concurrency: int = 8  # requests in flight at once
+    concurrency: int = 16  # requests in flight at once (× batch_size prompts: 256, a GPU server's batch)
+    batch_size: int = 16  # token-id prompts per request, where the server takes a list of them
     timeout: float = 300.0  # seconds per request
     retries: int = 5  # further attempts after a 429, 5xx, timeout or dropped connection
     backoff: float = 0.5  # seconds before the first retry, doubling up to 30
