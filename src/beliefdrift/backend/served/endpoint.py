@@ -305,9 +305,11 @@ class Endpoint:
         """`read` of the top log-probabilities after each context: every context asked for `first_count`, those
         whose `read` gives None asked again for `GROWTH` times as many, and so on; one that `max_logprobs` leaves
         wanting is a ServedError saying `shortfall` of its count and response. Contexts go `batch_size` to a request
-        where the server takes several."""
+        where the server takes several, in the order of their ids: a server that keeps one sequence per slot
+        (llama.cpp's) then evaluates only what follows the prefix a context shares with the one before (with the
+        order given, the paths of several questions alternate, each switch re-evaluating a question)."""
         values: list[T | None] = [None] * len(contexts)
-        todo, count = list(range(len(contexts))), self.first_count
+        todo, count = sorted(range(len(contexts)), key=contexts.__getitem__), self.first_count
         size = self.options.batch_size if self.accepted.several else 1
         while todo:
             chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
