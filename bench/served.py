@@ -1,12 +1,18 @@
-"""A model behind an inference server: path-answers/s through llama.cpp's server against the in-process engine on the
-same machine and prompt, and how far θ of our torch engine is from llama.cpp's on the same float32 weights.
+"""A model behind an inference server: path-answers/s through llama.cpp's llama-server by slots, requests in flight
+and prompts per request, against the in-process engine on the same machine and prompt; and how far θ of our torch
+engine is from llama.cpp's on the same float32 weights.
 
-    python bench/served.py [--questions 2] [--paths 8] [--steps 10]        # throughput (starts its own server)
+    python bench/served.py [--questions 2] [--paths 8] [--steps 10] [--parallel 1 4] [--requests 8x1 16x16]
     python bench/served.py --f32-reference [--questions 2]                 # θ: torch engine vs llama.cpp, F32 GGUF
 
 Throughput: the `ppr` method on demo questions with the paper's `ppr-llama` prompt (~750 tokens), J paths of N
-answers, (a) through llama-cpp-python's server (one thread, on 127.0.0.1, the default model's Q4_1 GGUF) and (b)
-through the engine in process (the same GGUF dequantised, float32); path-answers/s = questions · J · N / s.
+answers, (a) through llama-server (`make setup-llama-server`; tests/servers.py starts it: one thread, on 127.0.0.1,
+the default model's Q4_1 GGUF) with `--parallel P` slots (P × 2048 tokens of context), for each CxB of `--requests`:
+C requests in flight (`--model-args concurrency`) of B token-id prompts each (`batch_size`); (b) through
+llama-cpp-python's server with `--llama-cpp-python` (text prompts, one per request); (c) the engine in process, one
+torch thread (the same GGUF dequantised, float32). path-answers/s = questions · J · N / s; the client's CPU seconds
+are this process's; llama-server's prompt tokens evaluated and seconds spent on them are from its /metrics, over the
+timed run.
 
 F32 reference: the shipped Q4_1 tensors dequantised with the gguf package and written, with the file's metadata, as an
 F32 GGUF; then θ of the direct-query and PPR prompts and of J·N PPR steps from llama.cpp in process on that file
@@ -17,16 +23,16 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from beliefdrift.backend import DEFAULT_MODEL, load_model
 from beliefdrift.backend.loading import gguf_cache_path, locate_registry_gguf
@@ -34,42 +40,51 @@ from beliefdrift.data.registry import load_dataset
 from beliefdrift.engine.methods import parse_method, run_methods_many
 from beliefdrift.engine.resampling import QuestionRunner, direct_tokens, make_generator
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from servers import free_port, llama_cpp_python_server, llama_cpp_server  # noqa: E402 (tests/ put on the path)
 
-def start_server(gguf: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-                                "--port", str(port), "--n_ctx", "4096", "--n_threads", "1", "--verbose", "false"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(f"{url}/models", timeout=2).read()
-            return process, url
-        except OSError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("llama_cpp.server did not start")
+
+def metrics(url: str | None) -> np.ndarray:
+    """llama-server's (prompt tokens evaluated, seconds spent on them) so far (zeros without a server)."""
+    if url is None:
+        return np.zeros(2)
+    text = urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=10).read().decode()
+    values = dict(line.split()[:2] for line in text.splitlines() if line.startswith("llamacpp:"))
+    return np.array([float(values["llamacpp:prompt_tokens_total"]), float(values["llamacpp:prompt_seconds_total"])])
+
+
+def path_answers(lm: Any, args: argparse.Namespace, url: str | None = None) -> tuple[float, float, np.ndarray]:
+    """(path-answers/s, this process's CPU seconds, llama-server's `metrics` over the run) of J PPR paths of N answers
+    on each of the demo questions, after a warm-up (connections, first passes)."""
+    questions = load_dataset("demo", n=args.questions, seed=0)
+    ppr = [parse_method("ppr")]
+    run_methods_many(lm, questions[:1], ppr, paths=1, steps=1)
+    start, cpu, server = time.perf_counter(), time.process_time(), metrics(url)
+    run_methods_many(lm, questions, ppr, paths=args.paths, steps=args.steps, seed=1)
+    answers, seconds = len(questions) * args.paths * args.steps, time.perf_counter() - start
+    return answers / seconds, time.process_time() - cpu, (metrics(url) - server) / [answers, 1]
 
 
 def throughput(args: argparse.Namespace) -> None:
-    gguf = locate_registry_gguf(DEFAULT_MODEL)
-    questions = load_dataset("demo", n=args.questions, seed=0)
-    ppr = [parse_method("ppr")]
-    process, url = start_server(gguf)
-    try:
-        for name, spec, options in (("server", f"openai:{url}", {"model_args": {"concurrency": args.concurrency}}),
-                                     ("in process", DEFAULT_MODEL, {"dtype": "float32"})):
-            lm = load_model(spec, **options)
-            run_methods_many(lm, questions[:1], ppr, paths=1, steps=1)  # warm-up: connections, first passes
-            start = time.perf_counter()
-            run_methods_many(lm, questions, ppr, paths=args.paths, steps=args.steps, seed=1)
-            seconds = time.perf_counter() - start
-            answers = len(questions) * args.paths * args.steps
-            print(f"{name:>10}: {answers} path-answers in {seconds:.1f} s = {answers / seconds:.2f} path-answers/s")
-    finally:
-        process.kill()
+    torch.set_num_threads(1)
+    local, _, _ = path_answers(load_model(DEFAULT_MODEL, dtype="float32"), args)
+    print("| server | slots | requests in flight × prompts each | path-answers/s | of in process | client CPU s | "
+          "server prompt tokens per path-answer | server prompt s |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| the engine in process, float32, 1 thread | | | {local:.2f} | 1 | | | |")
+    runs: list[tuple[str, AbstractContextManager[str], int, list[tuple[int, int]]]] = [
+        ("llama-server", llama_cpp_server(free_port(), "--parallel", str(p), "--ctx-size", str(2048 * p), "--metrics"),
+         p, args.requests) for p in args.parallel]
+    if args.llama_cpp_python:
+        runs.append(("llama-cpp-python", llama_cpp_python_server(free_port()), 1, [(8, 1)]))
+    for name, server, slots, requests in runs:
+        with server as url:
+            for concurrency, batch in requests:
+                lm = load_model(f"openai:{url}", model_args={"concurrency": concurrency, "batch_size": batch})
+                rate, cpu, (tokens, seconds) = path_answers(lm, args, url if name == "llama-server" else None)
+                work = f"{tokens:.1f} | {seconds:.1f}" if name == "llama-server" else " | "
+                print(f"| {name} | {slots} | {concurrency} × {batch} | {rate:.2f} | {rate / local:.2f} | {cpu:.1f} | "
+                      f"{work} |", flush=True)
 
 
 def write_f32(source: Path, target: Path) -> None:
@@ -148,7 +163,10 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=2)
     parser.add_argument("--paths", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--parallel", type=int, nargs="+", default=[1, 4], help="llama-server's slots (each a run)")
+    parser.add_argument("--requests", nargs="+", default=["8x1", "16x16"], type=lambda text: tuple(
+        int(part) for part in text.split("x")), help="CxB: C requests in flight of B prompts each (each a run)")
+    parser.add_argument("--llama-cpp-python", action="store_true", help="also llama-cpp-python's server (slow)")
     parser.add_argument("--f32-reference", action="store_true")
     args = parser.parse_args()
     (f32_reference if args.f32_reference else throughput)(args)

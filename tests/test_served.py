@@ -4,8 +4,9 @@ setup-llama-server` built it; each started once for the session on a free loopba
 file; the tests that need one skip without it) and, for faults, a small proxy in front of llama-cpp-python's.
 
 References: θ from either server equals θ from llama.cpp in process (same weights, same token ids) to 1e-6; every
-answer and seed is drawn on our side, so a run through the server resumes, after any fault, to the same numbers (on
-llama-server, where its numbers do not depend on its history: `REPRODUCIBLE`).
+answer and seed is drawn on our side, so a run through the server resumes, after any fault, to the same numbers. The
+doubles of tests/server_doubles.py (vLLM, SGLang, llama-server, llama-cpp-python, as their sources answer) compute
+with the tiny model in process, and a run through each stores what that model stores here.
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from server_doubles import TRIMMING_TEMPLATE, Backend, Mangle, double
 from servers import (
     HAS_LLAMA_CPP,
     NO_LLAMA_CPP,
     SERVERS,
-    LoopbackServer,
     Proxy,
     default_gguf,
     forward,
@@ -34,6 +35,7 @@ from servers import (
     llama_cpp_server,
     skip_without_llama_server,
 )
+from tiny_model import CHATML, plain_logits, save_tiny_model
 
 from beliefdrift.backend.served import ServerOptions, nucleus_logits
 from beliefdrift.cli.main import main
@@ -178,26 +180,11 @@ def reference(server: str, history_template: str, tmp_path_factory: pytest.TempP
     return out
 
 
-#: What makes each server's numbers independent of what it computed before, so that a run resumed on a restarted server
-#: can store what an uninterrupted one stored: (server arguments, --model-args added). llama-server's arithmetic
-#: depends on its history in two ways that the client's adaptive top log-probabilities reach (it asks again, for 8 times
-#: as many, when an option is missing, and keeps the larger count for the rest of the run, so a resumed run asks
-#: otherwise): a context asked again re-evaluates its last token alone from the prompt cache, which rounds otherwise
-#: (two evaluations through fresh servers, one asking 160 from the start, stored θ up to 1.2e-2 apart), and its softmax
-#: sums the vocabulary in float32 in an order that depends on how many top log-probabilities are asked (θ 6e-8 apart
-#: without the cache). So: no prompt cache, and one count for every request.
-REPRODUCIBLE = {"llama-cpp-python": ((), ""),
-                "llama-server": (("--no-cache-prompt",), ",logprobs=160,max_logprobs=160")}
-
-
 @pytest.fixture(scope="session")
-def cpp_reference(history_template: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same evaluation through a llama-server as `REPRODUCIBLE` has it."""
-    skip_without_llama_server()
-    args, model_args = REPRODUCIBLE["llama-server"]
+def cpp_reference(cpp_server: str, history_template: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same evaluation through the session's llama-server."""
     out = tmp_path_factory.mktemp("served") / "cpp-reference"
-    with llama_cpp_server(free_port(), *args) as url:
-        assert main(evaluate_args(url, out, history_template, QUICK + model_args)) == 0
+    assert main(evaluate_args(cpp_server, out, history_template)) == 0
     return out
 
 
@@ -301,6 +288,7 @@ def test_commands_run_through_the_server(server, reference, history_template, tm
     identity = stored_identity(reference)
     assert identity["model"] == f"openai:{server}" and identity["served_model"] == str(default_gguf())
     assert identity["server"]["id"] == str(default_gguf()) and "dtype" not in identity
+    assert identity["prompts"] == "completions text, tokenized at /extras/tokenize"
     assert "model_args" not in identity and "concurrency" not in json.dumps(identity)
     first = stored_results(reference)
     assert len(first) == 6 and all(len(v[0]) >= 2 for v in first.values())
@@ -334,13 +322,16 @@ def test_injected_429_and_500_change_no_number(server, reference, history_templa
 def test_a_killed_server_resumes_to_the_same_numbers(name, request, history_template, tmp_path, capsys):
     """The server killed while a run is under way: the run ends with one line (exit 2) keeping the question it
     finished; against a restarted server serving another model the run is refused; against the same model it resumes
-    to the numbers of an uninterrupted run."""
-    start, (args, model_args) = SERVERS[name], REPRODUCIBLE[name]
+    to the numbers of an uninterrupted run. On llama-server that needs every context asked the same counts of top
+    log-probabilities whatever came before (its softmax sums the vocabulary in an order that depends on the count: θ
+    6e-8 apart), and a context asked again evaluated whole, not from its prompt cache (`endpoint.LLAMA_CPP`); its
+    cache's other effect, on prompts as long as the paper's, is in docs/serving.md."""
+    start = SERVERS[name]
     reference = request.getfixturevalue(FIXTURES[name][1])
     capsys.readouterr()  # what making the reference said
-    port, out, quick = free_port(), tmp_path / "killed", QUICK + model_args
+    port, out, quick = free_port(), tmp_path / "killed", QUICK
     codes: list[int] = []
-    with start(port, *args) as url:
+    with start(port) as url:
         run = threading.Thread(target=lambda: codes.append(main(evaluate_args(url, out, history_template, quick))))
         run.start()
         while run.is_alive():
@@ -354,29 +345,41 @@ def test_a_killed_server_resumes_to_the_same_numbers(name, request, history_temp
     partial = stored_results(out)
     assert partial and len(partial) < 6 and all(row == stored_results(reference)[key] for key, row in partial.items())
     gguf = f"{quick},tokenizer={default_gguf()}"
-    with start(port, *args, alias="another-model"):
+    with start(port, alias="another-model"):
         assert main(evaluate_args(url, out, history_template, gguf)) == 2
     one_line_error(capsys, "different configuration", "another-model")
-    with start(port, *args):
+    with start(port):
         assert main(evaluate_args(url, out, history_template, quick)) == 0
     assert stored_results(out) == stored_results(reference)
 
 
 def test_evaluate_through_llama_server(cpp_server, tmp_path):
-    """`evaluate --dataset demo -n 3 -J 4 -N 5` (the paper's PPR prompt) through llama.cpp's own server, with token-id
-    prompts and log-probabilities named by id and text: both methods' three questions stored, and the run identity
-    holds what llama-server says about itself (/v1/models, /props). Two of the four default methods, for time (all four
-    took 78 s on a loaded 2-core machine)."""
+    """`evaluate --dataset demo -n 2 -J 3 -N 3` (the paper's PPR prompt) through llama.cpp's own server, with token-id
+    prompts, several to a request, and log-probabilities named by id and text: both methods' questions stored, and the
+    run identity holds what llama-server says about itself (/v1/models, /props). Two of the four default methods, for
+    time."""
     out = tmp_path / "demo"
-    assert main(["-q", "evaluate", *served(cpp_server), "--dataset", "demo", "-n", "3", "-J", "4", "-N", "5",
+    assert main(["-q", "evaluate", *served(cpp_server), "--dataset", "demo", "-n", "2", "-J", "3", "-N", "3",
                  "--methods", "direct", "ppr", "--out", str(out)]) == 0
     rows = stored_results(out)
-    assert sorted(rows) == sorted((q, m) for q in {q for q, _ in rows} for m in ("direct", "ppr")) and len(rows) == 6
+    assert sorted(rows) == sorted((q, m) for q in {q for q, _ in rows} for m in ("direct", "ppr")) and len(rows) == 4
     for probs, *_ in rows.values():
         assert abs(sum(probs) - 1) < 1e-5
-    facts = stored_identity(out)["server"]
+    identity = stored_identity(out)
+    facts = identity["server"]
     assert facts["id"] == str(default_gguf()) and facts["owned_by"] == "llamacpp"
-    assert facts["model_path"] == str(default_gguf()) and facts["build_info"]
+    assert facts["model_path"] == str(default_gguf()) and facts["build_info"] and identity["prompts"] == "token ids"
+
+
+def test_chat_through_llama_server_is_held_to_our_ids(cpp_server, cpp_reference, history_template, tmp_path):
+    """`api=chat` through llama-server: every prompt with its answers, rendered at /apply-template and tokenized at
+    /tokenize, is our ids (the empty assistant turn of PPR's first step goes as the generation prompt: llama-server
+    renders a continued empty message without the assistant's header), and the run stores the completions run's
+    numbers."""
+    out = tmp_path / "chat"
+    assert main(evaluate_args(cpp_server, out, history_template, f"{QUICK},api=chat")) == 0
+    assert stored_identity(out)["prompts"] == "chat text, tokenized at /apply-template"
+    assert_same_numbers(out, cpp_reference, atol=1e-6)
 
 
 @needs_server
@@ -430,177 +433,6 @@ def test_a_server_without_log_probabilities(history_template, tmp_path, capsys):
     assert nothing_stored(tmp_path / "out")
 
 
-class TokenIdServer(LoopbackServer):
-    """What vLLM's completions endpoint does for beliefdrift, over llama.cpp in process (one request at a time):
-    token-id prompts, `logprob_token_ids`, keys "token_id:N" (`return_tokens_as_token_ids`), the log-softmax in
-    float32 as llama-cpp-python computes it. (llama-cpp-python's server cannot serve sampled thoughts exactly: it names
-    tokens by text, and several of the default model's tokens read " " there.)"""
-
-    def __init__(self) -> None:
-        from llama_cpp import Llama
-
-        super().__init__()
-        self.llama = Llama(model_path=str(default_gguf()), logits_all=True, n_ctx=512, n_threads=1,
-                           n_threads_batch=1, verbose=False)
-        self.lock = threading.Lock()
-
-    def handle(self, request: BaseHTTPRequestHandler) -> None:
-        if request.command == "GET":
-            answer = {"object": "list", "data": [{"id": "llama-ids", "object": "model"}]}
-        else:
-            answer = self.complete(json.loads(request.rfile.read(int(request.headers["Content-Length"]))))
-        self.reply(request, 200, json.dumps(answer).encode())
-
-    def complete(self, body: dict) -> dict:
-        from llama_cpp import Llama
-
-        ids = [int(t) for t in body["prompt"]]
-        with self.lock:
-            done = self.llama.n_tokens
-            shared = next((i for i, (a, b) in enumerate(zip(self.llama.input_ids[:done], ids, strict=False))
-                           if a != b),
-                          min(done, len(ids)))
-            self.llama.n_tokens = min(shared, len(ids) - 1)  # at least one token evaluated, for its logits
-            self.llama.eval(ids[self.llama.n_tokens:])
-            log_probs = Llama.logits_to_logprobs(self.llama.scores[self.llama.n_tokens - 1])
-        wanted = body.get("logprob_token_ids") or np.argsort(-log_probs, kind="stable")[: body["logprobs"]].tolist()
-        top = {f"token_id:{t}": float(log_probs[t]) for t in wanted}
-        return {"model": "llama-ids", "usage": {"prompt_tokens": len(ids)},
-                "choices": [{"text": "", "finish_reason": "length", "logprobs": {"top_logprobs": [top]}}]}
-
-
-
-@needs_server
-def test_token_id_prompts_give_the_text_servers_theta(server, reference, history_template, tmp_path):
-    """Through a server that takes token ids and names tokens by id (as vLLM does), over the same llama.cpp weights,
-    an evaluation stores the numbers of the one through llama-cpp-python's text server."""
-    with TokenIdServer() as url:
-        out = tmp_path / "ids"
-        args = evaluate_args(url, out, history_template, f"{QUICK},tokenizer={default_gguf()}")
-        assert main(args) == 0
-    mine, theirs = stored_results(out), stored_results(reference)
-    assert mine.keys() == theirs.keys()
-    for key, row in mine.items():
-        assert row[2:4] == theirs[key][2:4]  # answers and seeds
-        np.testing.assert_allclose(np.array(row[0]), np.array(theirs[key][0]), atol=1e-6)
-
-
-class ChatServer(LoopbackServer):
-    """What vLLM's chat completions endpoint does for beliefdrift, over the session's llama.cpp server: the
-    conversation rendered with the model's chat template as vLLM renders it (transformers' `continue_final_message`;
-    `system` adds a system turn: a server whose template is not ours), completed there, its top log-probabilities
-    returned in the chat format; /tokenize takes messages."""
-
-    def __init__(self, upstream: str, system: str | None = None):
-        from beliefdrift.backend.served import _load_tokenizer
-
-        super().__init__()
-        self.upstream = upstream.removesuffix("/v1")
-        self.system = system
-        self.tokenizer = _load_tokenizer(str(default_gguf()), None, False)
-
-    def render(self, body: dict) -> str:
-        system = [{"role": "system", "content": self.system}] if self.system else []
-        return self.tokenizer.apply_chat_template(system + body["messages"], tokenize=False,
-                                                  add_generation_prompt=body.get("add_generation_prompt", True),
-                                                  continue_final_message=body.get("continue_final_message", False))
-
-    def handle(self, request: BaseHTTPRequestHandler) -> None:
-        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
-        if request.command == "GET":
-            return self.reply(request, *forward(self.upstream + request.path, "GET", b""))
-        if request.path not in ("/v1/tokenize", "/v1/chat/completions"):
-            return self.reply(request, 404, b'{"error": {"message": "not found"}}')
-        asked = json.loads(body)
-        if request.path == "/v1/tokenize":
-            status, data = forward(self.upstream + "/extras/tokenize", "POST",
-                                   json.dumps({"input": self.render(asked)}).encode())
-            return self.reply(request, status, data)
-        sent = {"model": asked["model"], "prompt": self.render(asked), "max_tokens": asked["max_tokens"],
-                "temperature": asked["temperature"], "logprobs": asked["top_logprobs"]}
-        if "logit_bias" in asked:
-            sent["logit_bias"] = asked["logit_bias"]
-        status, data = forward(self.upstream + "/v1/completions", "POST", json.dumps(sent).encode())
-        if status != 200:
-            return self.reply(request, status, data)
-        completion = json.loads(data)
-        choice = completion["choices"][0]
-        top = (choice.get("logprobs") or {}).get("top_logprobs") or []
-        content = [{"token": choice["text"], "top_logprobs": [{"token": token, "logprob": value}
-                                                              for token, value in top[0].items()]}] if top else []
-        answer = {"object": "chat.completion", "model": completion["model"], "usage": completion["usage"],
-                  "choices": [{"index": 0, "message": {"role": "assistant", "content": choice["text"]},
-                               "finish_reason": choice["finish_reason"], "logprobs": {"content": content}}]}
-        self.reply(request, 200, json.dumps(answer).encode())
-
-
-@needs_server
-def test_chat_requests_give_the_completions_theta(server, reference, history_template, tmp_path):
-    """Through a chat endpoint that renders the conversation with the model's own chat template (`api=chat`), an
-    evaluation stores the numbers of the one through the completions endpoint; the run's identity says so."""
-    with ChatServer(server) as url:
-        out = tmp_path / "chat"
-        assert main(evaluate_args(url, out, history_template, f"{QUICK},api=chat")) == 0
-    assert stored_identity(out)["api"] == "chat" and "api" not in stored_identity(reference)
-    mine, theirs = stored_results(out), stored_results(reference)
-    assert mine.keys() == theirs.keys()
-    for key, row in mine.items():
-        assert row[2:4] == theirs[key][2:4]  # answers and seeds
-        np.testing.assert_allclose(np.array(row[0]), np.array(theirs[key][0]), atol=1e-6)
-
-
-@needs_server
-def test_a_chat_server_with_another_template_is_refused(server, history_template, tmp_path, capsys):
-    """A chat server that renders the conversation otherwise (here with a system turn) reads other tokens than we
-    meant: one line naming the chat template, nothing stored."""
-    with ChatServer(server, system="Answer briefly.") as url:
-        assert main(evaluate_args(url, tmp_path / "out", history_template, f"{QUICK},api=chat")) == 2
-    one_line_error(capsys, "chat template")
-    assert nothing_stored(tmp_path / "out")
-
-
-@needs_server
-@pytest.mark.parametrize("temperature, top_p", [(0.0, 1.0), (0.8, 0.9)])
-def test_thoughts_through_the_server_are_drawn_as_on_the_full_logits(temperature, top_p):
-    """Chain-of-thought tokens drawn through a server (its top log-probabilities, as many as determine the nucleus)
-    are the tokens the same sampler, with the same generator, draws from llama.cpp's full logits in process."""
-    from llama_cpp import Llama
-
-    from beliefdrift.backend import load_model
-    from beliefdrift.cot.generation import DecodeConfig, PromptCache, _end_of_sequence_ids, generate_rollouts
-    from beliefdrift.prompts import chat_context
-
-    steps, rows = 8, 2
-    with TokenIdServer() as url:
-        lm = load_model(f"openai:{url}", model_args={"concurrency": 2, "tokenizer": str(default_gguf()), "logprobs": 2})
-        cache = PromptCache.from_text(lm, chat_context(lm.tokenizer, "What is 12 + 30? Think step by step."))
-        config = DecodeConfig(num_pairs=4, max_new_tokens=steps, nucleus=(temperature, top_p))
-        draw = nucleus_sampler(temperature, top_p, make_generator(0, "cot"))
-        served = generate_rollouts(cache, [""] * rows, config, draw, collect_hidden=False)
-    locals_ = [Llama(model_path=str(default_gguf()), logits_all=True, n_ctx=512, n_threads=1, n_threads_batch=1,
-                     verbose=False) for _ in range(rows)]
-    for local in locals_:
-        local.eval(list(cache.prompt_ids))
-    sampler = nucleus_sampler(temperature, top_p, make_generator(0, "cot"))
-    eos, generated = _end_of_sequence_ids(lm), [[] for _ in range(rows)]
-    running = list(range(rows))
-    while running:
-        logits = torch.zeros(rows, len(lm.tokenizer))
-        for r in running:
-            logits[r] = torch.from_numpy(np.array(locals_[r].scores[locals_[r].n_tokens - 1][: len(lm.tokenizer)]))
-        drawn = sampler(logits).tolist()
-        for r in list(running):
-            if drawn[r] in eos:
-                running.remove(r)
-                continue
-            generated[r].append(drawn[r])
-            locals_[r].eval([drawn[r]])
-            if len(generated[r]) == steps:
-                running.remove(r)
-    assert [rollout.token_ids for rollout in served] == generated
-    assert temperature == 0 or lm.model.generation_logprobs > 2  # the nucleus needed more than the first 2
-
-
 @needs_server
 def test_reasoning_through_a_server_needs_sentence_embeddings(server, tmp_path, capsys):
     args = ["-q", "reasoning", *served(server), "--dataset", "demo", "-n", "1", "-J", "1", "-N", "1", "-m", "0",
@@ -608,3 +440,276 @@ def test_reasoning_through_a_server_needs_sentence_embeddings(server, tmp_path, 
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--embedding sentence" in err
+
+
+# ---------------------------------------------------------------------------------------------- doubles of each server
+# (tests/server_doubles.py: vLLM, SGLang, llama-server and llama-cpp-python as their sources answer, over the tiny
+# model in process, so a run through each is held to a run of that model here)
+
+
+@pytest.fixture(scope="session")
+def backend(tiny_model_dir: Path) -> Backend:
+    return Backend(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def local_reference(tiny_model_dir: Path, history_template: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The evaluation of `evaluate_args` with the tiny model in process (float32): what a run through a double of any
+    server must store."""
+    out = tmp_path_factory.mktemp("served") / "local"
+    args = evaluate_args("", out, history_template)
+    at = args.index("--model")
+    args[at:at + 4] = ["--model", str(tiny_model_dir), "--dtype", "float32"]
+    assert main(args) == 0
+    return out
+
+
+def assert_same_numbers(out: Path, reference: Path, atol: float = 1e-5) -> None:
+    """`out` stores the answers and seeds of `reference`, and its numbers to `atol`."""
+    mine, theirs = stored_results(out), stored_results(reference)
+    assert mine.keys() == theirs.keys()
+    for key, row in mine.items():
+        assert row[2:4] == theirs[key][2:4]  # answers and seeds
+        for got, expected in zip((row[0], row[1], row[4]), (theirs[key][0], theirs[key][1], theirs[key][4]),
+                                 strict=True):
+            np.testing.assert_allclose(np.array(got, dtype=float), np.array(expected, dtype=float), atol=atol)
+
+
+#: How each double is held to reading our tokens (the run identity's `prompts`), by API.
+PROMPT_CHECKS = {("vllm", "completions"): "token ids", ("vllm-without-logprob_token_ids", "completions"): "token ids",
+                 ("sglang", "completions"): "token ids", ("llama-server", "completions"): "token ids",
+                 ("llama-cpp-python", "completions"): "completions text, tokenized at /extras/tokenize",
+                 ("vllm", "chat"): "chat text, tokenized at /tokenize", ("sglang", "chat"): "chat text, counted",
+                 ("llama-server", "chat"): "chat text, tokenized at /apply-template"}
+
+
+@pytest.mark.parametrize("name, api", PROMPT_CHECKS)
+def test_a_run_through_each_server_stores_the_local_numbers(name, api, backend, local_reference, history_template,
+                                                            tmp_path):
+    """Through each server as its source answers (token-id prompts, several to a request where taken; log-probabilities
+    keyed by id or text, in either shape; vLLM's cap learned from its refusal: 100 for the release without
+    logprob_token_ids, so the options outside the tiny model's top 20 are asked for again within it; the chat rendered
+    by the server), an evaluation stores the numbers of the tiny model in process, and its identity says how the
+    server was held to our tokens (the tokenize route found, a 404 never counted). The tiny model puts its options
+    far down its 259 tokens, so vLLM without logprob_token_ids is served with --max-logprobs 258: 160, then 259
+    refused with its message, then 258 (its cap, learned)."""
+    server = double(name, backend)
+    with server as url:
+        out = tmp_path / "run"
+        assert main(evaluate_args(url, out, history_template, f"{QUICK},api={api}")) == 0
+    assert_same_numbers(out, local_reference)
+    assert stored_identity(out)["prompts"] == PROMPT_CHECKS[name, api]
+    counts = [request.get("logprobs", request.get("top_logprobs")) for request in server.asked]
+    if name == "vllm-without-logprob_token_ids":
+        assert max(counts) == 258  # 259 refused with vLLM's message, then asked within its cap
+    if api == "completions" and name != "llama-cpp-python":
+        assert max(server.batches) > 1  # several prompts to a request
+
+
+def test_each_context_is_asked_what_it_needs_whatever_came_before(backend, history_template, tmp_path):
+    """A context whose top 20 log-probabilities leave an option out is asked again for 160, then for the whole
+    vocabulary (the tiny model puts some option far down its 259 tokens after every context); every context, even
+    after such a one, is asked for 20 first (so a resumed run asks what an uninterrupted one asked: llama-server's
+    numbers depend on the count asked)."""
+    server = double("vllm-without-logprob_token_ids", backend, max_logprobs=len(backend.tokenizer))
+    with server as url:
+        assert main(evaluate_args(url, tmp_path / "run", history_template)) == 0
+    asked: dict[tuple[int, ...], list[int]] = {}
+    for request in server.asked[3:]:  # after the probe's
+        asked.setdefault(request["prompt"], []).append(request["logprobs"])
+    schedule = [20, 160, len(backend.tokenizer)]
+    assert all(counts == schedule[:len(counts)] for counts in asked.values())
+
+
+def test_an_option_outside_the_servers_cap_names_its_flag(backend, history_template, tmp_path, capsys):
+    """vLLM at its default cap (20) without logprob_token_ids, an option outside the top 20: one line naming the cap,
+    vLLM's flag and our setting, nothing stored."""
+    with double("vllm-without-logprob_token_ids", backend, max_logprobs=20) as url:
+        assert main(evaluate_args(url, tmp_path / "run", history_template)) == 2
+    one_line_error(capsys, "top 20 log-probabilities leave out", "it gives at most 20", "--max-logprobs",
+                   "max_logprobs=")
+    assert nothing_stored(tmp_path / "run")
+
+
+@pytest.mark.parametrize("case", ["trimming template", "no continuation", "another template"])
+def test_a_chat_server_that_renders_other_tokens_is_refused_at_connect(case, backend, tiny_model_dir, history_template,
+                                                                       tmp_path, capsys):
+    """A chat server whose rendering of the assistant's turn differs from ours is refused before any question, in one
+    line naming the true cause and the exact path: vLLM continuing a message under a template that trims it
+    (Llama-3's `| trim`: each answer's newline lost), llama-cpp-python's server (no continuation: the turn closed and
+    a new one opened), a server with another template (here a system turn added)."""
+    model_args = f"{QUICK},api=chat"
+    if case == "trimming template":
+        trimming = save_tiny_model(tmp_path / "trimming", chat_template=TRIMMING_TEMPLATE)
+        capsys.readouterr()  # what saving it printed
+        server = double("vllm", backend, chat_template=TRIMMING_TEMPLATE, name=str(trimming))
+        expected = ["trims message content", "api=completions"]
+    elif case == "no continuation":
+        server, expected = double("llama-cpp-python", backend), ["does not continue", "api=completions"]
+    else:
+        server = double("vllm", backend, chat_template="<|im_start|>system\nAnswer briefly.<|im_end|>\n" + CHATML)
+        expected = ["another chat template"]
+    with server as url:
+        assert main(evaluate_args(url, tmp_path / "out", history_template, model_args)) == 2
+    one_line_error(capsys, *expected)
+    assert nothing_stored(tmp_path / "out")
+    assert len({request["prompt"] for request in server.asked}) <= 1  # the probe's only
+
+
+def mangled(change: Callable[[Any], Any], route: str = "/completions") -> Mangle:
+    """A `mangle` applying `change` to the answers of the routes ending in `route`."""
+    return lambda path, body, answer: change(answer) if path.endswith(route) and isinstance(answer, dict) else answer
+
+
+def first_top(answer: dict) -> dict:
+    return answer["choices"][0]["logprobs"]["top_logprobs"][0]
+
+
+def set_first(value: Any) -> Callable[[dict], dict]:
+    def change(answer: dict) -> dict:
+        top = first_top(answer)
+        top[next(iter(top))] = value
+        return answer
+    return change
+
+
+def as_json(change: Callable[[dict], dict], old: str, new: str) -> Callable[[dict], bytes]:
+    return lambda answer: json.dumps(change(answer)).replace(old, new).encode()
+
+
+#: A response part broken as a hostile server may break it (issue 49: items 2, 5 and 9): the change to vLLM's answer,
+#: the words the one-line error must hold.
+BROKEN = {
+    "NaN": (set_first(float("nan")), ["is nan, not a finite number"]),
+    "Infinity": (set_first(float("inf")), ["is inf, not a finite number"]),
+    "-1e309": (as_json(set_first(-7.5), "-7.5", "-1e309"), ["is -inf, not a finite number"]),
+    "positive": (set_first(0.5), ["is 0.5 > 0"]),
+    "true": (set_first(True), ["is 'True', not a number"]),
+    "a list": (set_first([-0.1]), ["is '[-0.1]', not a number"]),
+    "mass past 1": (lambda a: first_top(a).update({k: -0.01 for k in first_top(a)}) or a, ["sum to", "> 1"]),
+    "token_id:abc": (lambda a: first_top(a).update({"token_id:abc": -9.0}) or a, ["'token_id:abc' names no token id"]),
+    "usage as a list": (lambda a: a | {"usage": [3]}, ["usage is '[3]', not an object"]),
+    "prompt_tokens as a string": (lambda a: a | {"usage": a["usage"] | {"prompt_tokens": str(a["usage"][
+        "prompt_tokens"])}}, ["usage.prompt_tokens is", "not a whole number"]),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_a_broken_response_is_one_line_and_stores_nothing(case, backend, history_template, tmp_path, capsys):
+    change, expected = BROKEN[case]
+    with double("vllm", backend, mangle=mangled(change)) as url:
+        assert main(evaluate_args(url, tmp_path / "out", history_template)) == 2
+    one_line_error(capsys, "/v1/completions: not a completion with log-probabilities", *expected)
+    assert nothing_stored(tmp_path / "out")
+
+
+@pytest.mark.parametrize("length", ["4096", [4096]])
+def test_a_context_length_that_is_no_number_is_one_line(length, backend, history_template, tmp_path, capsys):
+    def change(listing: dict) -> dict:
+        listing["data"][0]["max_model_len"] = length
+        return listing
+
+    with double("vllm", backend, mangle=mangled(change, "/models")) as url:
+        assert main(evaluate_args(url, tmp_path / "out", history_template)) == 2
+    one_line_error(capsys, "max_model_len is", "not a whole number")
+
+
+def test_a_token_given_twice_is_one_line(backend, history_template, tmp_path, capsys):
+    def twice(answer: dict) -> dict:
+        top = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        top.append(dict(top[0]))
+        return answer
+
+    with double("llama-server", backend, mangle=mangled(twice)) as url:
+        assert main(evaluate_args(url, tmp_path / "out", history_template)) == 2
+    one_line_error(capsys, "is given twice")
+
+
+def test_a_nan_from_a_text_server_mid_run_keeps_the_questions_before(backend, local_reference, history_template,
+                                                                    tmp_path, capsys):
+    """A text-prompt server (llama-cpp-python's shape) that answers NaN from the second question on: one line saying
+    which log-probability is no number (not the store's "a result given twice"), the first question stored as in
+    process, nothing of the second."""
+    from beliefdrift.data.registry import load_dataset
+
+    first, second = load_dataset("demo", n=2, seed=0)
+
+    def faulty(path: str, body: dict, answer: Any) -> Any:
+        if path.endswith("/completions") and second.stem in str(body.get("prompt")):
+            top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
+            top[next(iter(top))] = float("nan")
+        return answer
+
+    with double("llama-cpp-python", backend, mangle=faulty) as url:
+        assert main(evaluate_args(url, tmp_path / "out", history_template)) == 2
+    one_line_error(capsys, "is nan, not a finite number")
+    stored, expected = stored_results(tmp_path / "out"), stored_results(local_reference)
+    assert {question for question, _ in stored} == {first.id}
+    for key, row in stored.items():
+        assert row[2:4] == expected[key][2:4]
+
+
+def thoughts_are_drawn_as_on_the_full_logits(url: str, temperature: float, top_p: float,
+                                            full_logits: Callable[[list[int]], torch.Tensor]) -> None:
+    """Two rollouts of 8 chain-of-thought tokens drawn through the server at `url` (its top log-probabilities, as many
+    as determine the nucleus) are the tokens the same sampler, with the same generator, draws from the model's
+    `full_logits(ids)` after each rollout's ids."""
+    from beliefdrift.backend import load_model
+    from beliefdrift.cot.generation import DecodeConfig, PromptCache, _end_of_sequence_ids, generate_rollouts
+    from beliefdrift.prompts import chat_context
+
+    steps, rows = 8, 2
+    lm = load_model(f"openai:{url}", model_args={"concurrency": 2, "logprobs": 2})
+    cache = PromptCache.from_text(lm, chat_context(lm.tokenizer, "What is 12 + 30? Think step by step."))
+    config = DecodeConfig(num_pairs=4, max_new_tokens=steps, nucleus=(temperature, top_p))
+    draw = nucleus_sampler(temperature, top_p, make_generator(0, "cot"))
+    drawn = generate_rollouts(cache, [""] * rows, config, draw, collect_hidden=False)
+    sampler = nucleus_sampler(temperature, top_p, make_generator(0, "cot"))
+    eos, generated = _end_of_sequence_ids(lm), [[] for _ in range(rows)]
+    running = list(range(rows))
+    while running:
+        logits = torch.zeros(rows, len(lm.tokenizer))
+        for r in running:
+            logits[r] = full_logits(list(cache.prompt_ids) + generated[r])[: len(lm.tokenizer)]
+        tokens = sampler(logits).tolist()
+        for r in list(running):
+            if tokens[r] in eos:
+                running.remove(r)
+                continue
+            generated[r].append(tokens[r])
+            if len(generated[r]) == steps:
+                running.remove(r)
+    assert [rollout.token_ids for rollout in drawn] == generated
+
+
+@pytest.mark.parametrize("name", ["vllm", "llama-server"])
+@pytest.mark.parametrize("temperature, top_p", [(0.0, 1.0), (0.8, 0.9)])
+def test_thoughts_through_the_server_are_drawn_as_on_the_full_logits(name, temperature, top_p, backend):
+    """Through a server that names tokens by id (vLLM's "token_id:N", llama-server's `id`; vLLM served with
+    --max-logprobs at the vocabulary), sampled thoughts are the tiny model's own (`thoughts_are_drawn_as_on_the_full_
+    logits`), and at T > 0 a context needed more than the first 2 top log-probabilities."""
+    server = double(name, backend, **({"max_logprobs": len(backend.tokenizer)} if name == "vllm" else {}))
+    with server as url:
+        thoughts_are_drawn_as_on_the_full_logits(url, temperature, top_p, lambda ids: plain_logits(backend.model, ids))
+    counts = [request.get("logprobs", request.get("n_probs")) for request in server.asked]
+    assert temperature == 0 or max(counts) > 2
+
+
+def test_thoughts_through_llama_server_are_drawn_as_on_llama_cpps_logits(cpp_server):
+    """The same through the real llama-server (T = 0.8, top-p 0.9): its `id`s name the tokens (" " and "" are the
+    texts of several of the default model's), and the thoughts are those drawn from llama.cpp's full logits in
+    process."""
+    from llama_cpp import Llama
+
+    local = Llama(model_path=str(default_gguf()), logits_all=True, n_ctx=512, n_threads=1, n_threads_batch=1,
+                  verbose=False)
+
+    def full_logits(ids: list[int]) -> torch.Tensor:
+        """llama.cpp's logits after `ids`, evaluating what its cache does not hold already."""
+        held = local.input_ids[: local.n_tokens].tolist()
+        local.n_tokens = next((i for i, (a, b) in enumerate(zip(held, ids, strict=False)) if a != b),
+                              min(len(held), len(ids) - 1))
+        local.eval(ids[local.n_tokens:])
+        return torch.from_numpy(np.array(local.scores[len(ids) - 1]))
+
+    thoughts_are_drawn_as_on_the_full_logits(cpp_server, 0.8, 0.9, full_logits)

@@ -4,7 +4,6 @@ A name is read here by being named; this file is never imported."""
 # ruff: noqa: B018
 
 from beliefdrift.backend.kv_cache import GrowingLayer
-from beliefdrift.backend.served.endpoint import Endpoint
 from beliefdrift.backend.shared_prefix import use_per_path_cache
 from beliefdrift.engine.resampling import QuestionRunner
 from beliefdrift.report.runs import load_run
@@ -23,4 +22,3 @@ QuestionRunner.ppr
 # the tests' and bench/'s (said in their docstrings)
 use_per_path_cache  # tests/test_engine.py, tests/test_families.py: the reference for the shared prefix
 load_run  # bench/report.py, tests/test_cli_errors.py: one run's scores
-Endpoint.generation_logprobs  # tests/test_served.py: a rollout's requests asked for more than the first count

@@ -254,7 +254,7 @@ def run_reasoning(settings: ReasoningCommandConfig, *, questions: Sequence[Any] 
     lm = lm.prepared(cuda_graphs=settings.cuda_graphs)
     log.info("%d %s questions, J=%d, N=%d, m=%d, τ=%d, %s format (%s, %s)", len(tasks), settings.dataset,
              config.rollouts, config.pairs, config.seeds, config.tau, settings.format, lm.dtype, lm.device)
-    identity = run_identity("reasoning", settings, items, template=template)
+    identity = run_identity("reasoning", settings, items, template=template, lm=lm)
     return run_experiment(lm, tasks, config, settings.out, identity, progress=progress)
 
 

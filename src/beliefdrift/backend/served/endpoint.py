@@ -2,17 +2,22 @@
 log-probabilities after each answer path's context; the top log-probabilities after each rollout's context.
 
 ℓ of exactly the K option tokens is read from the response: vLLM's `logprob_token_ids` (the listed ids'
-log-probabilities) where the server honours it, else its top log-probabilities, asked for in growing numbers until
-every option is among them (each response is checked; a missing option is an error naming the setting to raise, never
-a zero). The prompt is sent as our token ids where the server accepts token-id prompts (vLLM, llama.cpp's
-llama-server); otherwise as text, and then the server's tokenization of every prompt (with a list of every answer
-after it) must equal our ids (its tokenize endpoint), and every response's prompt-token count the count of ids we
-meant. After a request needed a retry, the server's model is checked again.
+log-probabilities) where the server honours it, else its top log-probabilities: every context asked for the first
+count (`--model-args logprobs`), a context whose response leaves an option out asked again for 8 times as many, up to
+the most the server gives (`max_logprobs`, or the cap its refusal states: vLLM's `--max-logprobs`); an option still
+missing is an error naming the settings, never a zero. How many a context is asked for depends on that context alone,
+never on what the run asked before, so a resumed run asks what an uninterrupted one asked. Every log-probability is
+checked before it becomes θ (`Completions.parse`). The prompt is sent as our token ids where the server accepts
+token-id prompts (vLLM, SGLang, llama.cpp's llama-server), several prompts to a request where it takes a list of them;
+otherwise as text, and then the server's tokenization of every prompt (with a list of every answer after it) must
+equal our ids (its tokenize endpoint), and every response's prompt-token count the count of ids we meant. After a
+request needed a retry, the server's model is checked again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -22,7 +27,7 @@ import torch
 
 from beliefdrift.backend.answer_tokens import AnswerTokens
 from beliefdrift.backend.sampling import nucleus_logits
-from beliefdrift.backend.served.completions import Reply
+from beliefdrift.backend.served.completions import Choice, Key, Malformed, Reply
 from beliefdrift.backend.served.options import ServerOptions
 from beliefdrift.backend.served.spec import ServedError, base_url
 from beliefdrift.backend.served.tokens import TokenMap, generation_config, keyed_by_id, load_tokenizer
@@ -40,21 +45,21 @@ PROBE_LOGPROBS = 5
 #: cache holds (|Δℓ| = 0 measured on llama-server and llama-cpp-python after other prompts); a GPU server's kernels
 #: may round otherwise in another batch. Another model under the same name moves them further.
 PROBE_TOLERANCE = 0.02
+#: How many times as many top log-probabilities a context is asked for again when they leave out what it needs.
+GROWTH = 8
+#: Refusals that state the most top log-probabilities a server gives: vLLM's (`--max-logprobs`), SGLang's (its
+#: vocabulary).
+CAP_REFUSALS = (re.compile(r"greater than max allowed: (\d+)"), re.compile(r"top_logprobs_num must be in \[0, (\d+)\]"))
+#: Where llama-server renders a conversation as its chat completions do, then tokenized at its /tokenize.
+RENDER_PATH = "/apply-template"
+#: The owner llama.cpp's server lists its models under (/v1/models). Its prompt cache holds the prompts it evaluated,
+#: and a prompt asked again is evaluated from its last token alone, which rounds otherwise than the batch it was first
+#: evaluated in (ℓ 0.05 apart, measured): a context asked again for more top log-probabilities goes with
+#: `cache_prompt: false` there, evaluated whole.
+LLAMA_CPP = "llamacpp"
 T = TypeVar("T")
 #: (temperature, top_p, banned token ids): the sampler a rollout's next token is drawn with (`nucleus_logits`).
 Nucleus = tuple[float, float, Sequence[int]]
-
-
-@dataclass
-class TopCount:
-    """How many top log-probabilities a request asks for: `count`, raised for good (×8, up to `most`) once a response
-    fell short, so that later requests ask for enough at once."""
-
-    count: int
-    most: int
-
-    def raise_from(self, asked: int) -> None:
-        self.count = max(self.count, min(asked * 8, self.most))
 
 
 async def server_facts(transport: Transport, wanted: str | None) -> tuple[str, dict[str, Any]]:
@@ -76,6 +81,10 @@ async def server_facts(transport: Transport, wanted: str | None) -> tuple[str, d
                           f"{', '.join(names) or 'no model'}")
     entry = entries[names.index(wanted)]
     facts: dict[str, Any] = {key: entry[key] for key in MODEL_FACTS if entry.get(key) is not None}
+    length = facts.get("max_model_len")
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+        raise ServedError(f"{transport.url}/models: max_model_len is {str(length)[:40]!r}, not a whole number of "
+                          "tokens")
     version = await transport.optional(transport.root + "/version")
     if isinstance(version, dict) and "version" in version:
         facts["version"] = version["version"]
@@ -83,6 +92,22 @@ async def server_facts(transport: Transport, wanted: str | None) -> tuple[str, d
     if isinstance(props, dict):
         facts |= {key: props[key] for key in PROPS_FACTS if props.get(key) is not None}
     return wanted, facts
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What the server accepts, asked once when connecting (`Endpoint._probe`): token-id prompts (`ids`), vLLM's
+    fields naming tokens by id and asking for the options by id (`extensions`), responses naming tokens by id
+    (`id_keys`), several token-id prompts in one request (`several`; `usage_first`: its usage counts the first prompt
+    only, as llama-server's does, not their sum), and where text prompts are tokenized to be checked
+    (`tokenize_path`)."""
+
+    ids: bool
+    extensions: bool
+    id_keys: bool
+    several: bool = False
+    usage_first: bool = False
+    tokenize_path: str | None = None
 
 
 class Endpoint:
@@ -102,29 +127,39 @@ class Endpoint:
         self.generation_config = generation_config(source)
         self.config = SimpleNamespace(max_position_embeddings=self.facts.get("max_model_len"))
         self.max_logprobs = min(options.max_logprobs or len(self.tokenizer), len(self.tokenizer))
-        first = min(options.logprobs, self.max_logprobs)
-        self.option_top = TopCount(first, self.max_logprobs)  # for answer paths: every option among them
-        self.draw_top = TopCount(first, self.max_logprobs)  # for rollouts: the nucleus sampler's draw determined
+        self.first_count = min(options.logprobs, self.max_logprobs)  # what every context is asked for first
+        self.server_cap: int | None = None  # the most top log-probabilities the server's refusal stated
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}  # the options' ℓ after a context (bounded)
         self._checked: set[tuple[int, ...]] = set()  # prompts whose tokenization the server confirmed (text prompts)
         self.dialect = options.dialect(self.name, self.tokenizer)
-        self.ids, self.extensions, self.tokenize_path, self.id_keys = self.transport.run(self._probe())
+        self.accepted = Accepted(ids=False, extensions=False, id_keys=False)  # until the probe has asked
+        self.accepted = self.transport.run(self._probe())
+
+    @property
+    def prompt_check(self) -> str:
+        """How the server is held to reading our tokens (in the run identity): our ids sent as they are, or text whose
+        tokenization at a route of the server is compared with our ids, or text whose prompt-token counts alone are
+        compared with ours."""
+        if self.accepted.ids:
+            return "token ids"
+        path = self.accepted.tokenize_path
+        where = self.transport.where(path).removeprefix(self.transport.root) if path else None
+        return f"{self.dialect.api} text, tokenized at {where}" if where else f"{self.dialect.api} text, counted"
 
     # ------------------------------------------------------------------ what the server accepts, asked once
 
-    async def _probe(self) -> tuple[bool, bool, str | None, bool]:
-        """(token-id prompts accepted, vLLM's exact-id fields accepted, the tokenize endpoint where prompts go as
-        text, responses keyed by token id): one-token completions of a short prompt, in the most exact form the
-        server accepts (a refusal of a form, even as a 5xx, moves on to the next; the last is retried). A server that
-        takes neither token ids nor has a tokenize endpoint (where the dialect needs one), or answers without
-        log-probabilities, is a ServedError."""
+    async def _probe(self) -> Accepted:
+        """What the server accepts: one-token completions of a short prompt, in the most exact form the server
+        accepts (a refusal of a form, even as a 5xx, moves on to the next; the last is retried). A server that takes
+        neither token ids nor has a tokenize endpoint (where the dialect needs one), reads the prompt otherwise than
+        we do, or answers without log-probabilities, is a ServedError."""
         ids = self.tokenizer(self.dialect.probe_text(), add_special_tokens=False)["input_ids"]
         refused = ""
         tokenize_path = None
         forms = (((True, True), (True, False)) if self.dialect.token_ids else ()) + ((False, True), (False, False))
         for as_ids, extensions in forms:
             if not as_ids and tokenize_path is None:
-                tokenize_path = await self._tokenize_path()
+                tokenize_path = await self._tokenize_path(ids)
                 if tokenize_path is None and self.dialect.tokenize_required:
                     raise ServedError(f"{self.transport.url}: the server takes no token-id prompts ({refused}) and has "
                                       "no tokenize endpoint, so nothing checks that it reads the prompts' tokens as we "
@@ -135,57 +170,92 @@ class Endpoint:
             if response.status_code != 200 and not last and response.status_code not in (401, 403, 404):
                 refused = refusal(response)
                 continue
-            top = self._top_logprobs(self._reply(response), len(ids))
-            self._probe_answer = (body, len(ids), top)  # asked again after a reconnect (`check_model`)
-            return as_ids, extensions, tokenize_path, keyed_by_id(top)
+            (choice,) = self._choices(self._reply(response), [tuple(ids)])
+            self._probe_answer = (body, tuple(ids), choice.top or {})  # asked again after a reconnect (`check_model`)
+            several, usage_first = await self._several(ids, extensions) if as_ids else (False, False)
+            return Accepted(as_ids, extensions, keyed_by_id(choice.top or {}), several, usage_first, tokenize_path)
         raise AssertionError("unreachable: the last form returns or raises")
 
-    async def _tokenize_path(self) -> str | None:
-        """The first of the dialect's tokenize endpoints the server answers; None where there is none."""
+    async def _several(self, ids: list[int], extensions: bool) -> tuple[bool, bool]:
+        """(whether the server answers a list of two token-id prompts with a completion of each, in order; whether
+        its usage then counts the first prompt's tokens only). A refusal, or any other answer, is no."""
+        prompts = [ids, ids + ids]
+        response = await self.transport.request("POST", self.dialect.path,
+                                                self.dialect.body(prompts, 1, (), extensions), retry=False)
+        if response.status_code != 200:
+            return False, False
+        try:
+            reply = self.dialect.parse(response.json())
+        except ValueError:  # not JSON, or Malformed: the probe's single prompt decides what is read
+            return False, False
+        if len(reply.choices) != 2 or not all(choice.top for choice in reply.choices):
+            return False, False
+        if reply.prompt_tokens in (None, 3 * len(ids)):
+            return True, False
+        return reply.prompt_tokens == len(ids), reply.prompt_tokens == len(ids)
+
+    async def _tokenize_path(self, ids: list[int]) -> str | None:
+        """The first of the dialect's tokenize endpoints that tokenizes the probe's text, `ids`, at all (a 404, an
+        error or an empty list is no such endpoint); None where there is none. One that gives other ids than ours is
+        a ServedError (`_check_ids`)."""
         for path in self.dialect.tokenize_paths(self.transport.root):
             try:
-                await self._tokenize(path, self.dialect.probe_text())
-                return path
+                theirs = await self._tokenize(path, self.tokenizer.decode(ids))
             except ServedError:
                 continue
+            if theirs:
+                self._compare(theirs, ids)
+                return path
         return None
 
     async def _tokenize(self, path: str, text: str) -> list[int]:
         """The server's token ids of `text` (as its completions read a text prompt; for chat requests, as it renders
-        the conversation `text` is)."""
-        tokens = (await self.transport.json("POST", path, self.dialect.tokenize_body(path, text))).get("tokens")
-        if not isinstance(tokens, list):
+        the conversation `text` is: llama-server renders it at `RENDER_PATH`, then tokenizes the rendering)."""
+        answer = await self.transport.json("POST", path, self.dialect.tokenize_body(path, text))
+        if path.endswith(RENDER_PATH):
+            rendered = answer.get("prompt") if isinstance(answer, dict) else None
+            if not isinstance(rendered, str):
+                raise ServedError(f"{path}: no rendered prompt in its answer")
+            path = path.removesuffix(RENDER_PATH) + "/tokenize"
+            answer = await self.transport.json("POST", path, {"content": rendered, "add_special": True})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
             raise ServedError(f"{path}: no token list in its answer")
-        return [int(t) for t in tokens]
+        return tokens
 
-    # ------------------------------------------------------------------ one completion: ℓ at the next position
+    # ------------------------------------------------------------------ one request: ℓ at the next positions
 
     def _reply(self, response: Response) -> Reply:
         """What a completion response says (`dialect.parse`); an error status, a body cut short or one that holds no
-        completion is a ServedError."""
+        completion, or that `parse` finds Malformed, is a ServedError."""
         where = self.transport.where(self.dialect.path)
-        data = self.transport.read_json(response, self.dialect.path)
-        if not isinstance(data, dict):
-            raise ServedError(f"{where}: expected a completion object, got {str(data)[:80]}")
-        reply = self.dialect.parse(data)
-        if not reply.answered:
-            raise ServedError(f"{where}: the response has no completion (cut short?): {str(data)[:120]}")
+        try:
+            reply = self.dialect.parse(self.transport.read_json(response, self.dialect.path))
+        except Malformed as err:
+            raise ServedError(f"{where}: not a completion with log-probabilities: {err}") from None
+        if not reply.choices:
+            raise ServedError(f"{where}: the response has no completion (cut short?): {response.text[:120]}")
         return reply
 
-    def _top_logprobs(self, reply: Reply, prompt_tokens: int) -> dict[str, float]:
-        """The next position's top log-probabilities in a reply, checked: the model answering is ours, the server
-        counted the prompt tokens we sent, the log-probabilities are there."""
+    def _choices(self, reply: Reply, contexts: Sequence[tuple[int, ...]]) -> tuple[Choice, ...]:
+        """The completions of `contexts` in a reply, checked: the model answering is ours, the server counted the
+        prompt tokens we sent (the first prompt's alone where its usage counts that), one completion per prompt, each
+        with log-probabilities."""
         where = self.transport.where(self.dialect.path)
         if reply.model is not None and reply.model != self.name:
             raise ServedError(f"{where} answered as model {reply.model!r}, not {self.name!r}: the server's model "
                               "changed during the run; serve the run's model again and resume")
-        if reply.prompt_tokens is not None and reply.prompt_tokens != prompt_tokens:
-            raise ServedError(f"{where} counted {reply.prompt_tokens} prompt tokens where we sent {prompt_tokens}: the "
-                              f"server {self.dialect.misreading} (--model-args tokenizer=…)")
-        if not reply.top:
+        sent = len(contexts[0]) if self.accepted.usage_first else sum(len(c) for c in contexts)
+        if reply.prompt_tokens is not None and reply.prompt_tokens != sent:
+            text = self.tokenizer.decode(list(contexts[0]))
+            raise ServedError(f"{where} counted {reply.prompt_tokens} prompt tokens where we sent {sent}: "
+                              f"{self.dialect.misread(text, reply.prompt_tokens)}")
+        if len(reply.choices) != len(contexts):
+            raise ServedError(f"{where} answered {len(reply.choices)} completions to {len(contexts)} prompts")
+        if not all(choice.top for choice in reply.choices):
             raise ServedError(f"{where} returned no log-probabilities; start the server with them on (llama-cpp-"
                               "python: --logits_all true; vLLM and llama-server return them when asked)")
-        return reply.top
+        return reply.choices
 
     async def _learn_keys(self, label_ids: Sequence[int]) -> None:
         """How a text-keyed response names each option (`TokenMap.learn`): the server's own detokenization where it
@@ -196,51 +266,89 @@ class Endpoint:
             self.tokens.check_unique(token)
             response = await self.transport.request("POST", self.transport.root + "/extras/detokenize",
                                                     {"tokens": [token]}, retry=False)
-            self.tokens.learn(token, response.json().get("text") if response.status_code == 200 else None)
+            text = response.json().get("text") if response.status_code == 200 else None
+            self.tokens.learn(token, text)
 
-    async def _top(self, ids: Sequence[int], count: int, label_ids: Sequence[int] = ()) -> dict[str, float]:
-        """The top `count` log-probabilities (or, where the server honours `logprob_token_ids`, those of
-        `label_ids`) at the position after the context `ids`, as the response keys them.
+    def _cap(self, response: Response) -> int | None:
+        """The most top log-probabilities the server gives, where `response` refuses a request for stating it."""
+        if response.status_code != 400:
+            return None
+        found = next((m for pattern in CAP_REFUSALS if (m := pattern.search(response.text))), None)
+        return int(found.group(1)) if found else None
+
+    async def _request(self, contexts: Sequence[tuple[int, ...]], count: int,
+                       label_ids: Sequence[int]) -> tuple[int, list[dict[Key, float]]]:
+        """(the count asked, the top log-probabilities after each context) from one request (several prompts where
+        the server takes them, else one): the top `count`, or where the server honours `logprob_token_ids` those of
+        `label_ids`. A refusal stating the server's cap is learned (`max_logprobs` lowered to it) and the request
+        made again within it. A context asked again (`count` past the first) skips llama-server's cache (`LLAMA_CPP`).
 
         A server that attaches log-probabilities to the generated token gives none when that token ends the
         sequence (llama-cpp-python); the request is then made again with the special tokens' sampling biased away
         (`logit_bias`, which there changes the draw of the one generated token, not the log-probabilities)."""
-        prompt: list[int] | str = list(ids) if self.ids else self.tokenizer.decode(list(ids))
-        body = self.dialect.body(prompt, count, label_ids, self.extensions)
-        reply = self._reply(await self.transport.request("POST", self.dialect.path, body))
-        if reply.ended_at_once:
+        asked = min(count, self.max_logprobs)
+        ids = [list(c) for c in contexts]
+        prompt: list[int] | list[list[int]] | str = (
+            (ids if len(ids) > 1 else ids[0]) if self.accepted.ids else self.tokenizer.decode(ids[0]))
+        body = self.dialect.body(prompt, asked, label_ids, self.accepted.extensions)
+        if count > self.first_count and self.facts.get("owned_by") == LLAMA_CPP:
+            body["cache_prompt"] = False  # asked again: evaluated whole, not its last token alone from the cache
+        response = await self.transport.request("POST", self.dialect.path, body)
+        cap = self._cap(response)
+        if cap is not None and cap < asked:
+            self.server_cap = cap
+            self.max_logprobs = min(self.max_logprobs, cap)
+            return await self._request(contexts, count, label_ids)
+        reply = self._reply(response)
+        if any(choice.ended_at_once for choice in reply.choices):
             body["logit_bias"] = {str(token): -100 for token in self.tokenizer.all_special_ids}
             reply = self._reply(await self.transport.request("POST", self.dialect.path, body))
-        return self._top_logprobs(reply, len(ids))
+        return asked, [choice.top or {} for choice in self._choices(reply, contexts)]
 
-    async def _enough(self, ids: Sequence[int], top_count: TopCount, read: Callable[[dict[str, float]], T | None],
-                      shortfall: Callable[[int, dict[str, float]], str], label_ids: Sequence[int] = ()) -> T:
-        """`read` of the top `top_count` log-probabilities after the context `ids`, that count raised until `read`
-        gives a value; past `max_logprobs` a ServedError saying `shortfall` of the last count and response."""
-        while True:
-            asked = top_count.count
-            top = await self._top(ids, asked, label_ids)
-            value = read(top)
-            if value is not None:
-                return value
-            if asked >= self.max_logprobs:
-                raise ServedError(shortfall(asked, top))
-            top_count.raise_from(asked)
+    async def _read_all(self, contexts: Sequence[tuple[int, ...]], read: Callable[[dict[Key, float]], T | None],
+                        shortfall: Callable[[int, dict[Key, float]], str], label_ids: Sequence[int] = ()) -> list[T]:
+        """`read` of the top log-probabilities after each context: every context asked for `first_count`, those
+        whose `read` gives None asked again for `GROWTH` times as many, and so on; one that `max_logprobs` leaves
+        wanting is a ServedError saying `shortfall` of its count and response. Contexts go `batch_size` to a request
+        where the server takes several, in the order of their ids: a server that keeps one sequence per slot
+        (llama.cpp's) then evaluates only what follows the prefix a context shares with the one before (with the
+        order given, the paths of several questions alternate, each switch re-evaluating a question)."""
+        values: list[T | None] = [None] * len(contexts)
+        todo, count = sorted(range(len(contexts)), key=contexts.__getitem__), self.first_count
+        size = self.options.batch_size if self.accepted.several else 1
+        while todo:
+            chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+            answers = await asyncio.gather(*(self._request([contexts[i] for i in chunk], count, label_ids)
+                                             for chunk in chunks))
+            wanting = []
+            for chunk, (asked, tops) in zip(chunks, answers, strict=True):
+                for i, top in zip(chunk, tops, strict=True):
+                    values[i] = read(top)
+                    if values[i] is None and asked >= self.max_logprobs:
+                        raise ServedError(shortfall(asked, top))
+                    if values[i] is None:
+                        wanting.append(i)
+            todo, count = wanting, count * GROWTH
+        return values  # type: ignore[return-value]  (every one read)
 
-    async def _theta(self, ids: tuple[int, ...], label_ids: Sequence[int]) -> torch.Tensor:
-        """ℓ of the options [K] after the context `ids`."""
-        def read(top: dict[str, float]) -> torch.Tensor | None:
+    def _more(self) -> str:
+        """How to let the server give more top log-probabilities."""
+        stated = f"it gives at most {self.server_cap}; " if self.server_cap == self.max_logprobs else ""
+        return (f"{stated}let it return more (vLLM: --max-logprobs N, or a release with logprob_token_ids) and raise "
+                "--model-args max_logprobs=N")
+
+    async def _thetas(self, contexts: Sequence[tuple[int, ...]], label_ids: Sequence[int]) -> list[torch.Tensor]:
+        """ℓ of the options [K] after each context."""
+        def read(top: dict[Key, float]) -> torch.Tensor | None:
             found = self.tokens.options(top, label_ids)
             return torch.tensor(found, dtype=torch.float32) if all(v is not None for v in found) else None
 
-        def shortfall(asked: int, top: dict[str, float]) -> str:
+        def shortfall(asked: int, top: dict[Key, float]) -> str:
             found = self.tokens.options(top, label_ids)
             missing = [self.tokenizer.decode([t]) for t, v in zip(label_ids, found, strict=True) if v is None]
-            return (f"the server's top {asked} log-probabilities leave out the option(s) {missing}; let it return more "
-                    "(vLLM: --max-logprobs, or a version with logprob_token_ids) and raise --model-args "
-                    "max_logprobs=…")
+            return f"the server's top {asked} log-probabilities leave out the option(s) {missing}; {self._more()}"
 
-        return await self._enough(ids, self.option_top, read, shortfall, label_ids)
+        return await self._read_all(contexts, read, shortfall, label_ids)
 
     async def _check_prompt(self, tokens: AnswerTokens) -> None:
         """Text prompts only: the server's tokenization of the prompt, followed by every answer (and the first again)
@@ -250,24 +358,28 @@ class Endpoint:
 
     async def _check_ids(self, ids: list[int]) -> None:
         """Text prompts only: the server's tokenization of the text of `ids` must be `ids`."""
-        assert self.tokenize_path is not None
-        theirs = await self._tokenize(self.tokenize_path, self.tokenizer.decode(ids))
-        if theirs != ids:
-            at = next((i for i, (a, b) in enumerate(zip(theirs, ids, strict=False)) if a != b),
-                      min(len(ids), len(theirs)))
-            raise ServedError(f"the server tokenizes the prompt differently from our tokenizer (first difference at "
-                              f"token {at}: {theirs[at:at + 3]} vs {ids[at:at + 3]}); name the model's own tokenizer "
-                              f"with --model-args tokenizer=…{self.dialect.remedy}")
+        assert self.accepted.tokenize_path is not None
+        self._compare(await self._tokenize(self.accepted.tokenize_path, self.tokenizer.decode(ids)), ids)
+
+    def _compare(self, theirs: list[int], ids: list[int]) -> None:
+        """The server's tokenization `theirs` of the text of `ids` is `ids` (else a ServedError naming where they part
+        and, for a conversation, what the server rendered instead)."""
+        if theirs == ids:
+            return
+        at = next((i for i, (a, b) in enumerate(zip(theirs, ids, strict=False)) if a != b), min(len(ids), len(theirs)))
+        cause = self.dialect.misread(self.tokenizer.decode(ids), len(theirs))
+        raise ServedError(f"the server tokenizes the prompt differently from our tokenizer (first difference at token "
+                          f"{at}: {theirs[at:at + 3]} vs {ids[at:at + 3]}): {cause}")
 
     async def _gather(self, prompts: Sequence[AnswerTokens], contexts: Sequence[tuple[int, ...]],
                       label_ids: Sequence[int]) -> list[torch.Tensor]:
-        if not self.id_keys:
+        if not self.accepted.id_keys:
             await self._learn_keys(label_ids)
-        checks = {} if self.ids or not self.tokenize_path else {t.prompt_ids: t for t in prompts
-                                                                 if t.prompt_ids not in self._checked}
+        checks = {} if self.accepted.ids or not self.accepted.tokenize_path else {
+            t.prompt_ids: t for t in prompts if t.prompt_ids not in self._checked}
         await asyncio.gather(*(self._check_prompt(t) for t in checks.values()))
         self._checked.update(checks)
-        return await asyncio.gather(*(self._theta(ids, label_ids) for ids in contexts))
+        return await self._thetas(contexts, label_ids)
 
     def label_logprobs(self, prompts: Sequence[AnswerTokens], contexts: Sequence[tuple[int, ...]],
                        label_ids: Sequence[int]) -> torch.Tensor:
@@ -306,9 +418,10 @@ class Endpoint:
             raise ServedError(f"{self.transport.url} now reports {facts}, not {self.facts}: {changed}")
         if not probe:
             return
-        body, prompt_tokens, then = self._probe_answer
+        body, ids, then = self._probe_answer
         now = self.transport.run(self.transport.request("POST", self.dialect.path, body))
-        top = self._top_logprobs(self._reply(now), prompt_tokens)
+        (choice,) = self._choices(self._reply(now), [ids])
+        top = choice.top or {}
         shared = then.keys() & top.keys()
         moved = max((abs(then[key] - top[key]) for key in shared), default=float("inf"))
         if len(shared) < min(len(then), len(top)) / 2 or moved > PROBE_TOLERANCE:
@@ -317,42 +430,29 @@ class Endpoint:
 
     # ------------------------------------------------------------------ generation (cot): next-token logits
 
-    async def _next_logits(self, ids: Sequence[int], nucleus: Nucleus) -> torch.Tensor:
-        """`nucleus_logits` after the context `ids`."""
-        temperature, top_p, banned = nucleus
-
-        def read(top: dict[str, float]) -> torch.Tensor | None:
-            tokens, logprobs = self.tokens.ids(top)
-            return nucleus_logits(tokens, logprobs, len(self.tokenizer), temperature, top_p, banned)
-
-        def shortfall(asked: int, top: dict[str, float]) -> str:
-            return (f"the server's top {asked} log-probabilities do not determine the nucleus of --temperature "
-                    f"{nucleus[0]:g} --top-p {nucleus[1]:g}; let it return more (vLLM: --max-logprobs) and raise "
-                    "--model-args max_logprobs=…, or lower --top-p")
-
-        return await self._enough(ids, self.draw_top, read, shortfall)
-
     def next_logits(self, contexts: Sequence[Sequence[int]], nucleus: Nucleus) -> torch.Tensor:
         """`nucleus_logits` [B, vocab] after every context, all requested at once (the generated tokens' text is held
         to our ids by every response's prompt-token count)."""
-        async def every() -> list[torch.Tensor]:
-            return await asyncio.gather(*(self._next_logits(c, nucleus) for c in contexts))
+        temperature, top_p, banned = nucleus
 
-        rows = self._run(every())
+        def read(top: dict[Key, float]) -> torch.Tensor | None:
+            tokens, logprobs = self.tokens.ids(top)
+            return nucleus_logits(tokens, logprobs, len(self.tokenizer), temperature, top_p, banned)
+
+        def shortfall(asked: int, top: dict[Key, float]) -> str:
+            return (f"the server's top {asked} log-probabilities do not determine the nucleus of --temperature "
+                    f"{temperature:g} --top-p {top_p:g}; {self._more()}, or lower --top-p")
+
+        rows = self._run(self._read_all([tuple(c) for c in contexts], read, shortfall))
         return torch.stack(rows) if rows else torch.empty(0, len(self.tokenizer))
-
-    @property
-    def generation_logprobs(self) -> int:
-        """How many top log-probabilities a rollout's request asks for now."""
-        return self.draw_top.count
 
     def check_rollout_prompt(self, prompt_ids: Sequence[int]) -> None:
         """Text prompts only: the server reads a rollout's prompt as our ids (asked once per prompt)."""
-        if not self.ids and self.tokenize_path and tuple(prompt_ids) not in self._checked:
+        if not self.accepted.ids and self.accepted.tokenize_path and tuple(prompt_ids) not in self._checked:
             self.transport.run(self._check_ids(list(prompt_ids)))
             self._checked.add(tuple(prompt_ids))
 
 
-def _rounded(top: dict[str, float]) -> str:
+def _rounded(top: dict[Key, float]) -> str:
     """The top log-probabilities `top` in an error line: the first few, to 3 decimals."""
     return "{" + ", ".join(f"{key!r}: {value:.3f}" for key, value in list(top.items())[:PROBE_LOGPROBS]) + "}"

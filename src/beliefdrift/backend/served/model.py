@@ -72,8 +72,10 @@ class ServedModel(LanguageModel):
         return self
 
     def identity(self) -> dict[str, Any]:
-        """What pins it in a run's identity (`served_identity`), from the connection it has."""
-        return _served_entries(self.name, self.model.options, self.model.name, self.model.facts)
+        """What pins it in a run's identity (`served_identity`), from the connection it has, with how the server is
+        held to reading our tokens, which only a connection knows (`Endpoint.prompt_check`)."""
+        return _served_entries(self.name, self.model.options, self.model.name, self.model.facts) | {
+            "prompts": self.model.prompt_check}
 
 
 def _runs_on_its_server(flag: str, spec: str) -> str:

@@ -45,7 +45,8 @@ class ServerOptions:
     header: tuple[tuple[str, str], ...] = ()  # custom headers sent with every request (never stored)
     verify_certificate: bool = True  # check an https server's certificate
     ca_cert_path: str | None = None  # a PEM file of the certificate authorities to trust (unset: the system's)
-    concurrency: int = 8  # requests in flight at once
+    concurrency: int = 16  # requests in flight at once (× batch_size prompts: 256, a GPU server's batch)
+    batch_size: int = 16  # token-id prompts per request, where the server takes a list of them
     timeout: float = 300.0  # seconds one attempt of a request may take, from sending it to its last byte
     retries: int = 5  # further attempts after a 429, 5xx, timeout or dropped connection
     backoff: float = 0.5  # seconds before the first retry, doubling up to 30

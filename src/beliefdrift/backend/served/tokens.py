@@ -1,5 +1,5 @@
-"""The served model's tokenizer, and how a server's responses name its tokens: "token_id:N" (vLLM's
-`return_tokens_as_token_ids`) or the token's text, read through one map of the vocabulary's texts built once."""
+"""The served model's tokenizer, and how a server's responses name its tokens: by id (`completions.Key` an int) or by
+the token's text, read through one map of the vocabulary's texts built once."""
 
 from __future__ import annotations
 
@@ -15,12 +15,10 @@ from typing import Any
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
 from beliefdrift.backend.model_files import gguf_cache_path, locate_registry_gguf
+from beliefdrift.backend.served.completions import Key
 from beliefdrift.backend.served.spec import ServedError
 from beliefdrift.errors import first_line
 from beliefdrift.registry import REGISTRY
-
-#: How a response keyed by token id names a token: "token_id:N".
-TOKEN_ID_KEY = "token_id:"
 
 
 def _gguf(source: str) -> Path | None:
@@ -74,9 +72,9 @@ def generation_config(source: str) -> Any:
     return SimpleNamespace(eos_token_id=None)
 
 
-def keyed_by_id(top: Mapping[str, float]) -> bool:
-    """Whether a response's top log-probabilities name tokens by id ("token_id:N")."""
-    return any(key.startswith(TOKEN_ID_KEY) for key in top)
+def keyed_by_id(top: Mapping[Key, float]) -> bool:
+    """Whether a response's top log-probabilities name tokens by id."""
+    return any(isinstance(key, int) for key in top)
 
 
 class TokenMap:
@@ -102,28 +100,23 @@ class TokenMap:
         if len(shared) > 1:
             raise ServedError(f"the option token {token} ({ours!r}) reads the same as the tokens {shared} in the "
                               "server's log-probabilities, which name tokens by their text; use a server that names "
-                              "them by id (vLLM)")
+                              "them by id (vLLM, llama-server)")
 
     def learn(self, token: int, server_text: Any) -> None:
         """How text-keyed responses name the option `token`: the server's own detokenization where it gave one
         (`server_text`), else our tokenizer's."""
         self.keys[token] = server_text if isinstance(server_text, str) else self.tokenizer.decode([token])
 
-    def options(self, top: Mapping[str, float], label_ids: Sequence[int]) -> list[float | None]:
-        """ℓ of each option in a response's top log-probabilities (None: absent); text keys as `learn`ed."""
-        if keyed_by_id(top):
-            by_id = {int(key[len(TOKEN_ID_KEY):]): value for key, value in top.items()}
-            found = [by_id.get(token) for token in label_ids]
-        else:
-            found = [top.get(self.keys[token]) for token in label_ids]
-        return [None if v is None else float(v) for v in found]
+    def options(self, top: Mapping[Key, float], label_ids: Sequence[int]) -> list[float | None]:
+        """ℓ of each option in a response's top log-probabilities (None: absent): by id, else by its text as
+        `learn`ed."""
+        return [top[token] if token in top else top.get(self.keys.get(token, token)) for token in label_ids]
 
-    def ids(self, top: Mapping[str, float]) -> tuple[list[int], list[float]]:
+    def ids(self, top: Mapping[Key, float]) -> tuple[list[int], list[float]]:
         """A response's top log-probabilities as (token ids, values); a text several tokens share is a ServedError."""
-        if keyed_by_id(top):
-            return [int(k[len(TOKEN_ID_KEY):]) for k in top], [float(v) for v in top.values()]
-        unknown = [key for key in top if len(self._owners.get(key, ())) != 1]
+        unknown = [key for key in top if isinstance(key, str) and len(self._owners.get(key, ())) != 1]
         if unknown:
             raise ServedError(f"the server names tokens by text and {unknown[0]!r} is the text of several tokens, so "
-                              "the sampled token would be a guess; use a server that names tokens by id (vLLM)")
-        return [self._owners[k][0] for k in top], [float(v) for v in top.values()]
+                              "the sampled token would be a guess; use a server that names tokens by id (vLLM, "
+                              "llama-server)")
+        return [key if isinstance(key, int) else self._owners[key][0] for key in top], list(top.values())
