@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from beliefdrift.backend.model import LanguageModel
 from beliefdrift.backend.sampling import Sampler
@@ -129,7 +130,7 @@ class _RolloutState:
     releases never end inside a multi-byte character, so a window decodes as it does within the whole text.
     """
 
-    def __init__(self, tokenizer, config: DecodeConfig, tags: dict[str, list[int]]):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, config: DecodeConfig, tags: dict[str, list[int]]) -> None:
         self.tokenizer = tokenizer
         self.config = config
         self.tags = tags

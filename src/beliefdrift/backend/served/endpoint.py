@@ -313,7 +313,7 @@ class Endpoint:
         where the server takes several, in the order of their ids: a server that keeps one sequence per slot
         (llama.cpp's) then evaluates only what follows the prefix a context shares with the one before (with the
         order given, the paths of several questions alternate, each switch re-evaluating a question)."""
-        values: list[T | None] = [None] * len(contexts)
+        values: dict[int, T] = {}
         todo, count = sorted(range(len(contexts)), key=contexts.__getitem__), self.first_count
         size = self.options.batch_size if self.accepted.several else 1
         while todo:
@@ -323,13 +323,15 @@ class Endpoint:
             wanting = []
             for chunk, (asked, tops) in zip(chunks, answers, strict=True):
                 for i, top in zip(chunk, tops, strict=True):
-                    values[i] = read(top)
-                    if values[i] is None and asked >= self.max_logprobs:
+                    value = read(top)
+                    if value is None and asked >= self.max_logprobs:
                         raise ServedError(shortfall(asked, top))
-                    if values[i] is None:
+                    if value is None:
                         wanting.append(i)
+                    else:
+                        values[i] = value
             todo, count = wanting, count * GROWTH
-        return values  # type: ignore[return-value]  (every one read)
+        return [values[i] for i in range(len(contexts))]
 
     def _more(self) -> str:
         """How to let the server give more top log-probabilities."""
