@@ -237,7 +237,8 @@ GUIDE_TAGS = {
 
 def _end_of_sequence_ids(lm: LanguageModel) -> set[int]:
     ids = {lm.tokenizer.eos_token_id}
-    configured = getattr(lm.generation_config, "eos_token_id", None)
+    config = lm.generation_config
+    configured = config.eos_token_id if config is not None else None
     ids.update(configured if isinstance(configured, list) else [configured])
     return {i for i in ids if i is not None}
 

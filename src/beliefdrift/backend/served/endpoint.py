@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -396,7 +396,7 @@ class Endpoint:
             self._cache.update(zip(todo, values, strict=True))
         return torch.stack([self._cache[c] for c in contexts]) if contexts else torch.empty(0, len(label_ids))
 
-    def _run(self, coroutine: Awaitable[T]) -> T:
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """`coroutine`'s result on the transport; where one of its requests needed a retry (the server may have
         restarted), only once `check_model` found the same model."""
         self.transport.retried = self.transport.reconnected = False
