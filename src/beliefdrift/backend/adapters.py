@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
 
 from beliefdrift.backend.local import TransformersModel
 from beliefdrift.backend.model import LanguageModel
@@ -103,6 +102,6 @@ def load_adapter(lm: LanguageModel, path: str | Path) -> TransformersModel:
     return TransformersModel(model=tuned, tokenizer=lm.tokenizer, name=f"{lm.name}+{path.name}", engine=lm.engine)
 
 
-def base_model(adapter_lm: TransformersModel | None) -> Any:
+def base_model(adapter_lm: TransformersModel | None) -> AbstractContextManager[None]:
     """Context in which the base model runs without the adapter layers `load_adapter` injected."""
     return adapter_lm.model.disable_adapter() if adapter_lm is not None else nullcontext()

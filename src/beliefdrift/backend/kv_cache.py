@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -21,12 +21,13 @@ def cache_argument(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
     """The keyword argument that hands a KV cache to `model`'s forward pass: `cache` where transformers has renamed
     `past_key_values` (the old name warns, and goes in 5.40), `past_key_values` in older versions and in models that
     bring their own code."""
-    return {_cache_keyword(type(transformers_model(model))): cache}  # type: ignore[arg-type]  # (a class is hashable)
+    return {_cache_keyword(type(transformers_model(model)).forward): cache}
 
 
 @functools.cache
-def _cache_keyword(model_class: Any) -> str:
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+def _cache_keyword(forward: Callable[..., Any]) -> str:
+    """The keyword by which `forward` (a model class's, unbound; its signature read once) takes the KV cache."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 class GrowingLayer(DynamicLayer):
@@ -36,12 +37,13 @@ class GrowingLayer(DynamicLayer):
     filled part, with the same values `DynamicLayer` would hold. A forward pass reads only the buffers and the
     `filled` count, never those views (under `torch.compile` a view and its buffer would be two aliased inputs)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.filled = 0
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         start, end = self.filled, self.filled + key_states.shape[-2]
@@ -111,7 +113,8 @@ class OnePassLayer(DynamicLayer):
     """A full cache layer written once per forward pass: a repeated write starts the layer afresh instead of
     appending to it (the layer's recompute under gradient checkpointing must see what the forward pass saw)."""
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, ...]:
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, ...]:
         self.is_initialized = False  # the parent then re-initialises the layer empty and appends to it
         return super().update(key_states, value_states, *args, **kwargs)
 

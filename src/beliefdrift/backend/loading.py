@@ -23,7 +23,7 @@ from beliefdrift.backend.model import LanguageModel
 from beliefdrift.backend.model_files import check_model, gguf_cache_path, locate_registry_gguf
 from beliefdrift.backend.served.model import ServedModel, connect, served_identity, served_model
 from beliefdrift.backend.served.spec import SERVED_SETTINGS, is_served
-from beliefdrift.config.options import parse_model_args
+from beliefdrift.config.options import ModelOptions, parse_model_args
 from beliefdrift.errors import UserError, first_line
 from beliefdrift.progress import progress_shown
 from beliefdrift.registry import ATTN_IMPLEMENTATIONS, DEFAULT_MODEL, REGISTRY
@@ -133,8 +133,8 @@ def _transformers_bars(show: bool) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def model_from(options: Any) -> LanguageModel:
-    """The model that `options` (a `config.ModelOptions`) names, with its device, dtype, attention, device map and
+def model_from(options: ModelOptions) -> LanguageModel:
+    """The model that `options` names, with its device, dtype, attention, device map and
     from_pretrained keywords as set, after checking that the device exists and the model can be found, so that either
     is a one-line error. `--model openai:BASE_URL` is a model behind an inference server (`backend.served`)."""
     if is_served(options.model):
@@ -146,14 +146,14 @@ def model_from(options: Any) -> LanguageModel:
                       **options.pretrained_kwargs())
 
 
-def pinned_model(values: Mapping[str, Any], settings: Any, lm: LanguageModel | None = None) -> dict[str, Any]:
+def pinned_model(values: Mapping[str, Any], settings: ModelOptions, lm: LanguageModel | None = None) -> dict[str, Any]:
     """A run identity's `values` (what of `settings` changes a number) with the model they name pinned: a model behind
     an inference server by its endpoint, served name, tokenizer and what the server reports about itself
     (`served_identity`, or the connected `lm`'s) in place of the local-model settings (`SERVED_SETTINGS`); a local
     model's dtype and device resolved where the dtype is pinned (`auto`: what it loads as)."""
     if is_served(str(values.get("model", ""))):
         pinned = (lm.identity() if isinstance(lm, ServedModel) else
-                  served_identity(values["model"], parse_model_args(getattr(settings, "model_args", None))))
+                  served_identity(values["model"], parse_model_args(settings.model_args)))
         return {key: value for key, value in values.items() if key not in SERVED_SETTINGS} | pinned
     if "dtype" not in values:
         return dict(values)
@@ -162,8 +162,8 @@ def pinned_model(values: Mapping[str, Any], settings: Any, lm: LanguageModel | N
             "device": device.type}
 
 
-def check_trainable(options: Any) -> None:
-    """The model that `options` (a `config.TrainConfig`) names can be trained here: loaded locally (a model behind an
+def check_trainable(options: ModelOptions) -> None:
+    """The model that `options` (a `config.TrainConfig`'s) names can be trained here: loaded locally (a model behind an
     inference server gives no gradients), on a device this machine has, and found; else a one-line error."""
     if is_served(options.model):
         raise UserError(f"--model {options.model}: train needs the model's gradients, which a model behind an "

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from beliefdrift.backend import compat
 from beliefdrift.backend.answer_tokens import AnswerTokens
-from beliefdrift.backend.model import CAPTURED, EngineSettings, LanguageModel
+from beliefdrift.backend.model import CAPTURED, EngineSettings, GenerationSettings, LanguageModel
 from beliefdrift.backend.path_cache import prefill, shares_prefix
 from beliefdrift.backend.paths import CacheRollouts, PathBatch
 from beliefdrift.backend.wrappers import input_device, transformers_model
@@ -52,7 +52,7 @@ class TransformersModel(LanguageModel):
         return getattr(self.model.config, "max_position_embeddings", None)
 
     @property
-    def generation_config(self) -> Any:
+    def generation_config(self) -> GenerationSettings | None:
         return self.model.generation_config
 
     @property

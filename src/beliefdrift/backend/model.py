@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
@@ -185,6 +185,14 @@ class StaticRollouts(Rollouts, Protocol):
         the last hidden state [B, H] when `hidden`, else None); None where these rollouts cannot run them."""
 
 
+class GenerationSettings(Protocol):
+    """What the engine reads of a model's generation config (transformers' `GenerationConfig`)."""
+
+    @property
+    def eos_token_id(self) -> int | list[int] | None:
+        """The id or ids that end a generated sequence beside the tokenizer's (None: only the tokenizer's)."""
+
+
 class LanguageModel(ABC):
     """A model the engine runs, whichever computes it: its `name` (what `--model` took), its `tokenizer` (what the
     prompts and answers are written with), where θ arrives (`device`, `dtype`), how long a context it takes, and the
@@ -215,9 +223,9 @@ class LanguageModel(ABC):
 
     @property
     @abstractmethod
-    def generation_config(self) -> Any:
-        """The model's generation config, whose `eos_token_id` (an id, a list or None) ends a generated sequence
-        beside the tokenizer's."""
+    def generation_config(self) -> GenerationSettings | None:
+        """The model's generation config (None: it has none, and only the tokenizer's end-of-sequence id ends a
+        generated sequence)."""
 
     @property
     def hidden_states(self) -> bool:

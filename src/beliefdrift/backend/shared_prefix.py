@@ -47,6 +47,8 @@ BASE_IMPLEMENTATIONS = {
     "flex": "flex_attention",
 }
 SERVED_LAYER_TYPES = {"full_attention", "sliding_attention"}
+#: A transformers attention function: (module, query, key, value, mask, **options) -> (output, weights or None).
+AttentionFunction = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
 
 @dataclass(frozen=True)
@@ -225,8 +227,8 @@ def shared_prefix_attention(
     attention_pass: AttentionPass | None = None,
     sliding_window: int | None = None,
     softcap: float | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
+    **kwargs: object,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(mask(cap([q·K_prompt ‖ q·K_suffix] · scale))) · [V_prompt ‖ V_suffix], cap(s) = c·tanh(s / c).
 
     query [B, H, T, D]; key/value [B, H_kv, S, D] are the paths' suffixes (the T new tokens last);
@@ -486,7 +488,7 @@ def _tokens_first(prefix_out: torch.Tensor, suffix_out: torch.Tensor, new: int) 
     return out.view(batch, new, -1, dim)
 
 
-def _base_attention(module: torch.nn.Module):
+def _base_attention(module: torch.nn.Module) -> AttentionFunction:
     """The attention function the model was loaded with (eager is the module's own `eager_attention_forward`)."""
     base = BASE_IMPLEMENTATIONS[compat.attn_implementation(module.config).removeprefix(SHARED_PREFIX_ATTENTION + "_")]
     if base == "eager":

@@ -3,19 +3,22 @@ config and the device its inputs go to."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-def unwrapped(model: torch.nn.Module) -> Any:
+
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     """The model inside DDP/FSDP wrappers (for its config); the wrapper itself is what gets called."""
     while hasattr(model, "module"):
         model = model.module
     return model
 
 
-def transformers_model(model: torch.nn.Module) -> Any:
+def transformers_model(model: torch.nn.Module) -> PreTrainedModel:
     """The transformers model inside DDP/FSDP and peft wrappers."""
     base = unwrapped(model)
     return base.get_base_model() if hasattr(base, "get_base_model") else base

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from beliefdrift.backend.model import LanguageModel
 from beliefdrift.backend.sampling import Sampler
@@ -129,7 +130,7 @@ class _RolloutState:
     releases never end inside a multi-byte character, so a window decodes as it does within the whole text.
     """
 
-    def __init__(self, tokenizer, config: DecodeConfig, tags: dict[str, list[int]]):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, config: DecodeConfig, tags: dict[str, list[int]]) -> None:
         self.tokenizer = tokenizer
         self.config = config
         self.tags = tags
@@ -236,7 +237,8 @@ GUIDE_TAGS = {
 
 def _end_of_sequence_ids(lm: LanguageModel) -> set[int]:
     ids = {lm.tokenizer.eos_token_id}
-    configured = getattr(lm.generation_config, "eos_token_id", None)
+    config = lm.generation_config
+    configured = config.eos_token_id if config is not None else None
     ids.update(configured if isinstance(configured, list) else [configured])
     return {i for i in ids if i is not None}
 

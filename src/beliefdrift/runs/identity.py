@@ -13,7 +13,7 @@ from typing import Any
 
 from beliefdrift.backend.loading import pinned_model
 from beliefdrift.backend.model import LanguageModel
-from beliefdrift.config.options import Settings, is_operational
+from beliefdrift.config.options import ModelOptions, is_operational
 from beliefdrift.credentials import redacted
 from beliefdrift.data.hf import HF_PREFIX
 from beliefdrift.data.loaders import MathProblem
@@ -31,7 +31,7 @@ PATH_SETTINGS = ("model", "dataset", "eval_dataset", "adapter", "rollout_dir", "
 
 def run_identity(
     command: str,
-    settings: Settings,
+    settings: ModelOptions,
     questions: Sequence[MCQuestion | MathProblem],
     skipped: Sequence[MCQuestion] = (),
     template: str | None = None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -313,7 +313,7 @@ class Endpoint:
         where the server takes several, in the order of their ids: a server that keeps one sequence per slot
         (llama.cpp's) then evaluates only what follows the prefix a context shares with the one before (with the
         order given, the paths of several questions alternate, each switch re-evaluating a question)."""
-        values: list[T | None] = [None] * len(contexts)
+        values: dict[int, T] = {}
         todo, count = sorted(range(len(contexts)), key=contexts.__getitem__), self.first_count
         size = self.options.batch_size if self.accepted.several else 1
         while todo:
@@ -323,13 +323,15 @@ class Endpoint:
             wanting = []
             for chunk, (asked, tops) in zip(chunks, answers, strict=True):
                 for i, top in zip(chunk, tops, strict=True):
-                    values[i] = read(top)
-                    if values[i] is None and asked >= self.max_logprobs:
+                    value = read(top)
+                    if value is None and asked >= self.max_logprobs:
                         raise ServedError(shortfall(asked, top))
-                    if values[i] is None:
+                    if value is None:
                         wanting.append(i)
+                    else:
+                        values[i] = value
             todo, count = wanting, count * GROWTH
-        return values  # type: ignore[return-value]  (every one read)
+        return [values[i] for i in range(len(contexts))]
 
     def _more(self) -> str:
         """How to let the server give more top log-probabilities."""
@@ -394,7 +396,7 @@ class Endpoint:
             self._cache.update(zip(todo, values, strict=True))
         return torch.stack([self._cache[c] for c in contexts]) if contexts else torch.empty(0, len(label_ids))
 
-    def _run(self, coroutine: Awaitable[T]) -> T:
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """`coroutine`'s result on the transport; where one of its requests needed a retry (the server may have
         restarted), only once `check_model` found the same model."""
         self.transport.retried = self.transport.reconnected = False

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from beliefdrift.backend.answer_tokens import AnswerTokens
-from beliefdrift.backend.model import LanguageModel
+from beliefdrift.backend.model import GenerationSettings, LanguageModel
 from beliefdrift.backend.served.endpoint import Endpoint, server_facts
 from beliefdrift.backend.served.options import ServerOptions
 from beliefdrift.backend.served.paths import ServedBatch, ServedRollouts
@@ -48,7 +48,7 @@ class ServedModel(LanguageModel):
         return self.model.config.max_position_embeddings
 
     @property
-    def generation_config(self) -> Any:
+    def generation_config(self) -> GenerationSettings | None:
         return self.model.generation_config
 
     @property
@@ -108,9 +108,19 @@ def served_options(spec: str, model_args: Mapping[str, Any]) -> ServerOptions:
     return replace(options, api=named) if named else options
 
 
-def served_model(options: Any) -> ServedModel:
-    """`connect` for a command's settings (a `config.ModelOptions`); the settings that need a local model
-    (`--compile`, `--cuda-graphs`, `--adapter`) are refused in one line."""
+class ModelSettings(Protocol):
+    """What `served_model` reads of a command's settings (a `config.ModelOptions`, which `backend/served/` does not
+    import): the `--model` spec and `load_model`'s keywords."""
+
+    @property
+    def model(self) -> str: ...
+
+    def pretrained_kwargs(self) -> dict[str, Any]: ...
+
+
+def served_model(options: ModelSettings) -> ServedModel:
+    """`connect` for a command's settings; the settings that need a local model (`--compile`, `--cuda-graphs`,
+    `--adapter`, where the command has them) are refused in one line."""
     for flag in ("compile", "cuda_graphs", "adapter"):
         if getattr(options, flag, None):
             raise UserError(_runs_on_its_server(flag, options.model))

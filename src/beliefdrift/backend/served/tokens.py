@@ -9,11 +9,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
+from beliefdrift.backend.model import GenerationSettings
 from beliefdrift.backend.model_files import gguf_cache_path, locate_registry_gguf
 from beliefdrift.backend.served.completions import Key
 from beliefdrift.backend.served.spec import ServedError
@@ -61,15 +61,15 @@ def _gguf_tokenizer(gguf: Path) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def generation_config(source: str) -> Any:
-    """The generation config beside the tokenizer (its end-of-sequence ids), or an empty one (a GGUF file's
-    end-of-sequence token is its tokenizer's)."""
+def generation_config(source: str) -> GenerationSettings | None:
+    """The generation config beside the tokenizer (its end-of-sequence ids), or None where there is none (a GGUF
+    file's end-of-sequence token is its tokenizer's)."""
     try:
         if _gguf(source) is None:
             return GenerationConfig.from_pretrained(source)
     except (OSError, ValueError):
         pass
-    return SimpleNamespace(eos_token_id=None)
+    return None
 
 
 def keyed_by_id(top: Mapping[Key, float]) -> bool:

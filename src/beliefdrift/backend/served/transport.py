@@ -18,7 +18,7 @@ import time
 import urllib.parse
 import zlib
 from collections import Counter
-from collections.abc import Awaitable, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -50,8 +50,8 @@ class _Loop:
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="beliefdrift-served", daemon=True).start()
 
-    def run(self, coroutine: Awaitable[T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()  # type: ignore[arg-type]
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -219,7 +219,7 @@ class Transport:
         self._client: httpx.AsyncClient | None = None
         self._slots: asyncio.Semaphore | None = None
 
-    def run(self, coroutine: Awaitable[T]) -> T:
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run `coroutine` on the transport's event loop and wait for its result."""
         return self._loop.run(coroutine)
 
