@@ -97,13 +97,10 @@ class EngineSettings:
 # ------------------------------------------------------------------------------ what a model gives
 
 
-class AnswerPaths(Protocol):
-    """B answer paths after a prompt (or after several prompts with the same answer tokens, one per question), as the
-    engine advances them: `dist` holds every path's current θ on the model's device; `tokens` are the first prompt's
-    (their answer tokens are shared). `backend.paths.PathBatch` (a local model's KV cache) and
-    `backend.served.paths.ServedBatch` (contexts on a server) implement it."""
+class SteppedPaths(Protocol):
+    """B answer paths as `engine.resampling.sample_answers` advances them: `dist` holds every path's current θ on the
+    model's device. A process with a known θ (a test's, a bench's: `EagerPaths`) implements it without a model."""
 
-    tokens: AnswerTokens
     #: Every path's current θ.
     dist: AnswerDist
     #: How `engine.resampling.sample_answers` runs these paths' answer steps.
@@ -111,15 +108,6 @@ class AnswerPaths(Protocol):
 
     @property
     def size(self) -> int: ...
-
-    def select(self, index: torch.Tensor | list[int]) -> Self:
-        """A new batch whose path i continues path `index[i]` of this one (fork with repeats, or subset)."""
-
-    def concat(self, batches: Sequence[Self]) -> Self:
-        """One batch holding every path of `batches` (of one prompt or of several with the same answer tokens)."""
-
-    def fork(self, copies: int) -> Self:
-        """`copies` paths per existing path (path i becomes paths i·copies … i·copies + copies − 1)."""
 
     def reserve(self, answers: int) -> None:
         """Room for `answers` more answers per path (a hint: advancing further still works)."""
@@ -130,6 +118,24 @@ class AnswerPaths(Protocol):
     def static_steps(self, answers: int) -> Callable[[torch.Tensor], AnswerDist] | None:
         """`answers` answer steps with every tensor they touch allocated now, as a function that advances every path
         by answers [B, 1] and returns the new θ; None where these paths cannot run them."""
+
+
+class AnswerPaths(SteppedPaths, Protocol):
+    """B answer paths after a prompt (or after several prompts with the same answer tokens, one per question), as the
+    engine forks, joins and advances them; `tokens` are the first prompt's (their answer tokens are shared).
+    `backend.paths.PathBatch` (a local model's KV cache) and `backend.served.paths.ServedBatch` (contexts on a
+    server) implement it."""
+
+    tokens: AnswerTokens
+
+    def select(self, index: torch.Tensor | list[int]) -> Self:
+        """A new batch whose path i continues path `index[i]` of this one (fork with repeats, or subset)."""
+
+    def concat(self, batches: Sequence[Self]) -> Self:
+        """One batch holding every path of `batches` (of one prompt or of several with the same answer tokens)."""
+
+    def fork(self, copies: int) -> Self:
+        """`copies` paths per existing path (path i becomes paths i·copies … i·copies + copies − 1)."""
 
 
 class EagerPaths:

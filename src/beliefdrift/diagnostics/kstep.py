@@ -19,26 +19,17 @@ from typing import Protocol
 
 import torch
 
-from beliefdrift.backend import AnswerDist
+from beliefdrift.backend.model import SteppedPaths
 from beliefdrift.config.diagnostics import BATCH_BUDGET, EXACT_BUDGET
 from beliefdrift.diagnostics.drift_test import bet_terms, rollout_terms
 from beliefdrift.engine.resampling import sample_answers
 
 
-class AnswerProcess(Protocol):
-    """A batch of answer histories that can be forked and extended (implemented by `backend.AnswerPaths`)."""
-
-    dist: AnswerDist  # θ of every path: probs [B, |𝒜|]
-
-    @property
-    def size(self) -> int: ...
+class AnswerProcess(SteppedPaths, Protocol):
+    """A batch of answer histories that can be forked and extended (implemented by `backend.AnswerPaths`, and by a
+    process with a known θ built on `backend.model.EagerPaths`)."""
 
     def select(self, index: torch.Tensor | list[int]) -> AnswerProcess: ...
-
-    def advance(self, answers: torch.Tensor) -> AnswerDist: ...
-
-    def reserve(self, answers: int) -> None:
-        """Room for `answers` more answers per path (a hint; a process without a cache ignores it)."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +157,7 @@ def kstep_monte_carlo(
     cross, least, most = (torch.zeros(len(rows), horizon, dtype=torch.float64) for _ in range(3))
     for start in range(0, len(rows), budget):
         owner = rows[start : start + budget]
-        _, thetas, _ = sample_answers(batch.select(owner), horizon - 1, generator)  # type: ignore[arg-type]
+        _, thetas, _ = sample_answers(batch.select(owner), horizon - 1, generator)
         thetas = thetas.double().cpu()
         total.index_add_(0, owner, thetas)
         total_sq.index_add_(0, owner, thetas.square().sum(-1))

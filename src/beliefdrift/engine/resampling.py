@@ -15,7 +15,7 @@ from functools import cached_property
 import torch
 
 from beliefdrift.backend.answer_tokens import AnswerTokens, resolve_answer_tokens, resolve_single_answer
-from beliefdrift.backend.model import AnswerDist, AnswerPaths, LanguageModel
+from beliefdrift.backend.model import AnswerDist, AnswerPaths, LanguageModel, SteppedPaths
 from beliefdrift.backend.sampling import inverse_cdf
 from beliefdrift.data.question import MCQuestion
 from beliefdrift.prompts import (
@@ -141,7 +141,7 @@ def draw_seeds(probs: torch.Tensor, num_paths: int, m: int, generator: torch.Gen
 
 
 def sample_answers(
-    batch: AnswerPaths, steps: int, generator: torch.Generator | Streams
+    batch: SteppedPaths, steps: int, generator: torch.Generator | Streams
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Advance every path of `batch` by `steps` sampled answers.
 
