@@ -1,9 +1,11 @@
 """A model behind an inference server: path-answers/s through llama.cpp's llama-server by slots, requests in flight
 and prompts per request, against the in-process engine on the same machine and prompt; and how far θ of our torch
-engine is from llama.cpp's on the same float32 weights.
+engine is from llama.cpp's, on the shipped Q4_1 file and on the same float32 weights.
 
     python bench/served.py [--questions 2] [--paths 8] [--steps 10] [--parallel 1 4] [--requests 8x1 16x16]
-    python bench/served.py --f32-reference [--questions 2]                 # θ: torch engine vs llama.cpp, F32 GGUF
+    python bench/served.py --reference [q4_1] [f32] [--questions 2]  # θ: torch engine vs llama.cpp on GGUF files
+    python bench/served.py --prompt-cache                            # llama-server: one context, asked several ways
+    python bench/served.py --reproducible [--questions 2] [--paths 2] [--steps 3]  # one evaluation, three ways
 
 Throughput: the `ppr` method on demo questions with the paper's `ppr-llama` prompt (~750 tokens), J paths of N
 answers, (a) through llama-server (`make setup-llama-server`; tests/servers.py starts it: one thread, on 127.0.0.1,
@@ -14,14 +16,27 @@ torch thread (the same GGUF dequantised, float32). path-answers/s = questions ·
 are this process's; llama-server's prompt tokens evaluated and seconds spent on them are from its /metrics, over the
 timed run.
 
-F32 reference: the shipped Q4_1 tensors dequantised with the gguf package and written, with the file's metadata, as an
-F32 GGUF; then θ of the direct-query and PPR prompts and of J·N PPR steps from llama.cpp in process on that file
-against θ from our engine loading the same file (transformers reads its float32 tensors as they are).
+Reference: θ of the direct-query and PPR prompts and of J·N PPR steps from llama.cpp in process against θ from our
+engine (float32, one thread) on (a) the shipped Q4_1 file, which the engine reads dequantised (what a server of that
+file computes against a local run of the default model), and (b) an F32 GGUF of those dequantised tensors (written
+with the gguf package, with the file's metadata), which both read as they are, with llama.cpp's float16 KV cache (its
+default, what its servers use) and with a float32 one.
+
+Prompt cache: llama-server's top two log-probabilities after one context (the first demo question's `ppr-llama` prompt
+with two answers, as token ids) asked first, again, again with `cache_prompt: false`, after shorter prefixes of it,
+and whole for more top log-probabilities: what the client's requests depend on (docs/server-shapes.md §6).
+
+Reproducible: `evaluate` of the demo questions (direct, ppr, ppr-seed1; `ppr-llama`) through a fresh llama-server
+(and llama-cpp-python's server with `--llama-cpp-python`), one question per batch; the same with two questions per
+batch through another; and with one per batch through a third, killed once its first question is stored and resumed
+through a fourth (nothing of the third one's cache left): the largest differences of their stored numbers
+(probabilities, θ, answers and seeds) from the first run's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -111,24 +126,35 @@ def write_f32(source: Path, target: Path) -> None:
     writer.close()
 
 
-def f32_reference(args: argparse.Namespace) -> None:
-    from llama_cpp import Llama
-
+def reference(args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    shipped = locate_registry_gguf(DEFAULT_MODEL)
+    if "q4_1" in args.reference:
+        compare("Q4_1 GGUF (shipped)", load_model(DEFAULT_MODEL, dtype="float32"), shipped, "f16", args)
+    if "f32" not in args.reference:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         f32 = Path(tmp) / "SmolLM2-135M-Instruct.F32.gguf"
-        write_f32(locate_registry_gguf(DEFAULT_MODEL), f32)
+        write_f32(shipped, f32)
         try:
             lm = load_model(str(f32), dtype="float32")
         finally:
             shutil.rmtree(gguf_cache_path(f32), ignore_errors=True)  # the conversion of a file about to be deleted
         for cache in ("f16", "f32"):  # llama.cpp's default KV cache (as its servers run), then a float32 one
-            kv = {} if cache == "f16" else {"type_k": 0, "type_v": 0}  # GGML_TYPE_F32
-            local = Llama(model_path=str(f32), logits_all=True, n_ctx=4096, n_threads=1, n_threads_batch=1,
-                          verbose=False, **kv)
-            gaps = theta_gaps(lm, local, args)
-            print(f"F32 GGUF, {cache} KV cache, {len(gaps)} θ (direct and PPR steps): max |θ_torch − θ_llama.cpp| = "
-                  f"{gaps.max():.2e}, median {np.median(gaps):.2e}")
-            del local
+            compare("F32 GGUF", lm, f32, cache, args)
+
+
+def compare(name: str, lm: Any, gguf_file: Path, cache: str, args: argparse.Namespace) -> None:
+    """Print max and median of `theta_gaps` between `lm` and llama.cpp in process on `gguf_file` with a KV cache of
+    `cache` (f16: llama.cpp's default; f32)."""
+    from llama_cpp import Llama
+
+    kv = {} if cache == "f16" else {"type_k": 0, "type_v": 0}  # GGML_TYPE_F32
+    local = Llama(model_path=str(gguf_file), logits_all=True, n_ctx=4096, n_threads=1, n_threads_batch=1,
+                  verbose=False, **kv)
+    gaps = theta_gaps(lm, local, args)
+    print(f"{name}, {cache} KV cache, {len(gaps)} θ (direct and PPR steps): max |θ_torch − θ_llama.cpp| = "
+          f"{gaps.max():.2e}, median {np.median(gaps):.2e}", flush=True)
 
 
 def theta_gaps(lm: Any, local: Any, args: argparse.Namespace) -> np.ndarray:
@@ -158,6 +184,104 @@ def theta_gaps(lm: Any, local: Any, args: argparse.Namespace) -> np.ndarray:
     return np.array(gaps)
 
 
+def prompt_cache(args: argparse.Namespace) -> None:
+    from beliefdrift.backend.served.tokens import load_tokenizer
+    from beliefdrift.prompts import chat_context
+    from beliefdrift.prompts.render import question_prompt
+
+    tokenizer = load_tokenizer(str(locate_registry_gguf(DEFAULT_MODEL)), None, False)
+    first, second = (tokenizer(chat_context(tokenizer, question_prompt("ppr-llama", question)) + answers,
+                               add_special_tokens=False)["input_ids"]
+                     for question, answers in zip(load_dataset("demo", n=2, seed=0), ("A\nB\n", ""), strict=True))
+    shared = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
+    with llama_cpp_server(free_port()) as url:
+        def top(prompt: list[int], count: int = 20, **extra: Any) -> str:
+            """The prompt tokens llama-server took from its cache, the top two (id, ℓ) after `prompt`, their
+            difference."""
+            body = {"prompt": prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": count} | extra
+            request = urllib.request.Request(url + "/completions", json.dumps(body).encode(),
+                                             {"Content-Type": "application/json"})
+            answer = json.load(urllib.request.urlopen(request))
+            a, b = [(e["id"], e["logprob"]) for e in answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"][:2]]
+            cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+            return f"{cached} | {a[0]}: {a[1]:.7f} | {b[0]}: {b[1]:.7f} | {a[1] - b[1]:.7f}"
+
+        rows = [("first", top(first)), ("again", top(first)),
+                ("again, cache_prompt false", top(first, cache_prompt=False))]
+        top(second)
+        rows.append((f"after the second question's prompt (its first {shared} tokens shared)", top(first)))
+        for cut in (2, 256):
+            top(first[:-cut])
+            rows.append((f"after its first n − {cut} tokens were asked", top(first)))
+        rows += [(f"top {count}, cache_prompt false", top(first, count, cache_prompt=False))
+                 for count in (160, len(tokenizer))]
+    print(f"n = {len(first)} prompt tokens; ℓ of the top two tokens after them\n\n"
+          "| asked | tokens from the cache | top token: ℓ | second: ℓ | difference |\n|---|---|---|---|---|")
+    for name, values in rows:
+        print(f"| {name} | {values} |")
+
+
+def reproducible(args: argparse.Namespace) -> None:
+    import contextlib
+    import io
+    import threading
+
+    from beliefdrift.cli.main import main as cli
+    from beliefdrift.runs.store import STORE_FILE, RunStore
+
+    def run(url: str, out: Path, batch: int = 1) -> int:
+        """`evaluate` through the server at `url` into `out` (its tables not printed)."""
+        with contextlib.redirect_stdout(io.StringIO()):
+            return cli(["-q", "evaluate", "--model", f"openai:{url}", "-n", str(args.questions), "-J", str(args.paths),
+                        "-N", str(args.steps), "--methods", "direct", "ppr", "ppr-seed1", "--batch-questions",
+                        str(batch), "--bootstrap", "10", "--out", str(out)])
+
+    def stored(out: Path) -> dict[tuple[str, str], list[Any]]:
+        with RunStore.open(out / STORE_FILE, read_only=True) as store:
+            return {(r.question_id, r.method): [np.asarray(v, dtype=float) for v in (r.probs, r.thetas, r.answers,
+                                                                                      r.seeds) if v is not None]
+                    for r in store.rows()}
+
+    def gap(first: dict[tuple[str, str], list[Any]], second: dict[tuple[str, str], list[Any]]) -> float:
+        assert first.keys() == second.keys()
+        pairs = [pair for key in first for pair in zip(first[key], second[key], strict=True)]
+        return max(float(np.abs(a - b).max(initial=0.0)) for a, b in pairs)
+
+    def killed_and_resumed(start: Any, out: Path) -> int:
+        """The run through a server killed once it stored a question, then resumed through a fresh one on the same
+        port: how many results it had stored."""
+        port, codes = free_port(), []
+        with start(port) as url:
+            thread = threading.Thread(target=lambda: codes.append(run(url, out)))
+            thread.start()
+            while thread.is_alive():
+                with contextlib.suppress(Exception):
+                    if stored(out):
+                        break
+                time.sleep(0.05)
+        thread.join()
+        partial = len(stored(out))
+        with start(port) as url:
+            assert codes == [2] and run(url, out) == 0
+        return partial
+
+    servers = {"llama-server": llama_cpp_server} | (
+        {"llama-cpp-python": llama_cpp_python_server} if args.llama_cpp_python else {})
+    print("| server | results | max \\|Δ\\|, 2 questions per batch | max \\|Δ\\|, killed and resumed | results stored "
+          "before the kill |\n|---|---|---|---|---|")
+    for name, start in servers.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            reference, batched, killed = (Path(tmp) / part for part in ("reference", "batched", "killed"))
+            with start(free_port()) as url:
+                assert run(url, reference) == 0
+            with start(free_port()) as url:
+                assert run(url, batched, batch=2) == 0
+            partial = killed_and_resumed(start, killed)
+            expected = stored(reference)
+            print(f"| {name} | {len(expected)} | {gap(expected, stored(batched)):.3g} | "
+                  f"{gap(expected, stored(killed)):.3g} | {partial} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=2)
@@ -167,9 +291,16 @@ def main() -> None:
     parser.add_argument("--requests", nargs="+", default=["8x1", "16x16"], type=lambda text: tuple(
         int(part) for part in text.split("x")), help="CxB: C requests in flight of B prompts each (each a run)")
     parser.add_argument("--llama-cpp-python", action="store_true", help="also llama-cpp-python's server (slow)")
-    parser.add_argument("--f32-reference", action="store_true")
+    parser.add_argument("--reference", nargs="*", choices=["q4_1", "f32"],
+                        help="θ of our engine against llama.cpp in process on these GGUF files (default: both)")
+    parser.add_argument("--prompt-cache", action="store_true", help="llama-server: one context asked several ways")
+    parser.add_argument("--reproducible", action="store_true",
+                        help="one evaluation uninterrupted, batched otherwise, and killed and resumed")
     args = parser.parse_args()
-    (f32_reference if args.f32_reference else throughput)(args)
+    if args.reference == []:
+        args.reference = ["q4_1", "f32"]
+    chosen = {reference: args.reference, prompt_cache: args.prompt_cache, reproducible: args.reproducible}
+    next((measure for measure, wanted in chosen.items() if wanted), throughput)(args)
 
 
 if __name__ == "__main__":

@@ -102,9 +102,12 @@ def served_options(spec: str, model_args: Mapping[str, Any]) -> ServerOptions:
     if named is not None and "api" in model_args and options.api != named:
         raise ServedError(f"--model {spec} names the {named} endpoint and --model-args api={options.api} another; "
                           "give one")
-    if options.tokenizer_backend == "remote":  # the hook for tokenizing on the server (issue 51.7)
-        raise ServedError("--model-args tokenizer_backend=remote: tokenizing on the server is not implemented; give "
-                          "the served model's tokenizer with --model-args tokenizer=… (a hub id, directory or .gguf)")
+    if options.tokenizer_backend == "remote":
+        raise ServedError("--model-args tokenizer_backend=remote: tokenizing on the server is not implemented: a "
+                          "server's tokenize routes turn text into ids and back, but beliefdrift also needs the "
+                          "model's chat template, end-of-sequence ids and vocabulary size; give the served model's "
+                          "tokenizer with --model-args tokenizer=… (a hub id, directory or .gguf: only its tokenizer "
+                          "is read)")
     return replace(options, api=named) if named else options
 
 

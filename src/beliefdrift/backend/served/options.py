@@ -18,7 +18,8 @@ DIALECTS: dict[str, type[Completions]] = {dialect.api: dialect for dialect in (C
 #: lm-eval's names (`local-completions`' model_args) → ours; `max_retries` counts attempts there, retries here.
 ALIASES = {"num_concurrent": "concurrency", "max_retries": "retries"}
 #: `--model-args tokenizer_backend=…` (lm-eval's): where prompts are tokenized. huggingface: here, with the tokenizer
-#: `tokenizer` names (transformers or a .gguf file); remote: on the server.
+#: `tokenizer` names (transformers or a .gguf file); remote: on the server, accepted here and refused at run start
+#: (`model.served_options`: a server's tokenize routes give no chat template, end-of-sequence ids or vocabulary size).
 TOKENIZER_BACKENDS = ("huggingface", "remote")
 #: `--model-args header.NAME=VALUE`: a custom header sent with every request (lm-eval's `header` mapping).
 HEADER_PREFIX = "header."
