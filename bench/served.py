@@ -56,7 +56,12 @@ from beliefdrift.engine.methods import parse_method, run_methods_many
 from beliefdrift.engine.resampling import QuestionRunner, direct_tokens, make_generator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from servers import free_port, llama_cpp_python_server, llama_cpp_server  # noqa: E402 (tests/ put on the path)
+from servers import (  # noqa: E402 (tests/ put on the path)
+    free_port,
+    killed_once_stored,
+    llama_cpp_python_server,
+    llama_cpp_server,
+)
 
 
 def metrics(url: str | None) -> np.ndarray:
@@ -224,7 +229,6 @@ def prompt_cache(args: argparse.Namespace) -> None:
 def reproducible(args: argparse.Namespace) -> None:
     import contextlib
     import io
-    import threading
 
     from beliefdrift.cli.main import main as cli
     from beliefdrift.runs.store import STORE_FILE, RunStore
@@ -250,16 +254,8 @@ def reproducible(args: argparse.Namespace) -> None:
     def killed_and_resumed(start: Any, out: Path) -> int:
         """The run through a server killed once it stored a question, then resumed through a fresh one on the same
         port: how many results it had stored."""
-        port, codes = free_port(), []
-        with start(port) as url:
-            thread = threading.Thread(target=lambda: codes.append(run(url, out)))
-            thread.start()
-            while thread.is_alive():
-                with contextlib.suppress(Exception):
-                    if stored(out):
-                        break
-                time.sleep(0.05)
-        thread.join()
+        port = free_port()
+        _, codes = killed_once_stored(start, port, lambda url: run(url, out), lambda: stored(out))
         partial = len(stored(out))
         with start(port) as url:
             assert codes == [2] and run(url, out) == 0

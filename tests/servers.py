@@ -127,6 +127,24 @@ def llama_cpp_server(port: int, *args: str, alias: str | None = None) -> Abstrac
                     port, "llama-server")
 
 
+def killed_once_stored(start: Callable[[int], AbstractContextManager[str]], port: int,
+                       command: Callable[[str], int], stored: Callable[[], object]) -> tuple[str, list[int]]:
+    """`command(url)` run in a thread against the server `start(port)` starts, the server killed as soon as `stored()`
+    is truthy (or the command ended): (the URL, the command's exit code in a list, empty if it did not end within
+    120 s)."""
+    codes: list[int] = []
+    with start(port) as url:
+        thread = threading.Thread(target=lambda: codes.append(command(url)))
+        thread.start()
+        while thread.is_alive():
+            with contextlib.suppress(Exception):
+                if stored():
+                    break
+            time.sleep(0.05)
+    thread.join(timeout=120)
+    return url, codes
+
+
 #: The servers by the name a parametrized test shows.
 SERVERS: dict[str, Callable[..., AbstractContextManager[str]]] = {
     "llama-cpp-python": llama_cpp_python_server,

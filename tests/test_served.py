@@ -11,10 +11,7 @@ with the tiny model in process, and a run through each stores what that model st
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from servers import (
     default_gguf,
     forward,
     free_port,
+    killed_once_stored,
     llama_cpp_python_server,
     llama_cpp_server,
     skip_without_llama_server,
@@ -330,16 +328,8 @@ def test_a_killed_server_resumes_to_the_same_numbers(name, request, history_temp
     reference = request.getfixturevalue(FIXTURES[name][1])
     capsys.readouterr()  # what making the reference said
     port, out, quick = free_port(), tmp_path / "killed", QUICK
-    codes: list[int] = []
-    with start(port) as url:
-        run = threading.Thread(target=lambda: codes.append(main(evaluate_args(url, out, history_template, quick))))
-        run.start()
-        while run.is_alive():
-            with contextlib.suppress(Exception):
-                if stored_results(out):
-                    break
-            time.sleep(0.05)
-    run.join(timeout=120)
+    url, codes = killed_once_stored(start, port, lambda url: main(evaluate_args(url, out, history_template, quick)),
+                                    lambda: stored_results(out))
     assert codes == [2]
     one_line_error(capsys, "nothing answers at", "now", "(after 4 attempts")
     partial = stored_results(out)
