@@ -597,17 +597,6 @@ def interrupted(argv: list[str], out: Path, sig: signal.Signals) -> tuple[int, s
     return process.returncode, err
 
 
-def test_sigint_in_a_real_process_exits_130_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    slow = ("-n", "30", "--methods", "ppr", "-N", "20")
-    code, err = interrupted(evaluate(tiny_model_dir, out, *slow), out, signal.SIGINT)
-    assert code == 130, err[-2000:]
-    assert "Traceback" not in err and "run the same command again to resume" in err.splitlines()[-1]
-    assert main(evaluate(tiny_model_dir, out, *slow)) == 0
-    with RunStore.open(out / "run.sqlite", read_only=True) as store:
-        assert store.count() == 30
-
-
 def test_sigterm_in_a_real_process_says_what_is_stored(tiny_model_dir: Path, tmp_path: Path) -> None:
     """A scheduler ending the job (SIGTERM) gets the line Ctrl-C gets, and exit status 128 + 15."""
     out = tmp_path / "run"

@@ -48,19 +48,29 @@ def draws(request, monkeypatch) -> str:
 
 def fresh_dist(model, tokens: AnswerTokens, answers: list[int]) -> AnswerDist:
     """θ from one uncached forward pass over prompt + the given answers (plain SDPA attention)."""
-    ids = list(tokens.prompt_ids) + [t for a in answers for t in tokens.answer_ids(a)]
+    dist = fresh_dists(model, tokens, answers, [len(answers)])
+    return AnswerDist(dist.probs[0], dist.valid_mass[0])
+
+
+def fresh_dists(model, tokens: AnswerTokens, answers: list[int], after: list[int]) -> AnswerDist:
+    """θ [len(after), K] after each answers[:i], i in `after`, from one uncached forward pass over prompt + answers[
+    :max(after)] (plain SDPA attention): causal attention makes the logits at a position those of the sequence cut
+    there, so one pass over a path gives every step's fresh θ."""
+    pieces = [list(tokens.prompt_ids)] + [list(tokens.answer_ids(a)) for a in answers[: max(after)]]
+    ends = np.cumsum([len(piece) for piece in pieces]) - 1  # the last position of the prompt and of each answer
     with torch.no_grad():
-        logits = model(torch.tensor([ids]), attn_implementation="sdpa").logits[0, -1]
-    return AnswerDist.from_logits(logits, torch.tensor(tokens.label_ids))
+        logits = model(torch.tensor([[t for piece in pieces for t in piece]]), attn_implementation="sdpa").logits[0]
+    return AnswerDist.from_logits(logits[torch.tensor(ends[after])], torch.tensor(tokens.label_ids))
 
 
 def assert_matches_fresh(lm, tokens: AnswerTokens, traj: Trajectories, paths, steps) -> None:
+    """θ_n and valid_mass of the given paths at the given steps n against fresh forward passes (one per path)."""
     for j in paths:
-        for n in steps:
-            history = traj.seeds[j].tolist() + traj.answers[j, :n].tolist()
-            fresh = fresh_dist(lm.model, tokens, history)
-            torch.testing.assert_close(traj.thetas[j, n], fresh.probs, atol=1e-4, rtol=0)
-            torch.testing.assert_close(traj.valid_mass[j, n], fresh.valid_mass, atol=1e-4, rtol=0)
+        seeds = traj.seeds[j].tolist()
+        history = seeds + traj.answers[j, : max(steps)].tolist()
+        fresh = fresh_dists(lm.model, tokens, history, [len(seeds) + n for n in steps])
+        torch.testing.assert_close(traj.thetas[j, steps], fresh.probs, atol=1e-4, rtol=0)
+        torch.testing.assert_close(traj.valid_mass[j, steps], fresh.valid_mass, atol=1e-4, rtol=0)
 
 
 def test_cached_batched_theta_equals_fresh_forward(tiny_lm, question, history_template):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from store_rows import make_row, write_share
 
 from beliefdrift.runs.scoring import score_rows
 from beliefdrift.runs.store import (
@@ -28,25 +29,6 @@ from beliefdrift.runs.store import (
     result_parts,
     to_blob,
 )
-
-
-def make_row(question: str, method: str, position: int, seed: int = 0, paths: int = 3, steps: int = 4) -> ResultRow:
-    rng = np.random.default_rng(seed)
-    thetas = rng.dirichlet(np.ones(5), size=(paths, steps + 1)).astype(np.float32)
-    return ResultRow(
-        question_id=question,
-        method=method,
-        position=position,
-        target=int(rng.integers(5)),
-        num_labels=5,
-        probs=rng.dirichlet(np.ones(5)),
-        valid_mass=rng.random((paths, steps + 1)).astype(np.float32),
-        answers=rng.integers(0, 5, size=(paths, steps)),
-        seeds=rng.integers(0, 5, size=(paths, 2)),
-        thetas=thetas,
-        seconds=0.25,
-        alternatives={"q_star_rb": rng.dirichlet(np.ones(5)), "theta_1": rng.dirichlet(np.ones(5))},
-    )
 
 
 def assert_rows_equal(a: ResultRow, b: ResultRow) -> None:
@@ -428,18 +410,12 @@ def test_foreign_sqlite_file_and_missing_store(tmp_path: Path) -> None:
 HANG_S = 1800
 
 
-def _write_share(path: str, worker: int, workers: int, questions: int) -> None:
-    with RunStore.open(path, create=False) as store:
-        for i in range(worker, questions, workers):
-            store.add([make_row(f"q{i}", "ppr", i, seed=i), make_row(f"q{i}", "direct", i, seed=i + 1000)])
-
-
 def test_concurrent_writers_from_several_processes(tmp_path: Path) -> None:
     path = tmp_path / "run.sqlite"
     RunStore.open(path).close()
     workers, questions = 3, 30
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_write_share, args=(str(path), w, workers, questions)) for w in range(workers)]
+    processes = [context.Process(target=write_share, args=(str(path), w, workers, questions)) for w in range(workers)]
     for process in processes:
         process.start()
     try:
