@@ -57,9 +57,10 @@ demo: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/beliefdrift demo
 
 # The same thread rule for the tests: on an idle 2-core machine tests/test_docs_examples.py and tests/test_compile.py
-# took 165 s with one thread and 206 s with two; the whole suite takes about 13 min with one.
+# took 165 s with one thread and 206 s with two; the whole suite takes about 13 min with one. It ends with its 25
+# slowest tests' times, where a new slow test shows.
 test: setup
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q --durations=25
 
 # ruff, then mypy with pyproject.toml's [tool.mypy] settings (tests/test_code.py runs the same check under `make test`)
 lint: setup

@@ -1,14 +1,11 @@
-"""The evaluate loop: stored rows equal fresh forward passes, resumable after SIGKILL, shardable over ranks, adapters,
-quality control, configuration presets and clear errors for bad stores."""
+"""The evaluate loop: stored rows equal fresh forward passes, shardable over ranks, adapters, quality control,
+configuration presets and clear errors for bad stores (resumable after SIGKILL: test_faults.py)."""
 
 from __future__ import annotations
 
 import os
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -235,7 +232,7 @@ def test_corrupt_store_is_a_clear_error(tiny_model_dir: Path, tmp_path: Path, ca
     assert err.count("not a readable beliefdrift run store") == 2 and "Traceback" not in err
 
 
-# ----------------------------------------------------------------------------------------- resume and sharding
+# ----------------------------------------------------------------------------------------- sharding
 
 RUN_ARGS = ["--dataset", "demo", "-n", "8", "-J", "3", "-N", "4", "--qc-path-mass", "0", "--bootstrap", "50"]
 RUN_ROWS = 8 * len(EvalConfig().methods)
@@ -267,40 +264,6 @@ def reference_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
     out = tmp_path_factory.mktemp("reference")
     evaluate_in_process(tiny_model_dir, out)
     return out
-
-
-def committed_questions(store: Path) -> int:
-    try:
-        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5) as db:
-            return db.execute("SELECT count(DISTINCT question_id) FROM results").fetchone()[0]
-    except sqlite3.Error:  # not created yet
-        return 0
-
-
-def test_resume_after_sigkill_equals_uninterrupted_run(tiny_model_dir: Path, tmp_path: Path, reference_run: Path):
-    command = [sys.executable, *evaluate_command(tiny_model_dir, tmp_path)]
-    with open(tmp_path / "first.log", "w") as log:
-        process = subprocess.Popen(command, env=subprocess_env(), stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 1800  # only guards a hang, however loaded the machine
-    try:
-        while committed_questions(tmp_path / "run.sqlite") < 2:
-            assert process.poll() is None, "the run ended before it could be interrupted"
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        process.send_signal(signal.SIGKILL)
-    finally:
-        process.kill()
-        process.wait()
-    interrupted = len(stored_keys(tmp_path))
-    assert 2 * RUN_ROWS // 8 <= interrupted < RUN_ROWS and interrupted % len(EvalConfig().methods) == 0
-    assert not (tmp_path / "tables.md").exists()
-
-    evaluate_in_process(tiny_model_dir, tmp_path)  # the same command again, run to completion
-    resumed = stored_keys(tmp_path)
-    assert len(resumed) == RUN_ROWS
-    assert resumed == stored_keys(reference_run)
-    for name in ("tables.md", "tables.tex"):
-        assert (tmp_path / name).read_text() == (reference_run / name).read_text()
 
 
 @pytest.mark.multiprocess

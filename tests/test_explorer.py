@@ -204,10 +204,16 @@ def test_the_script_passes_eslint() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+#: Whether the browser shows a loaded explorer page (its data script is there): a page whose load failed or was cut
+#: short can keep the URL it was asked for.
+LOADED = ("return document.readyState === 'complete' && document.getElementById('explorer-data') !== null "
+          "&& document.getElementById('question-table') !== null")
+
+
 def opened(browser, page: Path):  # noqa: ANN001, ANN201
     """The session's browser showing `page`, loaded (no console error, its question table and plots drawn) unless it
     shows it already: the tests below share one browser, each leaving the filters of a page as it found them."""
-    if browser.current_url != page.as_uri():
+    if browser.current_url != page.as_uri() or not browser.execute_script(LOADED):
         console_errors(browser)  # a page before this one is not this page's fault
         browser.get(page.as_uri())
         wait_for(browser, "return document.querySelectorAll('#question-table tr.pick').length > 0")
@@ -319,9 +325,19 @@ def test_the_page_in_chromium(explorer: Path, page, tmp_path: Path) -> None:  # 
     all_rows(page)
 
 
+def show_question(driver, question_id: str) -> None:  # noqa: ANN001
+    """The question detail showing `question_id` (a click on its first row in the question browser), whatever question
+    an earlier test left open; the search filter cleared again."""
+    set_filter(driver, "f-search", question_id)
+    driver.execute_script("document.querySelector('#question-table tr.pick').click()")
+    set_filter(driver, "f-search", "")
+    assert driver.execute_script("return document.getElementById('question-detail').textContent").count(question_id)
+
+
 def test_single_point_paths_are_points(page) -> None:  # noqa: ANN001
     """AM-PPR's θ̂_1 is one θ per path (no answers drawn): drawn as markers at n = 0 on an axis around 0, not as
     lines that draw nothing on an axis from −1 to 1."""
+    show_question(page, "x-001")  # its own question: not the one test_the_page_in_chromium happened to leave open
     wait_for(page, "return document.querySelector('.paths-plot[data-method=\"evaluate: am-ppr\"] .point')")
     (plot,) = plots(page, '.paths-plot[data-method="evaluate: am-ppr"]')
     assert all(trace["mode"] == "markers" and set(trace["x"]) <= {0, None} for trace in plot["traces"])
@@ -359,6 +375,8 @@ def test_one_display_name_per_method(page) -> None:  # noqa: ANN001
 
 def test_count_axes_show_whole_numbers(page) -> None:  # noqa: ANN001
     """Answers n, burn-in b, optimiser steps and pairs are counts: no tick at 0.5 or 1.5."""
+    show_question(page, "x-001")  # the question section's count axes are its paths plots
+    wait_for(page, "return document.querySelectorAll('.paths-plot').length === 3")
     counted = [plot for plot in plots(page) if re.match(r"(n |burn-in|optimiser step|pair)", plot["x_title"])]
     assert {plot["section"] for plot in counted} >= {"questions", "drift", "training", "reasoning"}
     fractional = [(plot["title"], plot["x_ticks"]) for plot in counted
@@ -419,7 +437,7 @@ def test_layout_uses_the_width(page) -> None:  # noqa: ANN001
 def test_captions_say_what_is_drawn(page) -> None:  # noqa: ANN001
     """The drift test Û is the test; the urn floor is drawn (red, a reference) only where a run computed one, and a
     run without one says why instead."""
-    note = page.execute_script("return document.querySelector('#drift > p.note').textContent")
+    note = wait_for(page, "const p = document.querySelector('#drift > p.note'); return p && p.textContent")
     assert "red" not in note.lower() and "own noise" not in note and "drift test" in note
     with_floor = page.execute_script("return document.getElementById('emd-caption-emd').textContent")
     without = page.execute_script("return document.getElementById('emd-caption-emd-exact').textContent")
